@@ -1,0 +1,333 @@
+//! The RoCEv2 invariant CRC (IBTA Annex A17.3.3).
+//!
+//! The ICRC is the CRC-32 of IEEE 802.3 (zlib's `crc32`) over a pseudo
+//! packet in which every field a router may change reads as all ones, stored
+//! little-endian in the packet's last 4 bytes:
+//!
+//! ```text
+//! 8 x 0xff                      (stands for the InfiniBand LRH)
+//! IPv4 header: TOS, TTL, header checksum = 1s     | IPv6 header: traffic class,
+//!              (identification and flags stay!)   |   flow label, hop limit = 1s
+//! UDP header:  checksum = 1s
+//! BTH:         byte 4 (FECN, BECN, resv6) = 1s
+//! extended headers, payload, pad
+//! ```
+//!
+//! The IPv4 identification is covered. A UDP socket cannot see it on
+//! receive, so a receiver chooses an [`IcrcPolicy`]; senders on unconnected
+//! sockets with `IP_PMTUDISC_DO` get ID 0 and DF from Linux, which
+//! [`IpContext::v4_socket`] describes.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::field::check_len;
+use crate::{ICRC_LEN, WireError, bth};
+
+/// The IP fields that enter the ICRC, as a sender knows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpContext {
+    /// IPv4 without options.
+    V4 {
+        /// Source address.
+        src: Ipv4Addr,
+        /// Destination address.
+        dst: Ipv4Addr,
+        /// Identification field.
+        identification: u16,
+        /// Don't Fragment flag (MF and fragment offset are 0: RoCE is never fragmented).
+        dont_fragment: bool,
+    },
+    /// IPv6 without extension headers.
+    V6 {
+        /// Source address.
+        src: Ipv6Addr,
+        /// Destination address.
+        dst: Ipv6Addr,
+    },
+}
+
+impl IpContext {
+    /// IPv4 as Linux sends it from an unconnected UDP socket with
+    /// `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: ID 0, DF set.
+    pub const fn v4_socket(src: Ipv4Addr, dst: Ipv4Addr) -> IpContext {
+        IpContext::V4 { src, dst, identification: 0, dont_fragment: true }
+    }
+}
+
+/// Addresses and ports of a RoCEv2 packet: all a sender needs for its ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IcrcContext {
+    /// IP fields.
+    pub ip: IpContext,
+    /// UDP source port (per QP in rxe, for ECMP entropy).
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+}
+
+/// An ICRC computation in progress: the masked IP/UDP pseudo header is
+/// absorbed at creation, then the packet from its BTH on.
+#[derive(Clone)]
+pub struct IcrcHasher {
+    crc: crc32fast::Hasher,
+}
+
+const LRH_STANDIN: [u8; 8] = [0xff; 8];
+const UDP_LEN: usize = 8;
+
+impl IcrcHasher {
+    /// Starts the ICRC of a packet whose UDP payload (BTH through ICRC) is
+    /// `roce_len` bytes long, from the fields a sender knows.
+    pub fn new(ctx: &IcrcContext, roce_len: usize) -> IcrcHasher {
+        let udp_len = (UDP_LEN + roce_len) as u16;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&LRH_STANDIN);
+        match ctx.ip {
+            IpContext::V4 { src, dst, identification, dont_fragment } => {
+                let total = 20u16.wrapping_add(udp_len);
+                let flags: u16 = if dont_fragment { 0x4000 } else { 0 };
+                let mut h = [0u8; 20];
+                h[0] = 0x45;
+                h[1] = 0xff; // TOS
+                h[2..4].copy_from_slice(&total.to_be_bytes());
+                h[4..6].copy_from_slice(&identification.to_be_bytes());
+                h[6..8].copy_from_slice(&flags.to_be_bytes());
+                h[8] = 0xff; // TTL
+                h[9] = 17;
+                h[10..12].copy_from_slice(&[0xff, 0xff]); // header checksum
+                h[12..16].copy_from_slice(&src.octets());
+                h[16..20].copy_from_slice(&dst.octets());
+                crc.update(&h);
+            }
+            IpContext::V6 { src, dst } => {
+                let mut h = [0u8; 40];
+                h[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]); // TC, flow label
+                h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+                h[6] = 17;
+                h[7] = 0xff; // hop limit
+                h[8..24].copy_from_slice(&src.octets());
+                h[24..40].copy_from_slice(&dst.octets());
+                crc.update(&h);
+            }
+        }
+        let mut u = [0xffu8; UDP_LEN];
+        u[0..2].copy_from_slice(&ctx.src_port.to_be_bytes());
+        u[2..4].copy_from_slice(&ctx.dst_port.to_be_bytes());
+        u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        crc.update(&u);
+        IcrcHasher { crc }
+    }
+
+    /// Starts the ICRC from the raw IP and UDP headers of a captured packet
+    /// (IPv4 with any options, or a 40-byte IPv6 header). Every bit the
+    /// sender's kernel wrote is checked, the IPv4 identification included.
+    pub fn from_raw_headers(ip: &[u8], udp: &[u8]) -> Result<IcrcHasher, WireError> {
+        check_len("UDP header", UDP_LEN, udp.len())?;
+        check_len("IP header", 1, ip.len())?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&LRH_STANDIN);
+        let mut buf = [0u8; 60];
+        match ip[0] >> 4 {
+            4 => {
+                let ihl = usize::from(ip[0] & 0xf) * 4;
+                if ihl < 20 {
+                    return Err(WireError::Truncated { what: "IPv4 header", need: 20, have: ihl });
+                }
+                check_len("IPv4 header", ihl, ip.len())?;
+                let h = &mut buf[..ihl];
+                h.copy_from_slice(&ip[..ihl]);
+                h[1] = 0xff;
+                h[8] = 0xff;
+                h[10] = 0xff;
+                h[11] = 0xff;
+                crc.update(h);
+            }
+            _ => {
+                check_len("IPv6 header", 40, ip.len())?;
+                let h = &mut buf[..40];
+                h.copy_from_slice(&ip[..40]);
+                h[0] |= 0x0f;
+                h[1] = 0xff;
+                h[2] = 0xff;
+                h[3] = 0xff;
+                h[7] = 0xff;
+                crc.update(h);
+            }
+        }
+        let mut u = [0xffu8; UDP_LEN];
+        u[..6].copy_from_slice(&udp[..6]);
+        crc.update(&u);
+        Ok(IcrcHasher { crc })
+    }
+
+    /// Absorbs the BTH, masking its byte 4. `bth` must be 12 bytes.
+    pub fn update_bth(&mut self, bth: &[u8; bth::LEN]) {
+        let mut b = *bth;
+        b[4] = 0xff;
+        self.crc.update(&b);
+    }
+
+    /// Absorbs bytes that follow the BTH (headers, payload, pad).
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.crc.update(bytes);
+    }
+
+    /// Absorbs a whole packet from its BTH up to (not including) the ICRC and
+    /// returns the ICRC. Fails if `covered` is shorter than a BTH.
+    pub fn finish_over(mut self, covered: &[u8]) -> Result<u32, WireError> {
+        check_len("BTH", bth::LEN, covered.len())?;
+        let (head, rest) = covered.split_at(bth::LEN);
+        let mut b = [0u8; bth::LEN];
+        b.copy_from_slice(head);
+        self.update_bth(&b);
+        self.update(rest);
+        Ok(self.finish())
+    }
+
+    /// The ICRC of everything absorbed.
+    pub fn finish(self) -> u32 {
+        self.crc.finalize()
+    }
+}
+
+/// Reads the ICRC stored in the last 4 bytes of `packet` (little-endian,
+/// as rxe writes it on x86 and as every RoCE peer reads it).
+pub fn stored_icrc(packet: &[u8]) -> Result<u32, WireError> {
+    check_len("ICRC", ICRC_LEN, packet.len())?;
+    let at = packet.len() - ICRC_LEN;
+    Ok(u32::from_le_bytes([packet[at], packet[at + 1], packet[at + 2], packet[at + 3]]))
+}
+
+/// How a receiver checks ICRCs when it may not know the IPv4 identification.
+///
+/// | mode            | IPv6    | IPv4, ID known | IPv4, ID unseen (UDP socket)      |
+/// |-----------------|---------|----------------|-----------------------------------|
+/// | `Full`          | checked | checked        | checked assuming ID 0 and DF      |
+/// | `Ipv6OrKnownId` | checked | checked        | skipped (counted, not dropped)    |
+/// | `Off`           | skipped | skipped        | skipped                           |
+///
+/// `Full` suits softroce-to-softroce traffic (softroce sends ID 0, DF) and
+/// captures. `Ipv6OrKnownId` lets a socket receiver talk to kernel rxe or
+/// NICs, whose IPv4 IDs vary per packet; the UDP checksum (when the sender
+/// sets one) is then the only integrity check of IPv4 packets. `Off` is for
+/// debugging peers with broken ICRCs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IcrcPolicy {
+    /// Check every packet.
+    Full,
+    /// Check IPv6 and IPv4 whose identification is known.
+    #[default]
+    Ipv6OrKnownId,
+    /// Check nothing.
+    Off,
+}
+
+/// The outcome of an ICRC check under a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcrcCheck {
+    /// The ICRC matched.
+    Verified,
+    /// The policy did not check this packet.
+    Skipped,
+}
+
+impl IcrcPolicy {
+    /// Checks the ICRC of `packet` (BTH through ICRC) received with `ctx`.
+    /// `id_known` says whether `ctx`'s IPv4 identification and DF flag are
+    /// what was on the wire (false for UDP sockets, where `ctx` should come
+    /// from [`IpContext::v4_socket`]).
+    pub fn check(self, ctx: &IcrcContext, id_known: bool, packet: &[u8]) -> Result<IcrcCheck, WireError> {
+        let checked = match (self, ctx.ip) {
+            (IcrcPolicy::Off, _) => false,
+            (IcrcPolicy::Full, _) | (IcrcPolicy::Ipv6OrKnownId, IpContext::V6 { .. }) => true,
+            (IcrcPolicy::Ipv6OrKnownId, IpContext::V4 { .. }) => id_known,
+        };
+        if !checked {
+            return Ok(IcrcCheck::Skipped);
+        }
+        verify(IcrcHasher::new(ctx, packet.len()), packet).map(|()| IcrcCheck::Verified)
+    }
+}
+
+/// Checks that the last 4 bytes of `packet` (BTH through ICRC) are the ICRC
+/// of the rest, with `hasher` holding the pseudo header.
+pub fn verify(hasher: IcrcHasher, packet: &[u8]) -> Result<(), WireError> {
+    let found = stored_icrc(packet)?;
+    let computed = hasher.finish_over(&packet[..packet.len() - ICRC_LEN])?;
+    if found == computed { Ok(()) } else { Err(WireError::BadIcrc { found, computed }) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RC SEND_ONLY of 64 bytes of 0x7b from the golden capture
+    /// rc_pingpong_s64_n5 (frame 1): IP/UDP headers and RoCE packet.
+    fn golden() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let ip = hex("4500006ccd584000401100000a4d00030a4d0002");
+        let udp = hex("c12112b700580000");
+        let mut roce = hex("0400ffff0000001180e5847f");
+        roce.extend(std::iter::repeat_n(0x7b, 64));
+        (ip, udp, roce)
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn context_matches_raw_headers() {
+        let (ip, udp, roce) = golden();
+        let ctx = IcrcContext {
+            ip: IpContext::V4 {
+                src: Ipv4Addr::new(10, 77, 0, 3),
+                dst: Ipv4Addr::new(10, 77, 0, 2),
+                identification: 0xcd58,
+                dont_fragment: true,
+            },
+            src_port: 0xc121,
+            dst_port: 4791,
+        };
+        let len = roce.len() + ICRC_LEN;
+        let a = IcrcHasher::new(&ctx, len).finish_over(&roce).unwrap();
+        let b = IcrcHasher::from_raw_headers(&ip, &udp).unwrap().finish_over(&roce).unwrap();
+        assert_eq!(a, b);
+        // Byte 4 of the BTH and TTL/TOS/checksum do not matter.
+        let mut roce2 = roce.clone();
+        roce2[4] = 0xc0;
+        let mut ip2 = ip.clone();
+        ip2[1] = 0x02;
+        ip2[8] = 1;
+        ip2[10] = 0x12;
+        assert_eq!(IcrcHasher::from_raw_headers(&ip2, &udp).unwrap().finish_over(&roce2).unwrap(), a);
+        // The identification does.
+        ip2[5] ^= 1;
+        assert_ne!(IcrcHasher::from_raw_headers(&ip2, &udp).unwrap().finish_over(&roce2).unwrap(), a);
+    }
+
+    #[test]
+    fn policies() {
+        let (_, _, roce) = golden();
+        let ctx = IcrcContext {
+            ip: IpContext::v4_socket(Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)),
+            src_port: 0xc000,
+            dst_port: 4791,
+        };
+        let mut pkt = roce.clone();
+        let icrc = IcrcHasher::new(&ctx, pkt.len() + 4).finish_over(&pkt).unwrap();
+        pkt.extend_from_slice(&icrc.to_le_bytes());
+        assert_eq!(IcrcPolicy::Full.check(&ctx, false, &pkt), Ok(IcrcCheck::Verified));
+        assert_eq!(IcrcPolicy::Ipv6OrKnownId.check(&ctx, false, &pkt), Ok(IcrcCheck::Skipped));
+        assert_eq!(IcrcPolicy::Ipv6OrKnownId.check(&ctx, true, &pkt), Ok(IcrcCheck::Verified));
+        let n = pkt.len();
+        pkt[n - 1] ^= 0x80;
+        assert!(matches!(IcrcPolicy::Full.check(&ctx, false, &pkt), Err(WireError::BadIcrc { .. })));
+        assert_eq!(IcrcPolicy::Off.check(&ctx, true, &pkt), Ok(IcrcCheck::Skipped));
+        let v6 = IcrcContext {
+            ip: IpContext::V6 { src: Ipv6Addr::LOCALHOST, dst: Ipv6Addr::LOCALHOST },
+            ..ctx
+        };
+        assert!(matches!(IcrcPolicy::Ipv6OrKnownId.check(&v6, false, &pkt), Err(WireError::BadIcrc { .. })));
+        assert!(IcrcPolicy::Full.check(&ctx, false, &pkt[..3]).is_err());
+    }
+}
