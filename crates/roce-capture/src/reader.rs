@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{EtherType, LaxNetSlice, LaxSlicedPacket, NetSlice, SlicedPacket, TransportSlice};
 use pcap_parser::pcapng::Block;
-use roce_wire::{IcrcContext, IcrcHasher, IpContext, ROCE_V2_UDP_PORT, WireError};
+use roce_wire::{IcrcContext, IcrcHasher, IpContext, Packet, ROCE_V2_UDP_PORT, WireError};
 
 use crate::{CaptureError, linktype};
 
@@ -39,9 +39,9 @@ pub fn read_frames(bytes: &[u8]) -> Result<Vec<Frame>, CaptureError> {
     }
     match bytes.get(..4) {
         Some([0x0a, 0x0d, 0x0d, 0x0a]) => read_pcapng(bytes),
-        Some([0xd4, 0xc3, 0xb2, 0xa1] | [0xa1, 0xb2, 0xc3, 0xd4] | [0x4d, 0x3c, 0xb2, 0xa1] | [0xa1, 0xb2, 0x3c, 0x4d]) => {
-            read_pcap(bytes)
-        }
+        Some(
+            [0xd4, 0xc3, 0xb2, 0xa1] | [0xa1, 0xb2, 0xc3, 0xd4] | [0x4d, 0x3c, 0xb2, 0xa1] | [0xa1, 0xb2, 0x3c, 0x4d],
+        ) => read_pcap(bytes),
         _ => Err(CaptureError::NotACapture(bytes.iter().take(4).copied().collect())),
     }
 }
@@ -143,6 +143,52 @@ impl RoceDatagram<'_> {
             (src, dst, _) => IpContext::V6 { src: to_v6(src), dst: to_v6(dst) },
         };
         IcrcContext { ip, src_port: self.src.port(), dst_port: self.dst.port() }
+    }
+}
+
+impl<'a> RoceDatagram<'a> {
+    /// Splits a UDP GSO super-datagram, as a capture on `lo` or a veth shows
+    /// a userspace GSO send before the kernel segments it, into the packets
+    /// the kernel puts on the wire: equal-size segments (the last may be
+    /// shorter), each with its own IP/UDP lengths and, for IPv4, the
+    /// identification incremented per segment.
+    ///
+    /// The segment size is the smallest multiple of 4 whose first segment is
+    /// a valid packet with a valid ICRC, and every other segment must verify
+    /// too. `None` if no size works: the datagram is then what it claims.
+    pub fn gso_segments(&self) -> Option<Vec<RoceDatagram<'a>>> {
+        let total = self.payload.len();
+        let min = roce_wire::bth::LEN + roce_wire::ICRC_LEN;
+        (min..total).step_by(4).find_map(|size| {
+            let good = |d: &RoceDatagram<'_>| {
+                Packet::new_checked(d.payload).and_then(|p| p.verify_icrc(d.icrc_hasher()?)).is_ok()
+            };
+            if !good(&self.segment(0, size)) {
+                return None;
+            }
+            let segs: Vec<RoceDatagram<'a>> = (0..total.div_ceil(size)).map(|i| self.segment(i, size)).collect();
+            segs.iter().all(good).then_some(segs)
+        })
+    }
+
+    /// Segment `i` of size `size`, with the headers the kernel gives it.
+    fn segment(&self, i: usize, size: usize) -> RoceDatagram<'a> {
+        let payload = &self.payload[i * size..((i + 1) * size).min(self.payload.len())];
+        let udp_len = (8 + payload.len()) as u16;
+        let mut ip_header = self.ip_header.clone();
+        let mut ipv4_id_df = self.ipv4_id_df;
+        if let Some((id, df)) = self.ipv4_id_df {
+            let id = id.wrapping_add(i as u16);
+            let total = (ip_header.len() as u16).wrapping_add(udp_len);
+            ip_header[2..4].copy_from_slice(&total.to_be_bytes());
+            ip_header[4..6].copy_from_slice(&id.to_be_bytes());
+            ipv4_id_df = Some((id, df));
+        } else {
+            ip_header[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        }
+        let mut udp_header = self.udp_header;
+        udp_header[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        RoceDatagram { src: self.src, dst: self.dst, ip_header, udp_header, payload, ipv4_id_df }
     }
 }
 

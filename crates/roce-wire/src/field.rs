@@ -39,11 +39,7 @@ pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
 /// Fails with [`WireError::Truncated`](crate::WireError::Truncated) when
 /// `have` is shorter than `need`.
 pub(crate) fn check_len(what: &'static str, need: usize, have: usize) -> Result<(), crate::WireError> {
-    if have < need {
-        Err(crate::WireError::Truncated { what, need, have })
-    } else {
-        Ok(())
-    }
+    if have < need { Err(crate::WireError::Truncated { what, need, have }) } else { Ok(()) }
 }
 
 /// Declares a zero-copy header view: the struct and its length-checked

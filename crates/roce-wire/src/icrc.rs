@@ -323,10 +323,7 @@ mod tests {
         pkt[n - 1] ^= 0x80;
         assert!(matches!(IcrcPolicy::Full.check(&ctx, false, &pkt), Err(WireError::BadIcrc { .. })));
         assert_eq!(IcrcPolicy::Off.check(&ctx, true, &pkt), Ok(IcrcCheck::Skipped));
-        let v6 = IcrcContext {
-            ip: IpContext::V6 { src: Ipv6Addr::LOCALHOST, dst: Ipv6Addr::LOCALHOST },
-            ..ctx
-        };
+        let v6 = IcrcContext { ip: IpContext::V6 { src: Ipv6Addr::LOCALHOST, dst: Ipv6Addr::LOCALHOST }, ..ctx };
         assert!(matches!(IcrcPolicy::Ipv6OrKnownId.check(&v6, false, &pkt), Err(WireError::BadIcrc { .. })));
         assert!(IcrcPolicy::Full.check(&ctx, false, &pkt[..3]).is_err());
     }

@@ -3,8 +3,10 @@
 //! An opcode is `transport (3 bits) | operation (5 bits)` (IBTA 9.2, table 38).
 //! The table lists every opcode Linux rxe sends or accepts on RC, UC and UD
 //! QPs, including RC FLUSH and ATOMIC_WRITE (IBTA 1.5 memory placement
-//! extensions, in rxe since Linux 6.2). RD and XRC (rxe has no such QPs), CNP
-//! and the manufacturer range are unknown here and fail to parse.
+//! extensions, in rxe since Linux 6.2), plus the RoCEv2 congestion
+//! notification packet (CNP, Annex A17.9.3) that RoCE NICs send. RD and XRC
+//! (rxe has no such QPs) and the manufacturer range are unknown here and fail
+//! to parse.
 //!
 //! Extended headers always appear in the order of [`ExtHeader::ALL`], so an
 //! opcode's header offsets follow from the set of headers it carries.
@@ -24,6 +26,8 @@ pub enum Transport {
     Uc,
     /// Unreliable Datagram (prefix `011`).
     Ud,
+    /// RoCEv2 congestion notification (prefix `100`).
+    Cnp,
 }
 
 /// What a packet does.
@@ -49,6 +53,9 @@ pub enum Operation {
     Flush,
     /// ATOMIC WRITE (memory placement extension).
     AtomicWrite,
+    /// Congestion notification: the receiver of ECN-marked traffic asks the
+    /// sending QP to slow down.
+    CongestionNotification,
 }
 
 /// Where a packet sits in its message.
@@ -69,7 +76,7 @@ pub enum Position {
 pub enum Direction {
     /// Sent by the requester.
     Request,
-    /// Sent by the responder (read responses, ACKs).
+    /// Sent back toward the requester (read responses, ACKs, CNPs).
     Response,
 }
 
@@ -219,9 +226,7 @@ impl OpcodeInfo {
     /// Whether a requester or a responder sends this opcode.
     pub const fn direction(&self) -> Direction {
         match self.operation {
-            Operation::RdmaReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge => {
-                Direction::Response
-            }
+            Operation::RdmaReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge => Direction::Response,
             _ => Direction::Request,
         }
     }
@@ -261,15 +266,7 @@ const fn entry(
     headers: &[ExtHeader],
     payload: PayloadRule,
 ) -> OpcodeInfo {
-    OpcodeInfo {
-        opcode: Opcode(code),
-        name,
-        transport,
-        operation,
-        position,
-        headers: HeaderSet::of(headers),
-        payload,
-    }
+    OpcodeInfo { opcode: Opcode(code), name, transport, operation, position, headers: HeaderSet::of(headers), payload }
 }
 
 use ExtHeader as H;
@@ -357,8 +354,11 @@ const UD: [OpcodeInfo; 2] = [
     entry(0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", Transport::Ud, O::Send, Only, &[H::Deth, H::ImmDt], P::Any),
 ];
 
+/// The CNP: BTH (PSN 0, the congested QP as destination) and 16 reserved bytes.
+const CNP: [OpcodeInfo; 1] = [entry(0x81, "CNP", Transport::Cnp, O::CongestionNotification, Only, &[], P::Exactly(16))];
+
 /// Number of opcodes in the table.
-pub const COUNT: usize = RC_SEND_WRITE.len() + UC_SEND_WRITE.len() + RC_OTHER.len() + UD.len();
+pub const COUNT: usize = RC_SEND_WRITE.len() + UC_SEND_WRITE.len() + RC_OTHER.len() + UD.len() + CNP.len();
 
 /// Every known opcode, ordered by opcode byte within each group.
 pub static ALL: [OpcodeInfo; COUNT] = {
@@ -388,6 +388,7 @@ pub static ALL: [OpcodeInfo; COUNT] = {
         n += 1;
         i += 1;
     }
+    all[n] = CNP[0];
     all
 };
 
@@ -442,6 +443,7 @@ opcode_consts! {
     UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29, UC_RDMA_WRITE_ONLY = 0x2a,
     UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2b,
     UD_SEND_ONLY = 0x64, UD_SEND_ONLY_WITH_IMMEDIATE = 0x65,
+    CNP = 0x81,
 }
 
 impl fmt::Debug for Opcode {
@@ -468,6 +470,7 @@ mod tests {
                 Transport::Rc => "RC_",
                 Transport::Uc => "UC_",
                 Transport::Ud => "UD_",
+                Transport::Cnp => "CNP",
             };
             assert!(info.name.starts_with(prefix), "{}", info.name);
             assert_eq!(info.name.contains("IMMEDIATE"), info.has_immediate(), "{}", info.name);
@@ -478,7 +481,7 @@ mod tests {
         }
         let known = (0..=255u8).filter(|b| Opcode(*b).info().is_some()).count();
         assert_eq!(known, COUNT);
-        assert_eq!(COUNT, 39);
+        assert_eq!(COUNT, 40);
     }
 
     #[test]
@@ -501,14 +504,12 @@ mod tests {
 
     #[test]
     fn unknown_opcodes() {
-        for b in [0x15u8, 0x18, 0x1b, 0x1e, 0x2c, 0x40, 0x66, 0x81, 0xa0, 0xff] {
+        for b in [0x15u8, 0x18, 0x1b, 0x1e, 0x2c, 0x40, 0x66, 0x80, 0xa0, 0xff] {
             assert!(Opcode(b).info().is_none(), "{b:#x}");
         }
-        assert_eq!(Opcode(0x81).name(), "UNKNOWN");
-        assert_eq!(
-            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE.info().unwrap().direction(),
-            Direction::Response
-        );
+        assert_eq!(Opcode(0x80).name(), "UNKNOWN");
+        assert_eq!(Opcode::CNP.info().unwrap().payload, PayloadRule::Exactly(16));
+        assert_eq!(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE.info().unwrap().direction(), Direction::Response);
         assert_eq!(Opcode::UC_SEND_ONLY.info().unwrap().direction(), Direction::Request);
     }
 }

@@ -142,6 +142,32 @@ impl<T: AsRef<[u8]>> Packet<T> {
         u32::from_le_bytes([b[b.len() - 4], b[b.len() - 3], b[b.len() - 2], b[b.len() - 1]])
     }
 
+    /// Checks the payload length against the path MTU, as a responder does
+    /// (IBTA 9.7.4.1.3): FIRST and MIDDLE packets carry exactly one MTU
+    /// (with pad 0), LAST carries 1 to MTU bytes, ONLY 0 to MTU. With
+    /// `mtu = None` any RoCE path MTU is accepted for FIRST/MIDDLE and the
+    /// largest (4096) bounds the rest.
+    pub fn check_path_mtu(&self, mtu: Option<usize>) -> Result<(), WireError> {
+        use crate::opcode::Position;
+        if self.info.payload != PayloadRule::Any {
+            return Ok(());
+        }
+        let len = self.payload().len();
+        let max = mtu.unwrap_or(crate::PATH_MTUS[crate::PATH_MTUS.len() - 1]);
+        let area = len + usize::from(self.bth().pad_count());
+        let bad = |reason| Err(WireError::BadLength { opcode: self.info.opcode.0, area, reason });
+        match self.info.position {
+            Position::First | Position::Middle => match mtu {
+                Some(m) if len != m => bad("FIRST/MIDDLE payload must be exactly the path MTU"),
+                None if !crate::PATH_MTUS.contains(&len) => bad("FIRST/MIDDLE payload is not a path MTU"),
+                _ => Ok(()),
+            },
+            Position::Last if len == 0 => bad("LAST payload is empty"),
+            Position::Last | Position::Only if len > max => bad("payload exceeds the path MTU"),
+            _ => Ok(()),
+        }
+    }
+
     /// Verifies the ICRC, `hasher` holding the packet's IP/UDP pseudo header.
     pub fn verify_icrc(&self, hasher: IcrcHasher) -> Result<(), WireError> {
         icrc::verify(hasher, self.buffer.as_ref())
@@ -279,9 +305,7 @@ impl PacketRepr {
                 ExtHeader::Reth => e.reth.map(|r| r.emit(&mut Reth::new_unchecked(slot))),
                 ExtHeader::AtomicEth => e.atomic_eth.map(|r| r.emit(&mut AtomicEth::new_unchecked(slot))),
                 ExtHeader::Aeth => e.aeth.map(|r| r.emit(&mut Aeth::new_unchecked(slot))),
-                ExtHeader::AtomicAckEth => {
-                    e.atomic_ack_eth.map(|r| r.emit(&mut AtomicAckEth::new_unchecked(slot)))
-                }
+                ExtHeader::AtomicAckEth => e.atomic_ack_eth.map(|r| r.emit(&mut AtomicAckEth::new_unchecked(slot))),
                 ExtHeader::ImmDt => e.immdt.map(|r| r.emit(&mut ImmDt::new_unchecked(slot))),
                 ExtHeader::Ieth => e.ieth.map(|r| r.emit(&mut Ieth::new_unchecked(slot))),
             };
@@ -372,6 +396,21 @@ mod tests {
         assert_eq!(Packet::new_checked(&long[..n]).unwrap_err(), WireError::UnknownOpcode(0x15));
         long[1] = 0x02;
         assert_eq!(Packet::new_checked(&long[..n]).unwrap_err(), WireError::BadVersion(2));
+        let n = repr(Opcode::RC_SEND_FIRST).emit(&mut buf, &[7; 40], &ctx()).unwrap();
+        assert!(matches!(
+            Packet::new_checked(&buf[..n]).unwrap().check_path_mtu(None),
+            Err(WireError::BadLength { opcode: 0, area: 40, .. })
+        ));
+        let mut big = [0u8; 600];
+        let n = repr(Opcode::RC_SEND_MIDDLE).emit(&mut big, &[7; 512], &ctx()).unwrap();
+        let p = Packet::new_checked(&big[..n]).unwrap();
+        assert_eq!(p.check_path_mtu(None), Ok(()));
+        assert_eq!(p.check_path_mtu(Some(512)), Ok(()));
+        assert!(p.check_path_mtu(Some(256)).is_err());
+        let n = repr(Opcode::RC_SEND_ONLY).emit(&mut big, &[7; 300], &ctx()).unwrap();
+        let p = Packet::new_checked(&big[..n]).unwrap();
+        assert!(p.check_path_mtu(Some(256)).is_err());
+        assert_eq!(p.check_path_mtu(Some(512)), Ok(()));
         assert!(matches!(
             repr(Opcode::RC_SEND_ONLY).emit(&mut buf[..10], b"", &ctx()),
             Err(WireError::BufferTooSmall { need: 16, have: 10 })

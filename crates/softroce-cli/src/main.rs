@@ -1,1 +1,51 @@
-fn main() {}
+//! `softroce`: the command-line face of softroce.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod decode;
+
+/// softroce: RDMA over Converged Ethernet v2 in user space.
+#[derive(Parser)]
+#[command(name = "softroce", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode the RoCEv2 packets of a capture and verify every ICRC.
+    ///
+    /// Reads pcap or pcapng (gzip-compressed too) of Ethernet, Linux cooked
+    /// (SLL/SLL2), loopback or raw IP links. Prints one line per RoCEv2
+    /// packet (UDP destination port 4791) and a summary; exits 1 if any
+    /// packet has a bad ICRC or is malformed, 2 if the file cannot be read.
+    Decode {
+        /// The capture file.
+        file: PathBuf,
+        /// Print only bad and malformed packets, and the summary.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Path MTU of the traffic: FIRST/MIDDLE packets must carry exactly
+        /// this much payload (default: any of 256, 512, 1024, 2048, 4096).
+        #[arg(long, value_parser = parse_mtu)]
+        mtu: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
+    }
+}
+
+fn parse_mtu(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(m) if roce_wire::PATH_MTUS.contains(&m) => Ok(m),
+        _ => Err(format!("{s} is not a RoCE path MTU (256, 512, 1024, 2048 or 4096)")),
+    }
+}
