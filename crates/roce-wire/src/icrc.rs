@@ -75,18 +75,35 @@ pub struct IcrcHasher {
 const LRH_STANDIN: [u8; 8] = [0xff; 8];
 const UDP_LEN: usize = 8;
 
+/// CRC-32 of the 8 bytes of 0xff that stand for the LRH: every ICRC starts
+/// from this state.
+const LRH_CRC: u32 = {
+    let mut crc = 0xffff_ffffu32;
+    let mut i = 0;
+    while i < LRH_STANDIN.len() {
+        crc ^= LRH_STANDIN[i] as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            bit += 1;
+        }
+        i += 1;
+    }
+    !crc
+};
+
 impl IcrcHasher {
     /// Starts the ICRC of a packet whose UDP payload (BTH through ICRC) is
     /// `roce_len` bytes long, from the fields a sender knows.
     pub fn new(ctx: &IcrcContext, roce_len: usize) -> IcrcHasher {
         let udp_len = (UDP_LEN + roce_len) as u16;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&LRH_STANDIN);
-        match ctx.ip {
+        // The masked IP and UDP headers, absorbed in one update.
+        let mut pseudo = [0xffu8; 48];
+        let ip_len = match ctx.ip {
             IpContext::V4 { src, dst, identification, dont_fragment } => {
                 let total = 20u16.wrapping_add(udp_len);
                 let flags: u16 = if dont_fragment { 0x4000 } else { 0 };
-                let mut h = [0u8; 20];
+                let h = &mut pseudo[..20];
                 h[0] = 0x45;
                 h[1] = 0xff; // TOS
                 h[2..4].copy_from_slice(&total.to_be_bytes());
@@ -97,24 +114,26 @@ impl IcrcHasher {
                 h[10..12].copy_from_slice(&[0xff, 0xff]); // header checksum
                 h[12..16].copy_from_slice(&src.octets());
                 h[16..20].copy_from_slice(&dst.octets());
-                crc.update(&h);
+                20
             }
             IpContext::V6 { src, dst } => {
-                let mut h = [0u8; 40];
+                let h = &mut pseudo[..40];
                 h[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]); // TC, flow label
                 h[4..6].copy_from_slice(&udp_len.to_be_bytes());
                 h[6] = 17;
                 h[7] = 0xff; // hop limit
                 h[8..24].copy_from_slice(&src.octets());
                 h[24..40].copy_from_slice(&dst.octets());
-                crc.update(&h);
+                40
             }
-        }
-        let mut u = [0xffu8; UDP_LEN];
+        };
+        let u = &mut pseudo[ip_len..ip_len + UDP_LEN];
         u[0..2].copy_from_slice(&ctx.src_port.to_be_bytes());
         u[2..4].copy_from_slice(&ctx.dst_port.to_be_bytes());
         u[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        crc.update(&u);
+        u[6..8].copy_from_slice(&[0xff, 0xff]); // UDP checksum
+        let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
+        crc.update(&pseudo[..ip_len + UDP_LEN]);
         IcrcHasher { crc }
     }
 
@@ -124,8 +143,7 @@ impl IcrcHasher {
     pub fn from_raw_headers(ip: &[u8], udp: &[u8]) -> Result<IcrcHasher, WireError> {
         check_len("UDP header", UDP_LEN, udp.len())?;
         check_len("IP header", 1, ip.len())?;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&LRH_STANDIN);
+        let mut crc = crc32fast::Hasher::new_with_initial(LRH_CRC);
         let mut buf = [0u8; 60];
         match ip[0] >> 4 {
             4 => {
@@ -273,6 +291,11 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn lrh_standin_state() {
+        assert_eq!(LRH_CRC, crc32fast::hash(&LRH_STANDIN));
     }
 
     #[test]
