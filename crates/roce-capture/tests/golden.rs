@@ -258,7 +258,7 @@ fn unseen_ipv4_ids_are_solved_from_the_icrc() {
 
 /// With the ID solved, 16 check bits remain (15 with DF unknown): a random
 /// corruption passes with probability 2^-15, and so does a single flipped bit
-/// at an unlucky position. On this 1,044-byte packet one of 8,320 positions is
+/// at an unlucky position. On this 1,056-byte packet one of 8,440 positions is
 /// such (bit 1387); a weaker check would miss many more.
 #[test]
 fn solved_id_check_still_catches_bit_flips() {
@@ -282,6 +282,6 @@ fn solved_id_check_still_catches_bit_flips() {
             assert!(IcrcPolicy::Full.check(&d.icrc_context(), true, &b).is_err());
         }
     }
-    assert_eq!(tried, 8320);
+    assert_eq!(tried, 8440);
     assert!(missed.len() * 4096 <= tried, "{} of {tried} single-bit errors missed", missed.len());
 }
