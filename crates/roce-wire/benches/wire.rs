@@ -7,8 +7,7 @@ use std::net::Ipv4Addr;
 
 use criterion::{Criterion, Throughput, criterion_group};
 use roce_wire::{
-    AethRepr, BthRepr, ExtRepr, IcrcContext, IcrcHasher, IpContext, Opcode, Packet, PacketRepr, Psn, RethRepr,
-    Syndrome,
+    AethRepr, BthRepr, ExtRepr, IcrcContext, IcrcHasher, IpContext, Opcode, Packet, PacketRepr, Psn, RethRepr, Syndrome,
 };
 
 const PAYLOAD: usize = 4096;
@@ -73,7 +72,10 @@ fn parse_verify(c: &mut Criterion) {
     let reth = RethRepr { va: 0x7f00_0000_1000, rkey: 0x1234, dma_len: PAYLOAD as u32 };
     let aeth = AethRepr { syndrome: Syndrome::Ack { credits: Syndrome::CREDITS_INVALID }, msn: 9 };
     let cases = [
-        ("write_only_4096", packet(Opcode::RC_RDMA_WRITE_ONLY, PAYLOAD, ExtRepr { reth: Some(reth), ..Default::default() })),
+        (
+            "write_only_4096",
+            packet(Opcode::RC_RDMA_WRITE_ONLY, PAYLOAD, ExtRepr { reth: Some(reth), ..Default::default() }),
+        ),
         ("send_only_64", packet(Opcode::RC_SEND_ONLY, 64, ExtRepr::default())),
         ("ack", packet(Opcode::RC_ACKNOWLEDGE, 0, ExtRepr { aeth: Some(aeth), ..Default::default() })),
     ];

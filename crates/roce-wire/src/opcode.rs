@@ -126,7 +126,7 @@ impl ExtHeader {
     ];
 
     /// Length of the header in bytes.
-    pub const fn len(self) -> usize {
+    pub const fn byte_len(self) -> usize {
         match self {
             ExtHeader::Deth => crate::deth::LEN,
             ExtHeader::Feth => crate::feth::LEN,
@@ -203,7 +203,7 @@ impl OpcodeInfo {
                 return Some(off);
             }
             if self.headers.contains(other) {
-                off += other.len();
+                off += other.byte_len();
             }
             i += 1;
         }
@@ -216,7 +216,7 @@ impl OpcodeInfo {
         let mut i = 0;
         while i < ExtHeader::ALL.len() {
             if self.headers.contains(ExtHeader::ALL[i]) {
-                len += ExtHeader::ALL[i].len();
+                len += ExtHeader::ALL[i].byte_len();
             }
             i += 1;
         }
@@ -476,7 +476,7 @@ mod tests {
             assert_eq!(info.name.contains("IMMEDIATE"), info.has_immediate(), "{}", info.name);
             assert_eq!(info.name.contains("INVALIDATE"), info.has_invalidate(), "{}", info.name);
             assert_eq!(info.transport == Transport::Ud, info.headers.contains(ExtHeader::Deth));
-            let ext: usize = info.headers.iter().map(ExtHeader::len).sum();
+            let ext: usize = info.headers.iter().map(ExtHeader::byte_len).sum();
             assert_eq!(info.header_len(), crate::bth::LEN + ext);
         }
         let known = (0..=255u8).filter(|b| Opcode(*b).info().is_some()).count();

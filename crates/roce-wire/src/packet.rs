@@ -53,7 +53,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let area = b.len() - info.header_len() - ICRC_LEN;
         let pad = bth.pad_count();
         let bad_len = |reason| Err(WireError::BadLength { opcode: op.0, area, reason });
-        if area % 4 != 0 {
+        if !area.is_multiple_of(4) {
             return bad_len("payload and pad must fill a multiple of 4 bytes");
         }
         match info.payload {
@@ -80,7 +80,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     fn ext(&self, h: ExtHeader) -> Option<&[u8]> {
         let off = self.info.offset(h)?;
-        Some(&self.buffer.as_ref()[off..off + h.len()])
+        Some(&self.buffer.as_ref()[off..off + h.byte_len()])
     }
 
     /// The RETH, if the opcode carries one.
@@ -298,7 +298,7 @@ impl PacketRepr {
         let e = &self.ext;
         for h in info.headers.iter() {
             let off = info.offset(h).unwrap_or(bth::LEN);
-            let slot = &mut buf[off..off + h.len()];
+            let slot = &mut buf[off..off + h.byte_len()];
             match h {
                 ExtHeader::Deth => e.deth.map(|r| r.emit(&mut Deth::new_unchecked(slot))),
                 ExtHeader::Feth => e.feth.map(|r| r.emit(&mut Feth::new_unchecked(slot))),

@@ -116,13 +116,8 @@ fn describe(d: &RoceDatagram<'_>, mtu: Option<usize>) -> Result<(String, Result<
     let p = Packet::new_checked(d.payload)?;
     p.check_path_mtu(mtu)?;
     let b = p.bth();
-    let mut t = format!(
-        "{} qpn={:#08x} psn={} ackreq={}",
-        b.opcode(),
-        b.dest_qpn(),
-        b.psn().value(),
-        u8::from(b.ack_req())
-    );
+    let mut t =
+        format!("{} qpn={:#08x} psn={} ackreq={}", b.opcode(), b.dest_qpn(), b.psn().value(), u8::from(b.ack_req()));
     if b.solicited() {
         t.push_str(" se=1");
     }
@@ -136,14 +131,8 @@ fn describe(d: &RoceDatagram<'_>, mtu: Option<usize>) -> Result<(String, Result<
         let _ = write!(t, " va={:#x} rkey={:#x} dmalen={}", h.va(), h.rkey(), h.dma_len());
     }
     if let Some(h) = p.atomic_eth() {
-        let _ = write!(
-            t,
-            " va={:#x} rkey={:#x} swap_add={:#x} compare={:#x}",
-            h.va(),
-            h.rkey(),
-            h.swap_add(),
-            h.compare()
-        );
+        let _ =
+            write!(t, " va={:#x} rkey={:#x} swap_add={:#x} compare={:#x}", h.va(), h.rkey(), h.swap_add(), h.compare());
     }
     if let Some(h) = p.aeth() {
         let _ = write!(t, " {} msn={}", syndrome(h.syndrome()), h.msn());

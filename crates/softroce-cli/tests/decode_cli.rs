@@ -21,7 +21,8 @@ fn every_golden_packet_is_icrc_ok() {
     for entry in std::fs::read_dir(data("golden-pcaps")).unwrap() {
         let path = entry.unwrap().path();
         let Some(name) = path.file_name().unwrap().to_str().unwrap().strip_suffix(".pcap.gz") else { continue };
-        let expected = std::fs::read_to_string(data(&format!("golden-pcaps/tshark/{name}.txt"))).unwrap().lines().count();
+        let expected =
+            std::fs::read_to_string(data(&format!("golden-pcaps/tshark/{name}.txt"))).unwrap().lines().count();
         let (out, stdout) = decode(&["--mtu", "1024"], &path);
         assert!(out.status.success(), "{name}: {stdout}");
         let lines: Vec<&str> = stdout.lines().collect();
@@ -59,7 +60,11 @@ fn a_corrupted_copy_is_icrc_bad_and_fails() {
         .collect();
     assert_eq!(bad, corrupted);
     let n = 108;
-    assert!(stdout.ends_with(&format!("{n} packets, {} icrc ok, {} icrc bad, 0 malformed\n", n - bad.len(), bad.len())));
+    assert!(stdout.ends_with(&format!(
+        "{n} packets, {} icrc ok, {} icrc bad, 0 malformed\n",
+        n - bad.len(),
+        bad.len()
+    )));
     // --quiet prints only the bad packets and the summary.
     let (_, quiet) = decode(&["-q"], &path);
     assert_eq!(quiet.lines().count(), bad.len() + 1);
@@ -89,7 +94,11 @@ fn unreadable_input_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_softroce")).args(["decode", "/nonexistent.pcap"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent.pcap"));
-    let out = Command::new(env!("CARGO_BIN_EXE_softroce")).args(["decode"]).arg(data("roce-check/README.md")).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_softroce"))
+        .args(["decode"])
+        .arg(data("roce-check/README.md"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a pcap or pcapng capture"));
     let out = Command::new(env!("CARGO_BIN_EXE_softroce")).args(["decode", "--mtu", "1000", "x"]).output().unwrap();
