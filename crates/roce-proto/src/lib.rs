@@ -2,7 +2,11 @@
 //! the QP lifecycle table. The protocol roles (requester, completer,
 //! responder) build on these.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+pub mod cq;
+pub mod mem;
+pub mod mr;
 pub mod qp_state;
 pub mod verbs;
+pub mod wr;

@@ -1,0 +1,168 @@
+//! Work requests as posted, and work completions as polled.
+
+use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
+
+/// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// Where a UD send goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// Address handle.
+    pub ah: u32,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key to put in the DETH (if its top bit is set, the QP's own Q_Key is used).
+    pub remote_qkey: u32,
+}
+
+/// The data of a send: gathered from registered memory, or copied inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// Gather from these SGEs when the packets are built.
+    Sges(&'a [Sge]),
+    /// Bytes copied at post time (`IBV_SEND_INLINE`), bounded by `max_inline_data`.
+    Inline(&'a [u8]),
+}
+
+/// A send work request (`struct ibv_send_wr` without the list link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// The caller's tag, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Local data (for READ and atomics: where the result goes).
+    pub payload: Payload<'a>,
+    /// Immediate data, big-endian value (SEND/WRITE with immediate).
+    pub imm_data: u32,
+    /// R_Key to invalidate (SEND with invalidate, LOCAL_INV).
+    pub invalidate_rkey: u32,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap value (CMP_AND_SWP).
+    pub swap: u64,
+    /// Destination, for UD QPs.
+    pub ud: Option<UdDest>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A request with every optional field zero.
+    pub fn new(wr_id: u64, opcode: WrOpcode, flags: SendFlags, payload: Payload<'a>) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            opcode,
+            flags,
+            payload,
+            imm_data: 0,
+            invalidate_rkey: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// The caller's tag.
+    pub wr_id: u64,
+    /// Where incoming data is scattered (may be empty).
+    pub sg_list: &'a [Sge],
+}
+
+/// `enum ibv_wc_flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// The first 40 bytes of the buffer hold a GRH (UD receives).
+    pub const GRH: WcFlags = WcFlags(1);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: WcFlags = WcFlags(2);
+    /// `invalidated_rkey` is valid.
+    pub const WITH_INV: WcFlags = WcFlags(8);
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: WcFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for WcFlags {
+    type Output = WcFlags;
+    fn bitor(self, rhs: WcFlags) -> WcFlags {
+        WcFlags(self.0 | rhs.0)
+    }
+}
+
+/// A work completion (`struct ibv_wc`). When `status` is not success only
+/// `wr_id`, `status`, `qp_num` and `vendor_err` are meaningful.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The WR's tag.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Vendor error (0).
+    pub vendor_err: u32,
+    /// Bytes received (receives), or read/atomic result length.
+    pub byte_len: u32,
+    /// Immediate data (big-endian value) with [`WcFlags::WITH_IMM`], or the
+    /// invalidated R_Key with [`WcFlags::WITH_INV`].
+    pub imm_data: u32,
+    /// The local QP.
+    pub qp_num: u32,
+    /// The remote QP (UD receives).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (0).
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits (0 on RoCE).
+    pub dlid_path_bits: u8,
+}
+
+impl Wc {
+    /// A completion with only the always-defined fields set.
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num,
+            src_qp: 0,
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+}
