@@ -1,0 +1,191 @@
+//! Fast CRC-32/IEEE (the zlib / Ethernet `crc32`) for the RoCEv2 ICRC.
+//!
+//! Reflected polynomial `0xEDB88320`, initial value and final xor
+//! `0xFFFFFFFF`; `checksum(b"123456789") == 0xCBF43926`. Results are
+//! identical to [`crc32fast`].
+//!
+//! On x86_64 CPUs with VPCLMULQDQ and AVX2 (e.g. AMD Zen 3/4, Intel Ice Lake
+//! and later) inputs of at least 16 bytes are hashed by
+//! folding with 256-bit carry-less multiplies (four 256-bit accumulators,
+//! 128 bytes per iteration). Shorter inputs, other CPUs and other
+//! architectures use `crc32fast`. [`backend`] tells which kernel runtime
+//! detection chose.
+//!
+//! On AMD Zen 3 this is at the carry-less multiplier's limit (about 7.5 bytes
+//! per cycle) for long inputs, a few percent ahead of `crc32fast` 1.5.5 (which
+//! has a 256-bit VPCLMULQDQ path of its own) at 4 KiB, and 15-40% ahead from
+//! 16 bytes to 1 KiB thanks to a shorter setup and reduction.
+//!
+//! ```
+//! let mut h = roce_crc32::Hasher::new();
+//! h.update(b"1234");
+//! h.update(b"56789");
+//! assert_eq!(h.finalize(), 0xCBF4_3926);
+//! assert_eq!(roce_crc32::checksum(b"123456789"), 0xCBF4_3926);
+//! ```
+#![deny(unsafe_code)]
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+mod consts;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Inputs at least this long use the SIMD kernel when it is available;
+/// shorter ones go to `crc32fast`.
+///
+/// Measured on an AMD EPYC (Zen 3): the kernel beats `crc32fast` from 16
+/// bytes on (e.g. 29 vs 33 cycles at 16 bytes, 40 vs 48 at 64, 78 vs 91 at
+/// 512), and below 16 bytes it has no whole 128-bit lane to fold.
+#[cfg(target_arch = "x86_64")]
+const SIMD_THRESHOLD: usize = 16;
+
+/// Incremental CRC-32 (IEEE). Same results as `crc32fast::Hasher`.
+#[derive(Clone, Debug)]
+pub struct Hasher {
+    /// The CRC of everything so far, in finalized form.
+    state: u32,
+}
+
+impl Hasher {
+    /// A hasher for a new message.
+    #[must_use]
+    pub fn new() -> Hasher {
+        Hasher::new_with_initial(0)
+    }
+
+    /// A hasher that resumes from `crc`, the finalized CRC of the bytes
+    /// before, like `crc32fast::Hasher::new_with_initial`.
+    #[must_use]
+    pub fn new_with_initial(crc: u32) -> Hasher {
+        Hasher { state: crc }
+    }
+
+    /// Adds `bytes` to the message.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.state = update(self.state, bytes);
+    }
+
+    /// The CRC-32 of all bytes added.
+    #[must_use]
+    pub fn finalize(self) -> u32 {
+        self.state
+    }
+}
+
+impl Default for Hasher {
+    fn default() -> Hasher {
+        Hasher::new()
+    }
+}
+
+/// The CRC-32 (IEEE) of `bytes`, equal to `crc32fast::hash(bytes)`.
+#[must_use]
+pub fn checksum(bytes: &[u8]) -> u32 {
+    update(0, bytes)
+}
+
+/// Which kernel runtime detection chose for inputs of at least 16 bytes: `"vpclmulqdq-avx2"` or `"crc32fast"`.
+#[must_use]
+pub fn backend() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if x86::Vpclmul::detect().is_some() {
+        return "vpclmulqdq-avx2";
+    }
+    "crc32fast"
+}
+
+/// Continues the finalized CRC `crc` over `bytes`.
+#[inline]
+fn update(crc: u32, bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if bytes.len() >= SIMD_THRESHOLD
+        && let Some(kernel) = x86::Vpclmul::detect()
+    {
+        return kernel.update(crc, bytes);
+    }
+    update_crc32fast(crc, bytes)
+}
+
+/// Continues the finalized CRC `crc` over `bytes` with `crc32fast`.
+#[inline]
+fn update_crc32fast(crc: u32, bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(bytes);
+    h.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_value() {
+        assert_eq!(checksum(b"123456789"), 0xCBF4_3926);
+        assert_eq!(checksum(b""), 0);
+    }
+
+    #[test]
+    fn backend_is_simd_when_the_cpu_has_it() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let has = std::arch::is_x86_feature_detected!("vpclmulqdq")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("pclmulqdq")
+                && std::arch::is_x86_feature_detected!("sse4.1");
+            assert_eq!(x86::Vpclmul::detect().is_some(), has);
+            assert_eq!(backend(), if has { "vpclmulqdq-avx2" } else { "crc32fast" });
+            eprintln!("roce-crc32 backend: {}", backend());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(backend(), "crc32fast");
+    }
+
+    /// Deterministic pseudo-random bytes (xorshift64*).
+    #[cfg(target_arch = "x86_64")]
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s >> 12;
+                s ^= s << 25;
+                s ^= s >> 27;
+                (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+            })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_kernel_directly_matches_crc32fast() {
+        let Some(kernel) = x86::Vpclmul::detect() else {
+            eprintln!("no vpclmulqdq+avx2 on this CPU: SIMD kernel not tested");
+            return;
+        };
+        let data = bytes(4096 + 64, 7);
+        // Every length through several 128-byte blocks, every start offset
+        // mod 64, and a few initial values.
+        for len in 0..=1100 {
+            for &off in &[0usize, 1, 3, 15, 17, 31, 33, 63] {
+                let s = &data[off..off + len];
+                for &init in &[0u32, 0xFFFF_FFFF, 0x1234_5678] {
+                    let want = update_crc32fast(init, s);
+                    assert_eq!(kernel.update(init, s), want, "len {len} off {off} init {init:#x}");
+                }
+            }
+        }
+        for len in [4096, 4095, 4081, 4097 - 33, 2048 + 7, 4096 + 64] {
+            let s = &data[..len];
+            assert_eq!(kernel.update(0, s), crc32fast::hash(s), "len {len}");
+        }
+    }
+
+    #[test]
+    fn all_zero_and_all_ones() {
+        for len in [16, 31, 32, 128, 255, 256, 257, 1024, 4096] {
+            for byte in [0u8, 0xFF] {
+                let v = vec![byte; len];
+                assert_eq!(checksum(&v), crc32fast::hash(&v), "len {len} byte {byte:#x}");
+            }
+        }
+    }
+}
