@@ -1,12 +1,28 @@
-//! The sans-IO RoCEv2 engine (work in progress): the verbs' vocabulary and
-//! the QP lifecycle table. The protocol roles (requester, completer,
-//! responder) build on these.
+//! The sans-IO RoCEv2 engine: verbs objects, the QP lifecycle, and the three
+//! protocol roles of Linux rxe (requester, completer, responder), driven by
+//! calls that carry `now` and pulled for transmits, timeouts and completions.
 
 #![deny(unsafe_code)]
 
+pub mod attr;
+pub mod completer;
+pub mod counters;
 pub mod cq;
+pub mod ctx;
+pub mod device;
 pub mod mem;
 pub mod mr;
+pub mod qp;
 pub mod qp_state;
+pub mod queue;
+pub mod requester;
+pub mod responder;
+pub mod srq;
 pub mod verbs;
 pub mod wr;
+
+pub use attr::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr};
+pub use ctx::AsyncEvent;
+pub use device::{Device, DeviceConfig, Limits, Transmit, VerbError};
+pub use mem::Region;
+pub use wr::{Payload, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};

@@ -1,0 +1,283 @@
+//! The completer (rxe `rxe_comp.c`): reads ACKs, NAKs, READ responses and
+//! atomic ACKs, retires WQEs in order, and decides on retransmission when
+//! the timer expires or the responder NAKs.
+
+use roce_wire::{NakCode, Packet, Psn, Syndrome};
+
+use crate::ctx::Ctx;
+use crate::qp::{Qp, ack_timeout};
+use crate::queue::WqeState;
+use crate::requester::scatter;
+use crate::verbs::{QpState, WcStatus, WrOpcode};
+
+impl Qp {
+    /// Handles a response packet (ACK, READ response, ATOMIC ACK) for this QP.
+    pub fn completer_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        let psn = p.bth().psn();
+        // Responses to PSNs never sent, or long acknowledged, are stale.
+        if !psn.before(self.req.psn) || psn.before(self.comp.psn.sub(1)) {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        let op = p.bth().opcode();
+        let aeth = p.aeth().map(|a| a.syndrome());
+        match aeth {
+            Some(Syndrome::Ack { .. }) | None => {}
+            Some(Syndrome::RnrNak { timer }) => return self.on_rnr_nak(ctx, psn, timer),
+            Some(Syndrome::Nak(code)) => return self.on_nak(ctx, psn, code),
+            Some(Syndrome::Reserved(_)) => {
+                ctx.counters.drop_invalid += 1;
+                return;
+            }
+        }
+        match op {
+            roce_wire::Opcode::RC_ACKNOWLEDGE => self.on_ack(ctx, psn),
+            roce_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE => {
+                let orig = p.atomic_ack_eth().map_or(0, |a| a.orig());
+                self.on_atomic_ack(ctx, psn, orig);
+            }
+            _ => self.on_read_response(ctx, p),
+        }
+    }
+
+    /// Positive ACK of every request up to `psn`: retire SENDs and WRITEs
+    /// that ended at or before it. A READ or atomic still waiting for its
+    /// response inside that range means the response was lost: retry it.
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        let mut i = self.sq.consumer;
+        while i < self.sq.next {
+            let w = self.sq.get(i);
+            if w.first_psn.after(psn) {
+                break;
+            }
+            if w.is_read_or_atomic() {
+                // Implied NAK: the responder acknowledged past a READ/atomic
+                // whose response never arrived.
+                self.advance_comp_psn(ctx, w.first_psn);
+                return self.retry(ctx, false);
+            }
+            if w.last_psn.after(psn) {
+                break;
+            }
+            self.sq.get_mut(i).state = WqeState::Done;
+            i += 1;
+        }
+        self.advance_comp_psn(ctx, psn.next());
+        self.complete_done(ctx);
+    }
+
+    fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
+        self.retire_before(ctx, psn);
+        let i = self.sq.consumer;
+        if i >= self.sq.next {
+            return;
+        }
+        let w = self.sq.get(i);
+        if !w.is_atomic() || w.first_psn != psn || w.state == WqeState::Done {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        let (pd, sges) = (self.init.pd, w.sges.clone());
+        let status = match scatter(ctx, pd, &sges, 0, &orig.to_ne_bytes()) {
+            Ok(()) => WcStatus::Success,
+            Err(_) => WcStatus::LocProtErr,
+        };
+        self.finish_wqe(ctx, i, status);
+        self.advance_comp_psn(ctx, psn.next());
+        self.complete_done(ctx);
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
+        let psn = p.bth().psn();
+        if p.aeth().is_some() {
+            // FIRST, LAST and ONLY acknowledge everything before them.
+            self.retire_before(ctx, psn);
+        }
+        let i = self.sq.consumer;
+        if i >= self.sq.next {
+            return;
+        }
+        let w = self.sq.get(i);
+        if w.opcode != WrOpcode::RdmaRead || w.state == WqeState::Done || !psn.in_window(w.first_psn, 1 << 23) {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        if psn != self.comp.psn {
+            if psn.after(self.comp.psn) {
+                // A response packet went missing: ask again from the gap.
+                return self.retry(ctx, false);
+            }
+            ctx.counters.duplicate_request += 0; // a duplicate response: nothing to do
+            return;
+        }
+        let mtu = self.mtu();
+        let offset = u64::from(w.first_psn.distance_to(psn) as u32) * mtu;
+        let data = p.payload();
+        let info = p.info();
+        let too_long = offset + data.len() as u64 > w.length;
+        let bad_size = (!info.ends_message() && data.len() as u64 != mtu) || too_long;
+        let last = info.ends_message();
+        if bad_size || (last && offset + data.len() as u64 != w.length) {
+            return self.fail_front(ctx, WcStatus::BadRespErr);
+        }
+        let (pd, sges) = (self.init.pd, w.sges.clone());
+        if scatter(ctx, pd, &sges, offset, data).is_err() {
+            return self.fail_front(ctx, WcStatus::LocProtErr);
+        }
+        self.advance_comp_psn(ctx, psn.next());
+        if last {
+            self.finish_wqe(ctx, i, WcStatus::Success);
+            self.complete_done(ctx);
+        }
+    }
+
+    /// Retires SEND/WRITE WQEs that ended before `psn` (an AETH on a
+    /// response implicitly acknowledges them).
+    fn retire_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        let mut i = self.sq.consumer;
+        while i < self.sq.next {
+            let w = self.sq.get(i);
+            if w.is_read_or_atomic() || !w.last_psn.before(psn) {
+                break;
+            }
+            self.sq.get_mut(i).state = WqeState::Done;
+            i += 1;
+        }
+        if i > self.sq.consumer {
+            let last = self.sq.get(i - 1).last_psn;
+            self.advance_comp_psn(ctx, last.next());
+            self.complete_done(ctx);
+        }
+    }
+
+    fn finish_wqe(&mut self, _ctx: &mut Ctx<'_>, i: u64, status: WcStatus) {
+        let w = self.sq.get_mut(i);
+        w.state = WqeState::Done;
+        w.status = status;
+    }
+
+    /// The oldest WQE fails with `status` and the QP goes to ERR.
+    fn fail_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        let i = self.sq.consumer;
+        if i < self.sq.producer {
+            self.finish_wqe(ctx, i, status);
+            self.complete_done(ctx);
+        }
+        self.enter_error(ctx);
+    }
+
+    /// Progress: move the oldest unacknowledged PSN forward, restore the
+    /// retry budgets and restart (or stop) the retransmit timer.
+    fn advance_comp_psn(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        if psn.after(self.comp.psn) {
+            self.comp.psn = psn;
+            self.comp.retry_left = self.attr.retry_cnt;
+            self.comp.rnr_left = self.attr.rnr_retry;
+        }
+        self.comp.timer =
+            if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
+    }
+
+    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: roce_wire::RnrTimer) {
+        ctx.counters.rcvd_rnr_err += 1;
+        self.retire_before(ctx, psn);
+        if self.comp.psn != psn {
+            self.advance_comp_psn(ctx, psn);
+        }
+        if self.attr.rnr_retry != 7 {
+            if self.comp.rnr_left == 0 {
+                ctx.counters.retry_rnr_exceeded_err += 1;
+                return self.fail_front(ctx, WcStatus::RnrRetryExcErr);
+            }
+            self.comp.rnr_left -= 1;
+        }
+        self.rewind();
+        self.comp.timer = None;
+        self.req.rnr_until = Some(ctx.now + timer.duration());
+    }
+
+    fn on_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
+        match code {
+            NakCode::PsnSequenceError => {
+                ctx.counters.rcvd_seq_err += 1;
+                // Everything before the PSN the responder expects arrived.
+                self.retire_before(ctx, psn);
+                if psn.after(self.comp.psn) {
+                    self.comp.psn = psn;
+                }
+                self.retry(ctx, true);
+            }
+            NakCode::InvalidRequest => {
+                self.retire_before(ctx, psn);
+                self.fail_front(ctx, WcStatus::RemInvReqErr)
+            }
+            NakCode::RemoteAccessError => {
+                self.retire_before(ctx, psn);
+                self.fail_front(ctx, WcStatus::RemAccessErr)
+            }
+            NakCode::RemoteOperationalError | NakCode::InvalidRdRequest | NakCode::Reserved(_) => {
+                self.retire_before(ctx, psn);
+                self.fail_front(ctx, WcStatus::RemOpErr)
+            }
+        }
+    }
+
+    /// Retransmit from the oldest unacknowledged PSN, spending one retry;
+    /// with none left the oldest WQE fails with `RETRY_EXC_ERR`.
+    fn retry(&mut self, ctx: &mut Ctx<'_>, from_nak: bool) {
+        if self.comp.retry_left == 0 {
+            ctx.counters.retry_exceeded_err += 1;
+            return self.fail_front(ctx, WcStatus::RetryExcErr);
+        }
+        self.comp.retry_left -= 1;
+        if !from_nak {
+            ctx.counters.completer_retry_err += 1;
+        }
+        self.rewind();
+        self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+    }
+
+    /// Points the requester back at `comp.psn`: go-back-N by rewinding the
+    /// send queue, never by keeping packet copies.
+    fn rewind(&mut self) {
+        let mtu = self.mtu();
+        let psn = self.comp.psn;
+        for i in self.sq.consumer..self.sq.next.max(self.sq.consumer + 1).min(self.sq.producer) {
+            let started = i < self.sq.next;
+            let w = self.sq.get_mut(i);
+            if w.state == WqeState::Done {
+                continue;
+            }
+            if started && w.is_read_or_atomic() {
+                self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
+            }
+            let w = self.sq.get_mut(i);
+            if w.state != WqeState::Posted && psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
+                // Resume inside this WQE.
+                let done_pkts = u64::from(w.first_psn.distance_to(psn) as u32);
+                w.offset = if w.is_atomic() { 0 } else { (done_pkts * mtu).min(w.length) };
+                w.first_psn = if w.offset == 0 { psn } else { w.first_psn };
+                w.state = if w.offset == 0 { WqeState::Posted } else { WqeState::Sending };
+            } else {
+                w.offset = 0;
+                w.state = WqeState::Posted;
+            }
+        }
+        self.sq.next = self.sq.consumer;
+        self.req.psn = psn;
+        self.req.noack_pkts = 0;
+    }
+
+    /// The retransmit timer expired.
+    pub fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.comp.timer = None;
+        if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
+            return;
+        }
+        self.retry(ctx, false);
+    }
+}

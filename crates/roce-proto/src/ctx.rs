@@ -1,0 +1,76 @@
+//! What the roles of a QP may touch besides the QP itself: memory regions,
+//! completion queues, shared receive queues, counters and events. The device
+//! lends these per call, so a role cannot reach another QP.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::attr::AhAttr;
+use crate::counters::Counters;
+use crate::cq::{Cq, Notify};
+use crate::mr::MrTable;
+use crate::srq::Srq;
+use crate::wr::Wc;
+
+/// Asynchronous events (`enum ibv_event_type`, the ones softroce raises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A CQ overran (`IBV_EVENT_CQ_ERR`).
+    CqErr(u32),
+    /// A QP hit an error it reports asynchronously (`IBV_EVENT_QP_FATAL`).
+    QpFatal(u32),
+    /// A QP on an SRQ entered ERR and will take no more receives (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    QpLastWqeReached(u32),
+    /// An SRQ fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached(u32),
+    /// The send queue drained after a move to SQD (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained(u32),
+}
+
+/// Borrowed device state for one call into a QP.
+pub struct Ctx<'a> {
+    /// The current time.
+    pub now: Instant,
+    /// Memory regions.
+    pub mrs: &'a MrTable,
+    /// Completion queues by handle.
+    pub cqs: &'a mut Vec<Option<Cq>>,
+    /// Address handles by handle.
+    pub ahs: &'a [Option<AhAttr>],
+    /// Shared receive queues by handle.
+    pub srqs: &'a mut Vec<Option<Srq>>,
+    /// Counters.
+    pub counters: &'a mut Counters,
+    /// Async events raised.
+    pub events: &'a mut VecDeque<AsyncEvent>,
+    /// CQs whose completion event fired.
+    pub comp_events: &'a mut VecDeque<u32>,
+    /// CQs that overran during this call (their QPs go to ERR afterwards).
+    pub overrun: &'a mut Vec<u32>,
+}
+
+impl Ctx<'_> {
+    /// The address handle `ah`.
+    pub fn ah(&self, ah: u32) -> Option<AhAttr> {
+        self.ahs.get(ah as usize).copied().flatten()
+    }
+
+    /// Appends `wc` to CQ `cq`, raising the completion event if armed; an
+    /// overrun raises `CQ_ERR` once and is reported to the device.
+    pub fn push_wc(&mut self, cq: u32, wc: Wc, solicited: bool) {
+        let Some(Some(c)) = self.cqs.get_mut(cq as usize) else {
+            return;
+        };
+        let was_overrun = c.is_overrun();
+        match c.push(wc, solicited) {
+            Ok(Notify::Event) => self.comp_events.push_back(cq),
+            Ok(Notify::None) => {}
+            Err(_) => {
+                if !was_overrun {
+                    self.events.push_back(AsyncEvent::CqErr(cq));
+                    self.overrun.push(cq);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! A softroce device: the object tables and the sans-IO entry points.
+//!
+//! Inputs are calls carrying `now`: verbs (`post_send`, `modify_qp`, ...),
+//! [`Device::handle_datagram`] and [`Device::handle_timeout`]. Outputs are
+//! pulled: [`Device::poll_transmit`], [`Device::poll_timeout`],
+//! [`Device::poll_cq`] and the event queues. The device never reads a clock,
+//! does I/O or spawns a thread (quinn-proto's model), so every retransmission
+//! can be replayed on virtual time.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use roce_wire::{
+    Direction, IcrcCheck, IcrcContext, IcrcHasher, IcrcPolicy, IpContext, Packet, ROCE_V2_UDP_PORT, Transport,
+};
+
+use crate::attr::{AhAttr, QpAttr, QpInitAttr};
+use crate::counters::Counters;
+use crate::cq::{Arm, Cq};
+use crate::ctx::{AsyncEvent, Ctx};
+use crate::mem::Region;
+use crate::mr::{MrError, MrTable};
+use crate::qp::Qp;
+use crate::qp_state::ModifyError;
+use crate::queue::PostError;
+use crate::responder::Origin;
+use crate::srq::Srq;
+use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
+use crate::wr::{RecvWr, SendWr, Wc};
+
+/// Limits the device advertises and enforces (defaults: Linux rxe's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// QPs.
+    pub max_qp: u32,
+    /// WRs per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding READ/atomic per QP (both directions).
+    pub max_qp_rd_atom: u8,
+    /// SRQs.
+    pub max_srq: u32,
+    /// WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WR.
+    pub max_srq_sge: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+    /// Largest message.
+    pub max_msg_sz: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        // rxe-devinfo.txt; max_msg_sz raised from rxe's 8 MiB to 2 GiB.
+        Limits {
+            max_qp: 1_048_560,
+            max_qp_wr: 1_048_576,
+            max_sge: 32,
+            max_cq: 1_048_576,
+            max_cqe: 32_767,
+            max_mr: 524_287,
+            max_pd: 1_048_576,
+            max_qp_rd_atom: 128,
+            max_srq: 917_503,
+            max_srq_wr: 1_048_576,
+            max_srq_sge: 27,
+            max_ah: 32_767,
+            max_inline_data: 512,
+            max_msg_sz: 1 << 31,
+        }
+    }
+}
+
+/// How to build a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// The GID table: index -> our address.
+    pub gids: Vec<IpAddr>,
+    /// Seed of the key generator (deterministic simulations).
+    pub seed: u64,
+    /// ICRC policy for received packets.
+    pub icrc_policy: IcrcPolicy,
+    /// Limits.
+    pub limits: Limits,
+}
+
+/// A datagram to send: UDP payload `buf[..len]` from `src:src_port` to `dst:4791`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Our address.
+    pub src: IpAddr,
+    /// The peer's address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// Bytes written.
+    pub len: usize,
+}
+
+/// Why a verb failed (an errno in the C API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum VerbError {
+    /// No object with this handle.
+    #[error("unknown handle {0}")]
+    UnknownHandle(u32),
+    /// A limit of the device is reached.
+    #[error("device limit reached: {0}")]
+    Exhausted(&'static str),
+    /// An argument is outside what the device supports.
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// The object is still in use.
+    #[error("object in use")]
+    Busy,
+    /// `modify_qp` refused.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// Registration refused.
+    #[error(transparent)]
+    Mr(#[from] MrError),
+    /// A post refused.
+    #[error(transparent)]
+    Post(#[from] PostError),
+}
+
+/// A softroce device.
+#[derive(Debug)]
+pub struct Device {
+    cfg: DeviceConfig,
+    pds: Vec<bool>,
+    mrs: MrTable,
+    cqs: Vec<Option<Cq>>,
+    srqs: Vec<Option<Srq>>,
+    ahs: Vec<Option<AhAttr>>,
+    qps: BTreeMap<u32, Qp>,
+    next_qpn: u32,
+    tx_cursor: u32,
+    counters: Counters,
+    events: VecDeque<AsyncEvent>,
+    comp_events: VecDeque<u32>,
+    overrun: Vec<u32>,
+    now: Option<Instant>,
+}
+
+/// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
+pub const FIRST_QPN: u32 = 0x11;
+
+macro_rules! ctx {
+    ($d:expr, $now:expr) => {
+        Ctx {
+            now: $now,
+            mrs: &$d.mrs,
+            cqs: &mut $d.cqs,
+            ahs: &$d.ahs,
+            srqs: &mut $d.srqs,
+            counters: &mut $d.counters,
+            events: &mut $d.events,
+            comp_events: &mut $d.comp_events,
+            overrun: &mut $d.overrun,
+        }
+    };
+}
+
+impl Device {
+    /// A device with no objects.
+    pub fn new(cfg: DeviceConfig) -> Device {
+        Device {
+            mrs: MrTable::new(cfg.limits.max_mr, cfg.seed),
+            cfg,
+            pds: Vec::new(),
+            cqs: Vec::new(),
+            srqs: Vec::new(),
+            ahs: Vec::new(),
+            qps: BTreeMap::new(),
+            next_qpn: FIRST_QPN,
+            tx_cursor: 0,
+            counters: Counters::default(),
+            events: VecDeque::new(),
+            comp_events: VecDeque::new(),
+            overrun: Vec::new(),
+            now: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn now_or(&self, now: Option<Instant>) -> Instant {
+        now.or(self.now).unwrap_or_else(|| {
+            // Verbs called before any time was given: nothing time-based runs
+            // until `handle_*` supplies one, so any instant will do.
+            Instant::now()
+        })
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<u32, VerbError> {
+        if self.pds.iter().filter(|p| **p).count() as u32 >= self.cfg.limits.max_pd {
+            return Err(VerbError::Exhausted("max_pd"));
+        }
+        self.pds.push(true);
+        Ok(self.pds.len() as u32 - 1)
+    }
+
+    fn check_pd(&self, pd: u32) -> Result<(), VerbError> {
+        if self.pds.get(pd as usize).copied().unwrap_or(false) { Ok(()) } else { Err(VerbError::UnknownHandle(pd)) }
+    }
+
+    /// Registers `region` (I/O virtual address `iova`) in `pd`; returns the key.
+    pub fn reg_mr(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        Ok(self.mrs.register(pd, iova, region, access)?)
+    }
+
+    /// Deregisters a region.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<(), VerbError> {
+        self.mrs.deregister(key)?;
+        Ok(())
+    }
+
+    /// Creates a CQ of at least `cqe` entries.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<u32, VerbError> {
+        if cqe == 0 || cqe > self.cfg.limits.max_cqe {
+            return Err(VerbError::Invalid("cqe"));
+        }
+        self.cqs.push(Some(Cq::new(cqe as usize)));
+        Ok(self.cqs.len() as u32 - 1)
+    }
+
+    /// Creates an address handle.
+    pub fn create_ah(&mut self, pd: u32, attr: AhAttr) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        if usize::from(attr.sgid_index) >= self.cfg.gids.len() {
+            return Err(VerbError::Invalid("sgid_index"));
+        }
+        self.ahs.push(Some(attr));
+        Ok(self.ahs.len() as u32 - 1)
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&mut self, pd: u32, max_wr: u32, max_sge: u32) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        let l = &self.cfg.limits;
+        if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
+            return Err(VerbError::Invalid("srq size"));
+        }
+        self.srqs.push(Some(Srq::new(pd, max_wr, max_sge)));
+        Ok(self.srqs.len() as u32 - 1)
+    }
+
+    /// Arms an SRQ's limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub fn set_srq_limit(&mut self, srq: u32, limit: u32) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// Posts a receive to an SRQ.
+    pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
+        Ok(s.rq.post(wr)?)
+    }
+
+    /// Creates a QP in RESET; returns its number.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+        self.check_pd(init.pd)?;
+        let l = self.cfg.limits;
+        let c = init.cap;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !matches!(self.cqs.get(cq as usize), Some(Some(_))) {
+                return Err(VerbError::UnknownHandle(cq));
+            }
+        }
+        if let Some(s) = init.srq
+            && !matches!(self.srqs.get(s as usize), Some(Some(_)))
+        {
+            return Err(VerbError::UnknownHandle(s));
+        }
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_recv_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_recv_sge > l.max_sge
+            || c.max_inline_data > l.max_inline_data
+        {
+            return Err(VerbError::Invalid("qp capabilities"));
+        }
+        if self.qps.len() as u32 >= l.max_qp {
+            return Err(VerbError::Exhausted("max_qp"));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
+        }
+        self.next_qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
+        self.qps.insert(qpn, Qp::new(qpn, init));
+        Ok(qpn)
+    }
+
+    /// Destroys a QP.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbError::UnknownHandle(qpn))
+    }
+
+    /// A QP, to inspect.
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(&qpn)
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
+        let l = self.cfg.limits;
+        if mask.contains(QpAttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= self.cfg.gids.len() {
+            return Err(VerbError::Invalid("sgid_index"));
+        }
+        if (mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > l.max_qp_rd_atom)
+            || (mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > l.max_qp_rd_atom)
+        {
+            return Err(VerbError::Invalid("rd_atomic"));
+        }
+        let now = self.now_or(None);
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        let mut ctx = ctx!(self, now);
+        qp.modify(&mut ctx, attr, mask)?;
+        self.after_call();
+        Ok(())
+    }
+
+    /// Posts a send WR. A QP in ERR takes it and flushes it at once.
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        let now = self.now_or(None);
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        let ty = qp.qp_type();
+        let ok_op = match ty {
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            QpType::Uc => {
+                matches!(
+                    wr.opcode,
+                    WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+                )
+            }
+            QpType::Rc => !matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::BindMw),
+        };
+        if !ok_op {
+            return Err(PostError::BadOpcode(wr.opcode).into());
+        }
+        if (ty == QpType::Ud) != wr.ud.is_some() {
+            return Err(PostError::BadDestination.into());
+        }
+        if qp.state() == QpState::Reset {
+            return Err(PostError::BadState.into());
+        }
+        qp.sq.post(wr)?;
+        let len = qp.sq.get(qp.sq.producer - 1).length;
+        if len > self.cfg.limits.max_msg_sz || (ty == QpType::Ud && len > qp.mtu()) {
+            qp.sq.producer -= 1;
+            return Err(PostError::TooLong(len).into());
+        }
+        if qp.state() == QpState::Err {
+            let mut ctx = ctx!(self, now);
+            qp.flush(&mut ctx);
+            self.after_call();
+        }
+        Ok(())
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let now = self.now_or(None);
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        if qp.init.srq.is_some() {
+            return Err(VerbError::Invalid("QP uses an SRQ"));
+        }
+        if qp.state() == QpState::Reset {
+            return Err(PostError::BadState.into());
+        }
+        qp.rq.post(wr)?;
+        if qp.state() == QpState::Err {
+            let mut ctx = ctx!(self, now);
+            qp.flush(&mut ctx);
+            self.after_call();
+        }
+        Ok(())
+    }
+
+    /// Pops up to `out.len()` completions of CQ `cq`.
+    pub fn poll_cq(&mut self, cq: u32, out: &mut [Wc]) -> Result<usize, VerbError> {
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
+        Ok(c.poll(out))
+    }
+
+    /// Arms CQ `cq` for one completion event.
+    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbError> {
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
+        c.arm(if solicited_only { Arm::SolicitedOnly } else { Arm::Next });
+        Ok(())
+    }
+
+    /// The next async event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next CQ whose completion event fired.
+    pub fn poll_comp_event(&mut self) -> Option<u32> {
+        self.comp_events.pop_front()
+    }
+
+    /// After a call into a QP: CQs that overran take their QPs to ERR.
+    fn after_call(&mut self) {
+        while let Some(cq) = self.overrun.pop() {
+            let now = self.now_or(None);
+            let qpns: Vec<u32> = self
+                .qps
+                .values()
+                .filter(|q| q.state() != QpState::Err && (q.init.send_cq == cq || q.init.recv_cq == cq))
+                .map(|q| q.qpn)
+                .collect();
+            for qpn in qpns {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    let mut ctx = ctx!(self, now);
+                    qp.enter_error(&mut ctx);
+                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                }
+            }
+        }
+    }
+
+    /// A UDP datagram for port 4791 arrived from `src:src_port` at our
+    /// address `dst`. `ipv4_id` is the IPv4 identification and DF flag when
+    /// the receiver saw them (raw sockets, captures), `None` from a UDP socket.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        src: IpAddr,
+        src_port: u16,
+        dst: IpAddr,
+        ipv4_id: Option<(u16, bool)>,
+        data: &[u8],
+    ) {
+        self.now = Some(now);
+        let p = match Packet::new_checked(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.drop_malformed += 1;
+                return;
+            }
+        };
+        let ip = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => match ipv4_id {
+                Some((identification, dont_fragment)) => {
+                    IpContext::V4 { src: s, dst: d, identification, dont_fragment }
+                }
+                None => IpContext::v4_socket(s, d),
+            },
+            (s, d) => IpContext::V6 { src: to_v6(s), dst: to_v6(d) },
+        };
+        let ctx = IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT };
+        match self.cfg.icrc_policy.check(&ctx, ipv4_id.is_some(), data) {
+            Ok(IcrcCheck::Verified | IcrcCheck::IdSolved { .. }) => {}
+            Ok(IcrcCheck::Skipped) => self.counters.icrc_unchecked += 1,
+            Err(_) => {
+                self.counters.drop_icrc += 1;
+                return;
+            }
+        }
+        if p.info().transport == Transport::Cnp {
+            return;
+        }
+        let qpn = p.bth().dest_qpn();
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.counters.drop_no_qp += 1;
+            return;
+        };
+        if p.check_path_mtu(Some(qp.mtu() as usize)).is_err() {
+            self.counters.drop_malformed += 1;
+            return;
+        }
+        let mut ctx = ctx!(self, now);
+        match p.info().direction() {
+            Direction::Request => qp.responder_handle(&mut ctx, &p, Origin { src, dst }),
+            Direction::Response => qp.completer_handle(&mut ctx, &p),
+        }
+        self.after_call();
+    }
+
+    /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.now = Some(now);
+        let qpns: Vec<u32> = self
+            .qps
+            .range(self.tx_cursor..)
+            .chain(self.qps.range(..self.tx_cursor))
+            .filter(|(_, q)| q.responder_has_work() || q.requester_has_work())
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in qpns {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            let mut ctx = ctx!(self, now);
+            let out = qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf));
+            let src_port = qp.src_port;
+            self.after_call();
+            let Some(out) = out else { continue };
+            self.tx_cursor = qpn.wrapping_add(1);
+            let src = *self.cfg.gids.get(usize::from(out.sgid_index))?;
+            let ip = match (src, out.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(s, d),
+                (s, d) => IpContext::V6 { src: to_v6(s), dst: to_v6(d) },
+            };
+            let total = out.len + roce_wire::ICRC_LEN;
+            let ctx = IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT };
+            let icrc = IcrcHasher::new(&ctx, total).finish_over(&buf[..out.len]).ok()?;
+            buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
+            return Some(Transmit { src, dst: out.dst, src_port, len: total });
+        }
+        None
+    }
+
+    /// The earliest instant at which [`Device::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min()
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = Some(now);
+        let due: Vec<u32> =
+            self.qps.values().filter(|q| q.comp.timer.is_some_and(|t| t <= now)).map(|q| q.qpn).collect();
+        for qpn in due {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                let mut ctx = ctx!(self, now);
+                qp.completer_timeout(&mut ctx);
+                self.after_call();
+            }
+        }
+    }
+}
+
+fn to_v6(a: IpAddr) -> std::net::Ipv6Addr {
+    match a {
+        IpAddr::V4(v) => v.to_ipv6_mapped(),
+        IpAddr::V6(v) => v,
+    }
+}
+
+/// A work completion for a flushed receive, for callers that drain queues.
+pub fn flushed_recv(wr_id: u64, qpn: u32) -> Wc {
+    Wc::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn)
+}

@@ -1,0 +1,391 @@
+//! A queue pair: its attributes, its queues, and the state of its three
+//! roles. The roles live in `requester.rs`, `completer.rs` and
+//! `responder.rs`; this file holds what they share and the lifecycle
+//! (`modify`, flush, reset).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use roce_wire::Psn;
+
+use crate::attr::{QpAttr, QpCap, QpInitAttr};
+use crate::ctx::Ctx;
+use crate::qp_state::{ModifyError, check_modify};
+use crate::queue::{RecvQueue, SendQueue, WqeState};
+use crate::verbs::{QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
+use crate::wr::Wc;
+
+/// rxe's `RXE_MAX_UNACKED_PSNS`: how far the requester runs ahead of the
+/// oldest unacknowledged PSN.
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// rxe's `RXE_MAX_PKT_PER_ACK`: AckReq at least this often within a message.
+pub const MAX_PKT_PER_ACK: u32 = 64;
+
+/// The local ACK timeout for `timeout` (4.096 us x 2^timeout), `None` for 0.
+pub fn ack_timeout(timeout: u8) -> Option<Duration> {
+    (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
+}
+
+/// The requester's state (rxe `qp->req`).
+#[derive(Debug, Clone)]
+pub struct Requester {
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// Packets sent since the last AckReq.
+    pub noack_pkts: u32,
+    /// Outstanding READ/atomic WQEs.
+    pub rd_atomic: u32,
+    /// Waiting for the RNR timer until then.
+    pub rnr_until: Option<Instant>,
+    /// Whether the previous packet of the current message was sent (for opcodes).
+    pub in_message: bool,
+}
+
+/// The completer's state (rxe `qp->comp`).
+#[derive(Debug, Clone)]
+pub struct Completer {
+    /// Oldest PSN not yet acknowledged.
+    pub psn: Psn,
+    /// Transport retries left.
+    pub retry_left: u8,
+    /// RNR retries left (7 = infinite).
+    pub rnr_left: u8,
+    /// Retransmit deadline.
+    pub timer: Option<Instant>,
+}
+
+/// A responder resource: a READ or atomic request, kept so duplicates can be
+/// answered (rxe `struct resp_res`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// PSN of the request.
+    pub psn: Psn,
+    /// For atomics: the original value returned; `None` for READs.
+    pub atomic_orig: Option<u64>,
+}
+
+/// A response the responder has to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Response {
+    /// ACK or NAK with this syndrome for `psn`.
+    Ack {
+        /// The PSN acknowledged.
+        psn: Psn,
+        /// The syndrome.
+        syndrome: roe::Syndrome,
+        /// MSN to report.
+        msn: u32,
+    },
+    /// READ response packets for a request.
+    Read {
+        /// PSN of the next response packet.
+        psn: Psn,
+        /// PSN of the last response packet.
+        last_psn: Psn,
+        /// Region and offset of the next bytes (`None` for a zero-length READ).
+        grant: Option<crate::mr::Grant>,
+        /// Bytes left to send.
+        remaining: u64,
+        /// Whether the first packet has gone.
+        started: bool,
+    },
+    /// ATOMIC ACKNOWLEDGE for `psn`.
+    Atomic {
+        /// PSN of the atomic request.
+        psn: Psn,
+        /// Original value.
+        orig: u64,
+        /// MSN to report.
+        msn: u32,
+    },
+}
+
+pub(crate) use roce_wire as roe;
+
+/// An incoming multi-packet message in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InMessage {
+    /// A SEND being scattered into the receive WQE at the queue's front.
+    Send {
+        /// Bytes received so far.
+        offset: u64,
+    },
+    /// An RDMA WRITE into a checked range.
+    Write {
+        /// The range.
+        grant: crate::mr::Grant,
+        /// Bytes left of the DMA length.
+        remaining: u64,
+    },
+}
+
+/// The responder's state (rxe `qp->resp`).
+#[derive(Debug, Clone)]
+pub struct Responder {
+    /// Next expected request PSN.
+    pub psn: Psn,
+    /// Message sequence number: messages completed.
+    pub msn: u32,
+    /// The message being received, if between FIRST and LAST.
+    pub current: Option<InMessage>,
+    /// The last opcode received in order (for sequence checks).
+    pub last_opcode: Option<roe::Opcode>,
+    /// A PSN-sequence NAK was sent for the current gap.
+    pub nak_sent: bool,
+    /// The UC receiver is dropping the rest of a broken message.
+    pub uc_drop: bool,
+    /// Responses to send, oldest first.
+    pub responses: VecDeque<Response>,
+    /// READ/atomic resources, oldest first, at most `max_dest_rd_atomic`.
+    pub resources: VecDeque<Resource>,
+    /// DMA length of the RDMA WRITE in progress (reported by WRITE with immediate).
+    pub write_len: u64,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    /// QP number.
+    pub qpn: u32,
+    /// Creation attributes.
+    pub init: QpInitAttr,
+    /// Current attributes.
+    pub attr: QpAttr,
+    /// Send queue.
+    pub sq: SendQueue,
+    /// Own receive queue (unused with an SRQ).
+    pub rq: RecvQueue,
+    /// Requester role.
+    pub req: Requester,
+    /// Completer role.
+    pub comp: Completer,
+    /// Responder role.
+    pub resp: Responder,
+    /// UDP source port (rxe: from the flow label of the QPN pair).
+    pub src_port: u16,
+}
+
+/// rxe's UDP source port for a QP pair: the flow label of
+/// `lqpn * rqpn` folded to 14 bits, in 0xc000..=0xffff.
+pub fn udp_src_port(lqpn: u32, rqpn: u32) -> u16 {
+    let mut v = u64::from(lqpn) * u64::from(rqpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = (v & 0xf_ffff) as u32;
+    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    (low | 0xc000) as u16
+}
+
+impl Qp {
+    /// A new QP in RESET.
+    pub fn new(qpn: u32, init: QpInitAttr) -> Qp {
+        let QpCap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data } = init.cap;
+        Qp {
+            qpn,
+            init,
+            attr: QpAttr::default(),
+            sq: SendQueue::new(max_send_wr, max_send_sge, max_inline_data),
+            rq: RecvQueue::new(if init.srq.is_some() { 1 } else { max_recv_wr }, max_recv_sge),
+            req: Requester { psn: Psn::ZERO, noack_pkts: 0, rd_atomic: 0, rnr_until: None, in_message: false },
+            comp: Completer { psn: Psn::ZERO, retry_left: 0, rnr_left: 0, timer: None },
+            resp: Responder {
+                psn: Psn::ZERO,
+                msn: 0,
+                current: None,
+                last_opcode: None,
+                nak_sent: false,
+                uc_drop: false,
+                responses: VecDeque::new(),
+                resources: VecDeque::new(),
+                write_len: 0,
+            },
+            src_port: udp_src_port(qpn, qpn),
+        }
+    }
+
+    /// QP type.
+    pub fn qp_type(&self) -> QpType {
+        self.init.qp_type
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// Path MTU in bytes.
+    pub fn mtu(&self) -> u64 {
+        self.attr.path_mtu.bytes() as u64
+    }
+
+    /// Applies `ibv_modify_qp` after checking the transition table.
+    pub fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: M) -> Result<(), ModifyError> {
+        let cur = self.state();
+        let next = if mask.contains(M::STATE) { attr.qp_state } else { cur };
+        check_modify(cur, next, self.qp_type(), mask)?;
+        if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(ModifyError::InvalidTransition { from: cur, to: next });
+        }
+        let a = &mut self.attr;
+        if mask.contains(M::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask.contains(M::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(M::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if mask.contains(M::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if mask.contains(M::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if mask.contains(M::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask.contains(M::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if mask.contains(M::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt.min(7);
+            self.comp.retry_left = a.retry_cnt;
+        }
+        if mask.contains(M::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry.min(7);
+            self.comp.rnr_left = a.rnr_retry;
+        }
+        if mask.contains(M::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer & 0x1f;
+        }
+        if mask.contains(M::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if mask.contains(M::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num & 0xff_ffff;
+            self.src_port = udp_src_port(self.qpn, a.dest_qp_num);
+        }
+        if mask.contains(M::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & Psn::MASK;
+            self.resp.psn = Psn::new(a.rq_psn);
+        }
+        if mask.contains(M::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & Psn::MASK;
+            self.req.psn = Psn::new(a.sq_psn);
+            self.comp.psn = self.req.psn;
+        }
+        match next {
+            QpState::Reset => self.reset(),
+            QpState::Err if cur != QpState::Err => self.enter_error(ctx),
+            _ => self.attr.qp_state = next,
+        }
+        Ok(())
+    }
+
+    /// RESET: empty the queues and forget all protocol state (completions
+    /// already in CQs stay there).
+    fn reset(&mut self) {
+        let init = self.init;
+        let qpn = self.qpn;
+        *self = Qp::new(qpn, init);
+    }
+
+    /// Moves to ERR and flushes every outstanding WQE with `WR_FLUSH_ERR`
+    /// (a WQE already `Done` with an error keeps its status).
+    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.attr.qp_state = QpState::Err;
+        self.comp.timer = None;
+        self.req.rnr_until = None;
+        self.resp.responses.clear();
+        self.resp.current = None;
+        self.flush(ctx);
+    }
+
+    /// Completes everything queued with `WR_FLUSH_ERR` (QP in ERR).
+    pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while !self.sq.is_empty() {
+            let i = self.sq.consumer;
+            let w = self.sq.get_mut(i);
+            if w.state != WqeState::Done || w.status == WcStatus::Success {
+                w.status = WcStatus::WrFlushErr;
+            }
+            w.state = WqeState::Done;
+            self.complete_front(ctx);
+        }
+        self.sq.next = self.sq.consumer;
+        if self.init.srq.is_none() {
+            while let Some(w) = self.rq.front() {
+                let wc = Wc::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+                self.rq.advance();
+                ctx.push_wc(self.init.recv_cq, wc, false);
+            }
+        }
+    }
+
+    /// Retires the WQE at the send queue's consumer, which must be `Done`,
+    /// generating its completion if it is signaled or failed.
+    pub fn complete_front(&mut self, ctx: &mut Ctx<'_>) {
+        let i = self.sq.consumer;
+        let w = self.sq.get(i);
+        debug_assert_eq!(w.state, WqeState::Done);
+        let signaled = self.init.sq_sig_all || w.flags.contains(crate::verbs::SendFlags::SIGNALED);
+        if signaled || w.status != WcStatus::Success {
+            let mut wc = Wc::new(w.wr_id, w.status, wc_opcode(w.opcode), self.qpn);
+            if matches!(w.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
+                wc.byte_len = w.length as u32;
+            }
+            ctx.push_wc(self.init.send_cq, wc, false);
+        }
+        if w.is_read_or_atomic() && i < self.sq.next {
+            // A started READ/atomic leaves the initiator's outstanding count.
+            self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
+        }
+        self.sq.consumer += 1;
+        if self.sq.next < self.sq.consumer {
+            self.sq.next = self.sq.consumer;
+        }
+    }
+}
+
+/// The completion opcode of a send WR.
+pub fn wc_opcode(op: WrOpcode) -> WcOpcode {
+    match op {
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+        WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+        WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        WrOpcode::LocalInv => WcOpcode::LocalInv,
+        WrOpcode::BindMw => WcOpcode::BindMw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_source_port_as_rxe() {
+        // The golden captures: QPN 0x11 talking to QPN 0x11 uses port 49441.
+        assert_eq!(udp_src_port(0x11, 0x11), 49441);
+        for (a, b) in [(0x11, 0x12), (0xabc, 0x11), (0xff_ffff, 0xff_ffff)] {
+            let p = udp_src_port(a, b);
+            assert!(p >= 0xc000, "{p:#x}");
+            assert_eq!(p, udp_src_port(b, a), "both ends of a pair use the same port");
+        }
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(ack_timeout(0), None);
+        assert_eq!(ack_timeout(14), Some(Duration::from_nanos(4096 << 14)));
+        assert_eq!(ack_timeout(14).unwrap().as_micros(), 67_108);
+    }
+}

@@ -1,0 +1,309 @@
+//! Send and receive work queues: fixed rings allocated at QP creation, so
+//! posting never allocates. Indexes are absolute counters; a slot is
+//! `index % capacity`.
+
+use roce_wire::Psn;
+
+use crate::verbs::{SendFlags, WcStatus, WrOpcode};
+use crate::wr::{Payload, RecvWr, SendWr, Sge, UdDest};
+
+/// Why a post is refused (`ENOMEM`/`EINVAL` in the C API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The queue is full.
+    #[error("work queue full ({0} entries)")]
+    QueueFull(u32),
+    /// More SGEs than the QP was created for.
+    #[error("{got} SGEs, the QP takes at most {max}")]
+    TooManySges {
+        /// SGEs given.
+        got: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// Inline data larger than `max_inline_data`.
+    #[error("{got} bytes inline, the QP takes at most {max}")]
+    InlineTooLong {
+        /// Bytes given.
+        got: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// The opcode is not valid on this QP type (e.g. RDMA READ on UC).
+    #[error("opcode {0:?} is not supported on this QP type")]
+    BadOpcode(WrOpcode),
+    /// The QP's state does not accept this post (RESET, or sends before RTS).
+    #[error("the QP's state does not accept this post")]
+    BadState,
+    /// A UD send without an address handle, or a connected send with one.
+    #[error("missing or unexpected UD destination")]
+    BadDestination,
+    /// No such QP, SRQ or address handle.
+    #[error("unknown object handle {0}")]
+    UnknownHandle(u32),
+    /// The message is longer than the port's `max_msg_sz`.
+    #[error("message of {0} bytes exceeds max_msg_sz")]
+    TooLong(u64),
+}
+
+/// Progress of a send WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WqeState {
+    /// Not started (or rewound for retransmission).
+    Posted,
+    /// Some packets sent.
+    Sending,
+    /// All packets sent; waiting for the responder.
+    Sent,
+    /// Finished with `status`; the completer reports it when it reaches it.
+    Done,
+}
+
+/// A posted send.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    /// The caller's tag.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Gather list (when not inline).
+    pub sges: Vec<Sge>,
+    /// Inline bytes (when inline).
+    pub inline: Vec<u8>,
+    /// Whether the payload is inline.
+    pub is_inline: bool,
+    /// Message length in bytes.
+    pub length: u64,
+    /// Remote address.
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Immediate data.
+    pub imm_data: u32,
+    /// R_Key to invalidate.
+    pub invalidate_rkey: u32,
+    /// Compare or add operand.
+    pub compare_add: u64,
+    /// Swap operand.
+    pub swap: u64,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+    /// PSN of the first packet.
+    pub first_psn: Psn,
+    /// PSN of the last packet (for READ: of the last response).
+    pub last_psn: Psn,
+    /// Bytes of the message sent so far (READ: requested so far).
+    pub offset: u64,
+    /// Progress.
+    pub state: WqeState,
+    /// Outcome once `Done`.
+    pub status: WcStatus,
+}
+
+impl SendWqe {
+    fn empty(max_sge: usize, max_inline: usize) -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::EMPTY,
+            sges: Vec::with_capacity(max_sge),
+            inline: Vec::with_capacity(max_inline),
+            is_inline: false,
+            length: 0,
+            remote_addr: 0,
+            rkey: 0,
+            imm_data: 0,
+            invalidate_rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+            first_psn: Psn::ZERO,
+            last_psn: Psn::ZERO,
+            offset: 0,
+            state: WqeState::Posted,
+            status: WcStatus::Success,
+        }
+    }
+
+    /// READ or atomic: needs a responder resource and a response.
+    pub fn is_read_or_atomic(&self) -> bool {
+        matches!(self.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+
+    /// Atomic.
+    pub fn is_atomic(&self) -> bool {
+        matches!(self.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+}
+
+/// A ring of send WQEs.
+#[derive(Debug)]
+pub struct SendQueue {
+    slots: Vec<SendWqe>,
+    /// Oldest WQE not yet completed (the completer's position).
+    pub consumer: u64,
+    /// Next WQE the requester works on.
+    pub next: u64,
+    /// Next free slot.
+    pub producer: u64,
+    max_sge: u32,
+    max_inline: u32,
+}
+
+impl SendQueue {
+    /// A queue of `depth` WQEs.
+    pub fn new(depth: u32, max_sge: u32, max_inline: u32) -> SendQueue {
+        let slots = (0..depth.max(1)).map(|_| SendWqe::empty(max_sge as usize, max_inline as usize)).collect();
+        SendQueue { slots, consumer: 0, next: 0, producer: 0, max_sge, max_inline }
+    }
+
+    /// Depth.
+    pub fn depth(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// WQEs posted and not completed.
+    pub fn len(&self) -> u64 {
+        self.producer - self.consumer
+    }
+
+    /// Whether nothing is outstanding.
+    pub fn is_empty(&self) -> bool {
+        self.producer == self.consumer
+    }
+
+    /// The WQE at absolute index `i`.
+    pub fn get(&self, i: u64) -> &SendWqe {
+        &self.slots[(i % self.slots.len() as u64) as usize]
+    }
+
+    /// The WQE at absolute index `i`, mutably.
+    pub fn get_mut(&mut self, i: u64) -> &mut SendWqe {
+        let n = self.slots.len() as u64;
+        &mut self.slots[(i % n) as usize]
+    }
+
+    /// Appends `wr` after the checks that do not depend on memory (those
+    /// surface as completions when the data is gathered).
+    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        if self.len() >= self.slots.len() as u64 {
+            return Err(PostError::QueueFull(self.depth()));
+        }
+        let (max_sge, max_inline) = (self.max_sge, self.max_inline);
+        let is_atomic = matches!(wr.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd);
+        let w = self.get_mut(self.producer);
+        w.sges.clear();
+        w.inline.clear();
+        match wr.payload {
+            Payload::Sges(s) => {
+                if s.len() > max_sge as usize {
+                    return Err(PostError::TooManySges { got: s.len(), max: max_sge });
+                }
+                w.sges.extend_from_slice(s);
+                w.is_inline = false;
+                w.length = s.iter().map(|g| u64::from(g.length)).sum();
+            }
+            Payload::Inline(d) => {
+                if d.len() > max_inline as usize {
+                    return Err(PostError::InlineTooLong { got: d.len(), max: max_inline });
+                }
+                w.inline.extend_from_slice(d);
+                w.is_inline = true;
+                w.length = d.len() as u64;
+            }
+        }
+        if is_atomic {
+            w.length = 8;
+        }
+        w.wr_id = wr.wr_id;
+        w.opcode = wr.opcode;
+        w.flags = wr.flags;
+        w.remote_addr = wr.remote_addr;
+        w.rkey = wr.rkey;
+        w.imm_data = wr.imm_data;
+        w.invalidate_rkey = wr.invalidate_rkey;
+        w.compare_add = wr.compare_add;
+        w.swap = wr.swap;
+        w.ud = wr.ud;
+        w.offset = 0;
+        w.state = WqeState::Posted;
+        w.status = WcStatus::Success;
+        self.producer += 1;
+        Ok(())
+    }
+}
+
+/// A posted receive.
+#[derive(Debug, Clone)]
+pub struct RecvWqe {
+    /// The caller's tag.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<Sge>,
+    /// Sum of the SGE lengths.
+    pub length: u64,
+}
+
+/// A ring of receive WQEs (a QP's own, or an SRQ's).
+#[derive(Debug)]
+pub struct RecvQueue {
+    slots: Vec<RecvWqe>,
+    /// Oldest posted WQE.
+    pub consumer: u64,
+    /// Next free slot.
+    pub producer: u64,
+    max_sge: u32,
+}
+
+impl RecvQueue {
+    /// A queue of `depth` WQEs of up to `max_sge` SGEs.
+    pub fn new(depth: u32, max_sge: u32) -> RecvQueue {
+        let slots = (0..depth.max(1))
+            .map(|_| RecvWqe { wr_id: 0, sges: Vec::with_capacity(max_sge as usize), length: 0 })
+            .collect();
+        RecvQueue { slots, consumer: 0, producer: 0, max_sge }
+    }
+
+    /// WQEs waiting.
+    pub fn len(&self) -> u64 {
+        self.producer - self.consumer
+    }
+
+    /// Whether no WQE waits.
+    pub fn is_empty(&self) -> bool {
+        self.producer == self.consumer
+    }
+
+    /// Appends a receive.
+    pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        if self.len() >= self.slots.len() as u64 {
+            return Err(PostError::QueueFull(self.slots.len() as u32));
+        }
+        if wr.sg_list.len() > self.max_sge as usize {
+            return Err(PostError::TooManySges { got: wr.sg_list.len(), max: self.max_sge });
+        }
+        let n = self.slots.len() as u64;
+        let w = &mut self.slots[(self.producer % n) as usize];
+        w.wr_id = wr.wr_id;
+        w.sges.clear();
+        w.sges.extend_from_slice(wr.sg_list);
+        w.length = wr.sg_list.iter().map(|g| u64::from(g.length)).sum();
+        self.producer += 1;
+        Ok(())
+    }
+
+    /// The oldest WQE.
+    pub fn front(&self) -> Option<&RecvWqe> {
+        (!self.is_empty()).then(|| &self.slots[(self.consumer % self.slots.len() as u64) as usize])
+    }
+
+    /// Retires the oldest WQE (when its message completes: until then the
+    /// slot stays owned by the message being received into it).
+    pub fn advance(&mut self) {
+        if !self.is_empty() {
+            self.consumer += 1;
+        }
+    }
+}

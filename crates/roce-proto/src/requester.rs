@@ -1,0 +1,292 @@
+//! The requester (rxe `rxe_req.c`): turns send WQEs into request packets —
+//! opcode choice, MTU segmentation, PSNs, AckReq — within the limits of the
+//! unacknowledged-PSN window, `max_rd_atomic` and fences.
+
+use std::net::IpAddr;
+
+use roce_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtRepr, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr, packet::pad_for,
+};
+
+use crate::ctx::Ctx;
+use crate::qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, Qp};
+use crate::queue::{SendWqe, WqeState};
+use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+/// A packet a role wrote into the caller's buffer: `len` bytes of BTH
+/// through pad (the device appends the ICRC), for `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Bytes written, without the ICRC.
+    pub len: usize,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Index of the source GID.
+    pub sgid_index: u8,
+}
+
+/// The opcode for the packet of `w` starting at its `offset`, with
+/// `fits` saying whether the rest fits in one packet.
+fn opcode(ty: QpType, w: &SendWqe, fits: bool) -> Opcode {
+    let first = w.offset == 0;
+    let base: u8 = match ty {
+        QpType::Rc => 0x00,
+        QpType::Uc => 0x20,
+        QpType::Ud => 0x60,
+    };
+    let op = match (w.opcode, first, fits) {
+        (WrOpcode::RdmaRead, ..) => return Opcode::RC_RDMA_READ_REQUEST,
+        (WrOpcode::AtomicCmpAndSwp, ..) => return Opcode::RC_COMPARE_SWAP,
+        (WrOpcode::AtomicFetchAndAdd, ..) => return Opcode::RC_FETCH_ADD,
+        (WrOpcode::SendWithInv, true, true) => return Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (WrOpcode::SendWithInv, false, true) => return Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
+        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, false, false) => 0x01,
+        (WrOpcode::Send, false, true) => 0x02,
+        (WrOpcode::SendWithImm, false, true) => 0x03,
+        (WrOpcode::Send, true, true) => 0x04,
+        (WrOpcode::SendWithImm, true, true) => 0x05,
+        (_, true, false) => 0x06,
+        (_, false, false) => 0x07,
+        (WrOpcode::RdmaWriteWithImm, false, true) => 0x09,
+        (WrOpcode::RdmaWriteWithImm, true, true) => 0x0b,
+        (_, false, true) => 0x08,
+        (_, true, true) => 0x0a,
+    };
+    Opcode(base | op)
+}
+
+impl Qp {
+    /// Whether the requester could send now (ignoring the window): used to
+    /// schedule the QP.
+    pub fn requester_has_work(&self) -> bool {
+        matches!(self.state(), QpState::Rts | QpState::Sqd) && self.sq.next < self.sq.producer
+    }
+
+    /// Writes the next request packet into `buf`, if the QP may send one now.
+    pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        if !matches!(self.state(), QpState::Rts) || self.sq.next >= self.sq.producer {
+            return None;
+        }
+        if let Some(t) = self.req.rnr_until {
+            if ctx.now < t {
+                return None;
+            }
+            self.req.rnr_until = None;
+        }
+        let ty = self.qp_type();
+        if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= MAX_UNACKED_PSNS as i32 {
+            return None;
+        }
+        let idx = self.sq.next;
+        let mtu = self.mtu();
+        let (starting, is_rd_atomic, fence) = {
+            let w = self.sq.get(idx);
+            (
+                w.offset == 0 && w.state == crate::queue::WqeState::Posted,
+                w.is_read_or_atomic(),
+                w.flags.contains(SendFlags::FENCE),
+            )
+        };
+        if starting {
+            // A FENCE waits for every earlier READ and atomic to complete.
+            if fence && self.req.rd_atomic > 0 {
+                return None;
+            }
+            if is_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
+                return None;
+            }
+        }
+        let psn = self.req.psn;
+        let pd = self.init.pd;
+        let (dest_qpn, dst, sgid, qkey_default) =
+            (self.attr.dest_qp_num, self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.qkey);
+        let w = self.sq.get_mut(idx);
+        if starting {
+            w.first_psn = psn;
+            w.state = WqeState::Sending;
+        }
+        let remaining = w.length - w.offset;
+        let payload_len = if w.is_read_or_atomic() { 0 } else { remaining.min(mtu) };
+        let fits = remaining <= mtu;
+        let op = opcode(ty, w, fits || w.is_read_or_atomic());
+        let info = op.info().expect("requester opcodes are in the table");
+        let mut ext = ExtRepr::default();
+        if info.headers.contains(roce_wire::ExtHeader::Reth) {
+            let dma_len = if w.opcode == WrOpcode::RdmaRead { remaining } else { w.length };
+            ext.reth =
+                Some(RethRepr { va: w.remote_addr.wrapping_add(w.offset), rkey: w.rkey, dma_len: dma_len as u32 });
+        }
+        if info.has_immediate() {
+            ext.immdt = Some(ImmDtRepr { imm: w.imm_data });
+        }
+        if info.has_invalidate() {
+            ext.ieth = Some(IethRepr { rkey: w.invalidate_rkey });
+        }
+        if info.headers.contains(roce_wire::ExtHeader::AtomicEth) {
+            let (swap_add, compare) = match w.opcode {
+                WrOpcode::AtomicCmpAndSwp => (w.swap, w.compare_add),
+                _ => (w.compare_add, 0),
+            };
+            ext.atomic_eth = Some(AtomicEthRepr { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
+        }
+        let (dst, sgid, dest_qpn) = match (ty, w.ud) {
+            (QpType::Ud, Some(ud)) => {
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qkey_default } else { ud.remote_qkey };
+                ext.deth = Some(DethRepr { qkey, src_qpn: self.qpn });
+                let Some(ah) = ctx.ah(ud.ah) else {
+                    return self.fail_wqe(ctx, idx, WcStatus::LocQpOpErr);
+                };
+                (ah.dest, ah.sgid_index, ud.remote_qpn)
+            }
+            _ => (dst, sgid, dest_qpn),
+        };
+        let last = fits || w.is_read_or_atomic();
+        self.req.noack_pkts += 1;
+        let ack_req = ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK);
+        if ack_req {
+            self.req.noack_pkts = 0;
+        }
+        let w = self.sq.get_mut(idx);
+        let repr = PacketRepr {
+            bth: BthRepr {
+                opcode: op,
+                solicited: last && w.flags.contains(SendFlags::SOLICITED),
+                mig_req: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qpn,
+                ack_req,
+                psn,
+            },
+            ext,
+        };
+        let plen = payload_len as usize;
+        let hlen = repr.emit_headers(buf, plen).ok()?;
+        let total = hlen + plen + pad_for(plen);
+        if buf.len() < total + roce_wire::ICRC_LEN {
+            return None;
+        }
+        // Gather the payload.
+        let dst_buf = &mut buf[hlen..hlen + plen];
+        if w.is_inline {
+            let off = w.offset as usize;
+            dst_buf.copy_from_slice(&w.inline[off..off + plen]);
+        } else if gather(ctx, pd, &w.sges, w.offset, dst_buf).is_err() {
+            return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+        }
+        buf[hlen + plen..total].fill(0);
+        let w = self.sq.get_mut(idx);
+        // Advance.
+        if w.opcode == WrOpcode::RdmaRead {
+            let npsn = remaining.div_ceil(mtu).max(1);
+            w.last_psn = psn.add(npsn as u32 - 1);
+            self.req.psn = psn.add(npsn as u32);
+            w.offset = w.length;
+        } else {
+            w.last_psn = psn;
+            self.req.psn = psn.next();
+            w.offset += payload_len;
+        }
+        if last {
+            w.state = WqeState::Sent;
+            if w.is_read_or_atomic() {
+                self.req.rd_atomic += 1;
+            }
+            if matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
+                ctx.counters.rdma_sends += 1;
+            }
+            self.sq.next += 1;
+            if ty != QpType::Rc {
+                // UC and UD complete once sent.
+                self.sq.get_mut(idx).state = WqeState::Done;
+                self.complete_done(ctx);
+            }
+        }
+        if ty == QpType::Rc && self.comp.timer.is_none() {
+            self.comp.timer = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        }
+        ctx.counters.sent_pkts += 1;
+        Some(Outgoing { len: total, dst, sgid_index: sgid })
+    }
+
+    /// Ends WQE `idx` with `status` and the QP in error (local errors).
+    fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: u64, status: WcStatus) -> Option<Outgoing> {
+        let w = self.sq.get_mut(idx);
+        w.state = WqeState::Done;
+        w.status = status;
+        ctx.counters.send_err += 1;
+        // Everything before it completes normally first if already done.
+        self.complete_done(ctx);
+        self.enter_error(ctx);
+        None
+    }
+
+    /// Retires WQEs from the consumer on while they are `Done`.
+    pub fn complete_done(&mut self, ctx: &mut Ctx<'_>) {
+        while !self.sq.is_empty() && self.sq.get(self.sq.consumer).state == WqeState::Done {
+            self.complete_front(ctx);
+        }
+    }
+}
+
+/// Copies `dst.len()` bytes of the message at byte `offset` from the SGEs,
+/// checking each L_Key for local read access in protection domain `pd`.
+pub(crate) fn gather(
+    ctx: &Ctx<'_>,
+    pd: u32,
+    sges: &[crate::wr::Sge],
+    mut offset: u64,
+    mut dst: &mut [u8],
+) -> Result<(), crate::mr::AccessError> {
+    for s in sges {
+        if dst.is_empty() {
+            break;
+        }
+        let len = u64::from(s.length);
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(dst.len() as u64) as usize;
+        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, AccessFlags::EMPTY)?;
+        let (now, rest) = dst.split_at_mut(n);
+        g.region.read(g.offset, now)?;
+        dst = rest;
+        offset = 0;
+    }
+    Ok(())
+}
+
+/// Copies `src` into the SGEs at message byte `offset`, checking each L_Key
+/// for LOCAL_WRITE in `pd`. Fails if the SGEs are too short.
+pub(crate) fn scatter(
+    ctx: &Ctx<'_>,
+    pd: u32,
+    sges: &[crate::wr::Sge],
+    mut offset: u64,
+    mut src: &[u8],
+) -> Result<(), crate::mr::AccessError> {
+    for s in sges {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let len = u64::from(s.length);
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(src.len() as u64) as usize;
+        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, AccessFlags::LOCAL_WRITE)?;
+        let (now, rest) = src.split_at(n);
+        g.region.write(g.offset, now)?;
+        src = rest;
+        offset = 0;
+    }
+    if src.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::mr::AccessError::OutOfRange { key: 0, va: offset, len: src.len() as u64 })
+    }
+}

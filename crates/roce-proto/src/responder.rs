@@ -1,0 +1,579 @@
+//! The responder (rxe `rxe_resp.c`): checks each request (state, transport,
+//! PSN, opcode sequence, access, R_Key and bounds) before any memory is
+//! touched, executes it into registered memory or a receive WQE, and queues
+//! the ACK, NAK, READ response or atomic ACK.
+
+use std::net::IpAddr;
+
+use roce_wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, ExtRepr, NakCode, Opcode, Operation, Packet, PacketRepr, Position, Psn,
+    RnrTimer, Syndrome, Transport, packet::pad_for,
+};
+
+use crate::ctx::{AsyncEvent, Ctx};
+use crate::mr::Grant;
+use crate::qp::{InMessage, Qp, Resource, Response};
+use crate::requester::{Outgoing, scatter};
+use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
+use crate::wr::{Wc, WcFlags};
+
+/// Length of the GRH area at the start of every UD receive buffer.
+pub const GRH_LEN: usize = 40;
+
+/// Where a request came from (UD receives report it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address (ours).
+    pub dst: IpAddr,
+}
+
+enum Verdict {
+    /// Processed (or deliberately ignored); nothing more.
+    Done,
+    /// Answer with a NAK and, for errors other than sequence errors, move the QP to ERR.
+    Nak(NakCode),
+}
+
+impl Qp {
+    /// Handles a request packet addressed to this QP.
+    pub fn responder_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
+        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            ctx.counters.drop_no_qp += 1;
+            return;
+        }
+        let info = p.info();
+        let transport_ok = matches!(
+            (self.qp_type(), info.transport),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        if !transport_ok {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        if self.qp_type() == QpType::Ud {
+            return self.ud_receive(ctx, p, origin);
+        }
+        let psn = p.bth().psn();
+        if self.qp_type() == QpType::Uc && psn != self.resp.psn {
+            // UC: a gap loses the message in progress; a packet that starts a
+            // message resynchronises.
+            self.resp.current = None;
+            self.resp.psn = psn;
+            if !info.starts_message() {
+                self.resp.uc_drop = true;
+                self.resp.psn = psn.next();
+                ctx.counters.drop_invalid += 1;
+                return;
+            }
+        }
+        if self.qp_type() == QpType::Uc && self.resp.uc_drop {
+            if !info.starts_message() {
+                self.resp.psn = psn.next();
+                return;
+            }
+            self.resp.uc_drop = false;
+        }
+        if self.qp_type() == QpType::Rc && psn != self.resp.psn {
+            if psn.before(self.resp.psn) {
+                return self.duplicate(ctx, p);
+            }
+            ctx.counters.out_of_seq_request += 1;
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                let (psn, msn) = (self.resp.psn, self.resp.msn);
+                self.queue_ack(ctx, psn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
+            }
+            return;
+        }
+        self.resp.nak_sent = false;
+        ctx.counters.rcvd_pkts += 1;
+        match self.execute(ctx, p) {
+            Verdict::Done => {}
+            Verdict::Nak(code) => {
+                if self.qp_type() == QpType::Rc {
+                    let msn = self.resp.msn;
+                    self.queue_ack(ctx, psn, Syndrome::Nak(code), msn);
+                    self.responder_error(ctx);
+                } else {
+                    // UC has no NAKs: drop the rest of the message.
+                    self.resp.current = None;
+                    self.resp.uc_drop = true;
+                    self.resp.psn = psn.next();
+                }
+            }
+        }
+    }
+
+    /// A fatal responder error: the NAK queued so far is still sent, then the
+    /// QP is in ERR (IBTA class B/C errors; rxe `goto_error`).
+    fn responder_error(&mut self, ctx: &mut Ctx<'_>) {
+        let pending = std::mem::take(&mut self.resp.responses);
+        self.enter_error(ctx);
+        self.resp.responses = pending;
+        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+    }
+
+    /// Executes an in-sequence request.
+    fn execute(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) -> Verdict {
+        let info = p.info();
+        let psn = p.bth().psn();
+        // Opcode sequence: a message in progress continues with MIDDLE/LAST of
+        // the same operation; otherwise only FIRST/ONLY may come.
+        let continuing = matches!(info.position, Position::Middle | Position::Last);
+        let same_op = match (self.resp.current, info.operation) {
+            (Some(InMessage::Send { .. }), Operation::Send) => true,
+            (Some(InMessage::Write { .. }), Operation::RdmaWrite) => true,
+            (None, _) => !continuing,
+            _ => false,
+        };
+        if !same_op || (self.resp.current.is_some() && !continuing) {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let access = self.attr.qp_access_flags;
+        let needed = match info.operation {
+            Operation::RdmaWrite => AccessFlags::REMOTE_WRITE,
+            Operation::RdmaReadRequest => AccessFlags::REMOTE_READ,
+            Operation::CompareSwap | Operation::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+            Operation::Send => AccessFlags::EMPTY,
+            _ => return Verdict::Nak(NakCode::InvalidRequest),
+        };
+        if !access.contains(needed) {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        if self.qp_type() == QpType::Uc && needed != AccessFlags::EMPTY && needed != AccessFlags::REMOTE_WRITE {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        match info.operation {
+            Operation::Send => self.exec_send(ctx, p),
+            Operation::RdmaWrite => self.exec_write(ctx, p),
+            Operation::RdmaReadRequest => self.exec_read(ctx, p, psn, false),
+            _ => self.exec_atomic(ctx, p, psn),
+        }
+    }
+
+    /// The receive WQE at the front of the QP's queue or its SRQ.
+    fn recv_front(&self, ctx: &Ctx<'_>) -> Option<(u64, u64)> {
+        match self.init.srq {
+            Some(s) => ctx.srqs.get(s as usize)?.as_ref()?.rq.front().map(|w| (w.wr_id, w.length)),
+            None => self.rq.front().map(|w| (w.wr_id, w.length)),
+        }
+    }
+
+    fn recv_sges(&self, ctx: &Ctx<'_>) -> Vec<crate::wr::Sge> {
+        match self.init.srq {
+            Some(s) => ctx.srqs.get(s as usize).and_then(|q| q.as_ref()).and_then(|q| q.rq.front()),
+            None => self.rq.front(),
+        }
+        .map(|w| w.sges.clone())
+        .unwrap_or_default()
+    }
+
+    fn recv_advance(&mut self, ctx: &mut Ctx<'_>) {
+        match self.init.srq {
+            Some(s) => {
+                if let Some(Some(q)) = ctx.srqs.get_mut(s as usize)
+                    && q.advance()
+                {
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(s));
+                }
+            }
+            None => self.rq.advance(),
+        }
+    }
+
+    /// No receive WQE: RC answers RNR NAK (the requester retries after the
+    /// timer); UC drops the message.
+    fn rnr(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> Verdict {
+        if self.qp_type() == QpType::Rc {
+            ctx.counters.send_rnr_err += 1;
+            let msn = self.resp.msn;
+            let timer = RnrTimer(self.attr.min_rnr_timer);
+            self.queue_ack(ctx, psn, Syndrome::RnrNak { timer }, msn);
+            Verdict::Done
+        } else {
+            self.resp.uc_drop = true;
+            self.resp.psn = psn.next();
+            Verdict::Done
+        }
+    }
+
+    fn exec_send(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) -> Verdict {
+        let psn = p.bth().psn();
+        let info = p.info();
+        let Some((wr_id, room)) = self.recv_front(ctx) else {
+            return self.rnr(ctx, psn);
+        };
+        let offset = match self.resp.current {
+            Some(InMessage::Send { offset }) => offset,
+            _ => 0,
+        };
+        let data = p.payload();
+        let end = offset + data.len() as u64;
+        let pd = self.init.pd;
+        let status = if end > room {
+            WcStatus::LocLenErr
+        } else if scatter(ctx, pd, &self.recv_sges(ctx), offset, data).is_err() {
+            WcStatus::LocProtErr
+        } else {
+            WcStatus::Success
+        };
+        if status != WcStatus::Success {
+            let wc = Wc::new(wr_id, status, WcOpcode::Recv, self.qpn);
+            self.recv_advance(ctx);
+            ctx.push_wc(self.init.recv_cq, wc, false);
+            self.resp.current = None;
+            return Verdict::Nak(if status == WcStatus::LocLenErr {
+                NakCode::InvalidRequest
+            } else {
+                NakCode::RemoteOperationalError
+            });
+        }
+        self.resp.psn = psn.next();
+        if !info.ends_message() {
+            self.resp.current = Some(InMessage::Send { offset: end });
+        } else {
+            self.resp.current = None;
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            wc.byte_len = end as u32;
+            wc.src_qp = self.attr.dest_qp_num;
+            if let Some(i) = p.immdt() {
+                wc.imm_data = i.imm();
+                wc.wc_flags = WcFlags::WITH_IMM;
+            }
+            if let Some(i) = p.ieth() {
+                wc.imm_data = i.rkey();
+                wc.wc_flags = WcFlags::WITH_INV;
+            }
+            self.recv_advance(ctx);
+            ctx.counters.rdma_recvs += 1;
+            ctx.push_wc(self.init.recv_cq, wc, p.bth().solicited());
+        }
+        self.ack_if_requested(ctx, p);
+        Verdict::Done
+    }
+
+    fn exec_write(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) -> Verdict {
+        let psn = p.bth().psn();
+        let info = p.info();
+        // WRITE with immediate consumes a receive WQE: check first, so an RNR
+        // NAK leaves nothing half done.
+        if info.has_immediate() && self.recv_front(ctx).is_none() {
+            return self.rnr(ctx, psn);
+        }
+        let (grant, remaining, total) = match (self.resp.current, p.reth()) {
+            (None, Some(reth)) => {
+                let len = u64::from(reth.dma_len());
+                if len == 0 {
+                    (None, 0, 0)
+                } else {
+                    match ctx.mrs.check(reth.rkey(), self.init.pd, reth.va(), len, AccessFlags::REMOTE_WRITE) {
+                        Ok(g) => (Some(g), len, len),
+                        Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+                    }
+                }
+            }
+            (Some(InMessage::Write { grant, remaining }), None) => (Some(grant), remaining, 0),
+            _ => return Verdict::Nak(NakCode::InvalidRequest),
+        };
+        let data = p.payload();
+        let n = data.len() as u64;
+        let mtu = self.mtu();
+        let bad_len = n > remaining || (!info.ends_message() && n != mtu) || (info.ends_message() && n != remaining);
+        if bad_len {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let mut next = grant;
+        if let Some(g) = grant
+            && n > 0
+        {
+            if g.region.write(g.offset, data).is_err() {
+                return Verdict::Nak(NakCode::RemoteAccessError);
+            }
+            next = Some(Grant { region: g.region, offset: g.offset + n });
+        }
+        self.resp.psn = psn.next();
+        if !info.ends_message() {
+            let Some(grant) = next else { return Verdict::Nak(NakCode::InvalidRequest) };
+            self.resp.current = Some(InMessage::Write { grant, remaining: remaining - n });
+            if total != 0 {
+                self.resp.write_len = total;
+            }
+        } else {
+            let len = if info.starts_message() { total } else { self.resp.write_len };
+            self.resp.current = None;
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            if let Some(i) = p.immdt()
+                && let Some((wr_id, _)) = self.recv_front(ctx)
+            {
+                let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, self.qpn);
+                wc.byte_len = len as u32;
+                wc.imm_data = i.imm();
+                wc.wc_flags = WcFlags::WITH_IMM;
+                wc.src_qp = self.attr.dest_qp_num;
+                self.recv_advance(ctx);
+                ctx.push_wc(self.init.recv_cq, wc, p.bth().solicited());
+            }
+        }
+        self.ack_if_requested(ctx, p);
+        Verdict::Done
+    }
+
+    fn exec_read(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn, duplicate: bool) -> Verdict {
+        let Some(reth) = p.reth() else { return Verdict::Nak(NakCode::InvalidRequest) };
+        let len = u64::from(reth.dma_len());
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let grant = if len == 0 {
+            None
+        } else {
+            match ctx.mrs.check(reth.rkey(), self.init.pd, reth.va(), len, AccessFlags::REMOTE_READ) {
+                Ok(g) => Some(g),
+                Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+            }
+        };
+        let npsn = len.div_ceil(self.mtu()).max(1) as u32;
+        if !duplicate {
+            self.push_resource(Resource { psn, atomic_orig: None });
+            self.resp.psn = psn.add(npsn);
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        }
+        self.resp.responses.push_back(Response::Read {
+            psn,
+            last_psn: psn.add(npsn - 1),
+            grant,
+            remaining: len,
+            started: false,
+        });
+        Verdict::Done
+    }
+
+    fn exec_atomic(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn) -> Verdict {
+        let Some(a) = p.atomic_eth() else { return Verdict::Nak(NakCode::InvalidRequest) };
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        if a.va() % 8 != 0 {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let g = match ctx.mrs.check(a.rkey(), self.init.pd, a.va(), 8, AccessFlags::REMOTE_ATOMIC) {
+            Ok(g) => g,
+            Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+        };
+        let r = match p.info().operation {
+            Operation::CompareSwap => g.region.compare_swap(g.offset, a.compare(), a.swap_add()),
+            _ => g.region.fetch_add(g.offset, a.swap_add()),
+        };
+        let Ok(orig) = r else { return Verdict::Nak(NakCode::InvalidRequest) };
+        self.push_resource(Resource { psn, atomic_orig: Some(orig) });
+        self.resp.psn = psn.next();
+        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        let msn = self.resp.msn;
+        self.resp.responses.push_back(Response::Atomic { psn, orig, msn });
+        Verdict::Done
+    }
+
+    fn push_resource(&mut self, r: Resource) {
+        while self.resp.resources.len() >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
+            self.resp.resources.pop_front();
+        }
+        self.resp.resources.push_back(r);
+    }
+
+    /// A request with a PSN already seen: re-acknowledge SENDs and WRITEs,
+    /// re-execute READs, replay atomics from the resource cache.
+    fn duplicate(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
+        ctx.counters.duplicate_request += 1;
+        let psn = p.bth().psn();
+        match p.info().operation {
+            Operation::RdmaReadRequest => {
+                let _ = self.exec_read(ctx, p, psn, true);
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                if let Some(orig) = self.resp.resources.iter().find(|r| r.psn == psn).and_then(|r| r.atomic_orig) {
+                    let msn = self.resp.msn;
+                    self.resp.responses.push_back(Response::Atomic { psn, orig, msn });
+                }
+            }
+            _ => {
+                if p.bth().ack_req() {
+                    // rxe answers with the last PSN it has and the current MSN.
+                    let (last, msn) = (self.resp.psn.sub(1), self.resp.msn);
+                    self.queue_ack(ctx, last, Syndrome::Ack { credits: Syndrome::CREDITS_INVALID }, msn);
+                }
+            }
+        }
+    }
+
+    fn ack_if_requested(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
+        if self.qp_type() == QpType::Rc && p.bth().ack_req() {
+            let msn = self.resp.msn;
+            self.queue_ack(ctx, p.bth().psn(), Syndrome::Ack { credits: Syndrome::CREDITS_INVALID }, msn);
+        }
+    }
+
+    /// Queues an ACK/NAK, coalescing with a plain ACK not yet sent.
+    fn queue_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, syndrome: Syndrome, msn: u32) {
+        if let Some(Response::Ack { syndrome: Syndrome::Ack { .. }, .. }) = self.resp.responses.back()
+            && matches!(syndrome, Syndrome::Ack { .. })
+        {
+            self.resp.responses.pop_back();
+            ctx.counters.ack_deferred += 1;
+        }
+        self.resp.responses.push_back(Response::Ack { psn, syndrome, msn });
+    }
+
+    /// UD: check the Q_Key, take a receive WQE, write the GRH area and the payload.
+    fn ud_receive(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
+        let Some(deth) = p.deth() else { return };
+        if deth.qkey() != self.attr.qkey {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        let Some((wr_id, room)) = self.recv_front(ctx) else {
+            ctx.counters.drop_no_qp += 1;
+            return;
+        };
+        ctx.counters.rcvd_pkts += 1;
+        let data = p.payload();
+        let grh = grh_bytes(origin, data.len());
+        let pd = self.init.pd;
+        let sges = self.recv_sges(ctx);
+        let total = (GRH_LEN + data.len()) as u64;
+        let status = if total > room {
+            WcStatus::LocLenErr
+        } else if scatter(ctx, pd, &sges, 0, &grh).is_err() || scatter(ctx, pd, &sges, GRH_LEN as u64, data).is_err() {
+            WcStatus::LocProtErr
+        } else {
+            WcStatus::Success
+        };
+        let mut wc = Wc::new(wr_id, status, WcOpcode::Recv, self.qpn);
+        if status == WcStatus::Success {
+            wc.byte_len = total as u32;
+            wc.src_qp = deth.src_qpn();
+            wc.wc_flags = WcFlags::GRH;
+            if let Some(i) = p.immdt() {
+                wc.imm_data = i.imm();
+                wc.wc_flags = wc.wc_flags | WcFlags::WITH_IMM;
+            }
+            ctx.counters.rdma_recvs += 1;
+        }
+        self.recv_advance(ctx);
+        ctx.push_wc(self.init.recv_cq, wc, p.bth().solicited());
+    }
+
+    /// Whether the responder has something to send.
+    pub fn responder_has_work(&self) -> bool {
+        !self.resp.responses.is_empty()
+    }
+
+    /// Writes the next response packet into `buf`.
+    pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        let mtu = self.mtu();
+        let front = *self.resp.responses.front()?;
+        let bth = |opcode, psn| BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qpn: self.attr.dest_qp_num,
+            ack_req: false,
+            psn,
+        };
+        let ack = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
+        let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
+            Response::Ack { psn, syndrome, msn } => {
+                self.resp.responses.pop_front();
+                let ext = ExtRepr { aeth: Some(AethRepr { syndrome, msn }), ..Default::default() };
+                (PacketRepr { bth: bth(Opcode::RC_ACKNOWLEDGE, psn), ext }, None)
+            }
+            Response::Atomic { psn, orig, msn } => {
+                self.resp.responses.pop_front();
+                let ext = ExtRepr {
+                    aeth: Some(AethRepr { syndrome: ack, msn }),
+                    atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
+                    ..Default::default()
+                };
+                (PacketRepr { bth: bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn), ext }, None)
+            }
+            Response::Read { psn, last_psn, grant, remaining, started } => {
+                let n = remaining.min(mtu);
+                let last = psn == last_psn;
+                let op = match (started, last) {
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                };
+                let aeth = (op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)
+                    .then_some(AethRepr { syndrome: ack, msn: self.resp.msn });
+                if last {
+                    self.resp.responses.pop_front();
+                } else if let Some(Response::Read { psn: p, remaining: r, grant: g, started: s, .. }) =
+                    self.resp.responses.front_mut()
+                {
+                    *p = psn.next();
+                    *r = remaining - n;
+                    *g = grant.map(|g| Grant { region: g.region, offset: g.offset + n });
+                    *s = true;
+                }
+                let ext = ExtRepr { aeth, ..Default::default() };
+                (PacketRepr { bth: bth(op, psn), ext }, grant.filter(|_| n > 0).map(|g| (g, n as usize)))
+            }
+        };
+        let plen = payload.map_or(0, |(_, n)| n);
+        let hlen = repr.emit_headers(buf, plen).ok()?;
+        let total = hlen + plen + pad_for(plen);
+        if buf.len() < total + roce_wire::ICRC_LEN {
+            return None;
+        }
+        if let Some((g, n)) = payload
+            && g.region.read(g.offset, &mut buf[hlen..hlen + n]).is_err()
+        {
+            // The region was checked when the READ arrived; a failure here
+            // means it was deregistered meanwhile: answer nothing more.
+            self.resp.responses.clear();
+            return None;
+        }
+        buf[hlen + plen..total].fill(0);
+        ctx.counters.sent_pkts += 1;
+        Some(Outgoing { len: total, dst: self.attr.ah_attr.dest, sgid_index: self.attr.ah_attr.sgid_index })
+    }
+}
+
+/// The 40-byte GRH area of a UD receive: for IPv4 the IPv4 header sits in
+/// bytes 20..40 (rdma-core's convention), for IPv6 the IPv6 header fills it.
+fn grh_bytes(o: Origin, payload_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let udp_len = 8 + 12 + 8 + payload_len + 4;
+    match (o.src, o.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let h = &mut g[20..];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h[6] = 0x40;
+            h[8] = 64;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+        }
+        (s, d) => {
+            let to6 = |a: IpAddr| match a {
+                IpAddr::V4(v) => v.to_ipv6_mapped(),
+                IpAddr::V6(v) => v,
+            };
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&to6(s).octets());
+            g[24..40].copy_from_slice(&to6(d).octets());
+        }
+    }
+    g
+}

@@ -1,0 +1,368 @@
+//! A two-device harness on explicit virtual time: every packet passes
+//! through the test, which may inspect, drop, duplicate or reorder it.
+
+#![allow(dead_code, unsafe_code)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WrOpcode};
+use roce_proto::*;
+use roce_wire::{Opcode, Packet, Psn};
+
+pub const A: usize = 0;
+pub const B: usize = 1;
+
+/// A packet on the wire.
+#[derive(Debug, Clone)]
+pub struct Pkt {
+    pub from: usize,
+    pub src_port: u16,
+    pub bytes: Vec<u8>,
+    pub at: Duration,
+}
+
+impl Pkt {
+    pub fn packet(&self) -> Packet<&[u8]> {
+        Packet::new_checked(&self.bytes[..]).expect("devices emit valid packets")
+    }
+    pub fn opcode(&self) -> Opcode {
+        self.packet().bth().opcode()
+    }
+    pub fn psn(&self) -> Psn {
+        self.packet().bth().psn()
+    }
+}
+
+/// Settings of the connected QPs.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub sq_psn: [u32; 2],
+    pub cqe: u32,
+    pub sq_sig_all: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            qp_type: QpType::Rc,
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            sq_psn: [0x1000, 0xff_fff0],
+            cqe: 256,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// Memory the test lends to a device: accessed only through its raw
+/// pointer, by the device and (between calls) by the test.
+pub struct HostMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl HostMem {
+    pub fn new(len: usize) -> HostMem {
+        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        HostMem { ptr: Box::into_raw(b).cast::<u8>(), len }
+    }
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+    /// A copy of `len` bytes at `off`.
+    pub fn get(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of the live allocation; no device call runs now.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) }.to_vec()
+    }
+    /// Writes `data` at `off`.
+    pub fn set(&mut self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        // SAFETY: as in `get`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+    pub fn region(&self) -> Region {
+        // SAFETY: the allocation lives until HostMem drops, after the Pair's devices.
+        unsafe { Region::new(self.ptr, self.len) }.unwrap()
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from Box::into_raw of a boxed slice of len bytes.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+/// Two devices with one connected QP each and a registered buffer each.
+pub struct Pair {
+    // Devices first: they drop before the memory they point into.
+    pub dev: [Device; 2],
+    pub qpn: [u32; 2],
+    pub cq: [u32; 2],
+    pub pd: [u32; 2],
+    pub key: [u32; 2],
+    pub mem: [HostMem; 2],
+    pub addr: [IpAddr; 2],
+    pub t0: Instant,
+    pub now: Instant,
+    pub log: Vec<Pkt>,
+    buf: Vec<u8>,
+}
+
+pub const MEM: usize = 1 << 20;
+
+impl Pair {
+    pub fn new(s: Setup) -> Pair {
+        let addr = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
+        let mk = |i: usize| {
+            Device::new(DeviceConfig {
+                gids: vec![addr[i]],
+                seed: 7 + i as u64,
+                icrc_policy: roce_wire::IcrcPolicy::Full,
+                limits: Limits::default(),
+            })
+        };
+        let mut dev = [mk(0), mk(1)];
+        let mem = [HostMem::new(MEM), HostMem::new(MEM)];
+        let mut pd = [0; 2];
+        let mut key = [0; 2];
+        let mut cq = [0; 2];
+        let mut qpn = [0; 2];
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        for i in 0..2 {
+            pd[i] = dev[i].alloc_pd().unwrap();
+            key[i] = dev[i].reg_mr(pd[i], mem[i].addr(), mem[i].region(), access).unwrap();
+            cq[i] = dev[i].create_cq(s.cqe).unwrap();
+            qpn[i] = dev[i]
+                .create_qp(QpInitAttr {
+                    qp_type: s.qp_type,
+                    pd: pd[i],
+                    send_cq: cq[i],
+                    recv_cq: cq[i],
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 256,
+                        max_recv_wr: 256,
+                        max_send_sge: 4,
+                        max_recv_sge: 4,
+                        max_inline_data: 256,
+                    },
+                    sq_sig_all: s.sq_sig_all,
+                })
+                .unwrap();
+        }
+        let mut p = Pair {
+            dev,
+            qpn,
+            cq,
+            pd,
+            key,
+            mem,
+            addr,
+            t0: Instant::now(),
+            now: Instant::now(),
+            log: Vec::new(),
+            buf: vec![0u8; 9000],
+        };
+        p.t0 = p.now;
+        for i in 0..2 {
+            p.connect(i, s);
+        }
+        p
+    }
+
+    fn connect(&mut self, i: usize, s: Setup) {
+        let j = 1 - i;
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+            pkey_index: 0,
+            port_num: 1,
+            qkey: 0x1111_1111,
+            ..QpAttr::default()
+        };
+        let init = match s.qp_type {
+            QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
+            _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
+        };
+        self.dev[i].modify_qp(self.qpn[i], &a, init).unwrap();
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = s.mtu;
+        a.dest_qp_num = self.qpn[j];
+        a.rq_psn = s.sq_psn[j];
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = s.min_rnr_timer;
+        a.ah_attr = AhAttr { dest: self.addr[j], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 };
+        let rtr = match s.qp_type {
+            QpType::Rc => M(M::STATE.0
+                | M::AV.0
+                | M::PATH_MTU.0
+                | M::DEST_QPN.0
+                | M::RQ_PSN.0
+                | M::MAX_DEST_RD_ATOMIC.0
+                | M::MIN_RNR_TIMER.0),
+            QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
+            QpType::Ud => M::STATE,
+        };
+        self.dev[i].modify_qp(self.qpn[i], &a, rtr).unwrap();
+        a.qp_state = QpState::Rts;
+        a.sq_psn = s.sq_psn[i];
+        a.timeout = s.timeout;
+        a.retry_cnt = s.retry_cnt;
+        a.rnr_retry = s.rnr_retry;
+        a.max_rd_atomic = s.max_rd_atomic;
+        let rts = match s.qp_type {
+            QpType::Rc => {
+                M(M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0)
+            }
+            _ => M(M::STATE.0 | M::SQ_PSN.0),
+        };
+        self.dev[i].modify_qp(self.qpn[i], &a, rts).unwrap();
+    }
+
+    /// Virtual time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+
+    /// The address of byte `off` of device `i`'s buffer.
+    pub fn va(&self, i: usize, off: usize) -> u64 {
+        self.mem[i].addr() + off as u64
+    }
+
+    pub fn sge(&self, i: usize, off: usize, len: u32) -> Sge {
+        Sge { addr: self.va(i, off), length: len, lkey: self.key[i] }
+    }
+
+    /// Posts a receive of `len` bytes at `off` on device `i`.
+    pub fn recv(&mut self, i: usize, wr_id: u64, off: usize, len: u32) {
+        let sge = [self.sge(i, off, len)];
+        self.dev[i].post_recv(self.qpn[i], &RecvWr { wr_id, sg_list: &sge }).unwrap();
+    }
+
+    /// Posts a signaled send WR of `op` from `off`/`len` on device `i`, to
+    /// the peer's buffer at `remote_off`.
+    pub fn send(&mut self, i: usize, wr_id: u64, op: WrOpcode, off: usize, len: u32, remote_off: usize) {
+        self.send_flags(i, wr_id, op, off, len, remote_off, SendFlags::SIGNALED);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_flags(
+        &mut self,
+        i: usize,
+        wr_id: u64,
+        op: WrOpcode,
+        off: usize,
+        len: u32,
+        remote_off: usize,
+        flags: SendFlags,
+    ) {
+        let sge = [self.sge(i, off, len)];
+        let mut wr = SendWr::new(wr_id, op, flags, Payload::Sges(&sge));
+        wr.remote_addr = self.va(1 - i, remote_off);
+        wr.rkey = self.key[1 - i];
+        wr.imm_data = 0x1122_3344;
+        self.dev[i].post_send(self.qpn[i], &wr).unwrap();
+    }
+
+    /// Everything the devices want to send now, in order.
+    pub fn transmit(&mut self) -> Vec<Pkt> {
+        let mut out = Vec::new();
+        loop {
+            let mut any = false;
+            for i in 0..2 {
+                if let Some(t) = self.dev[i].poll_transmit(self.now, &mut self.buf) {
+                    assert_eq!(t.src, self.addr[i]);
+                    assert_eq!(t.dst, self.addr[1 - i]);
+                    let pkt =
+                        Pkt { from: i, src_port: t.src_port, bytes: self.buf[..t.len].to_vec(), at: self.elapsed() };
+                    self.log.push(pkt.clone());
+                    out.push(pkt);
+                    any = true;
+                }
+            }
+            if !any {
+                return out;
+            }
+        }
+    }
+
+    /// Hands `p` to its destination device.
+    pub fn deliver(&mut self, p: &Pkt) {
+        let to = 1 - p.from;
+        self.dev[to].handle_datagram(self.now, self.addr[p.from], p.src_port, self.addr[to], None, &p.bytes);
+    }
+
+    /// Moves virtual time to the next timer and runs it; false if none.
+    pub fn advance(&mut self) -> bool {
+        let next = [self.dev[0].poll_timeout(), self.dev[1].poll_timeout()].into_iter().flatten().min();
+        match next {
+            Some(t) => {
+                if t > self.now {
+                    self.now = t;
+                }
+                for d in &mut self.dev {
+                    d.handle_timeout(self.now);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Exchanges packets until quiet (no packets, no timers), letting
+    /// `keep` decide for each packet whether it is delivered. Bounded.
+    pub fn run(&mut self, mut keep: impl FnMut(&Pkt) -> bool) {
+        for _ in 0..100_000 {
+            let pkts = self.transmit();
+            if pkts.is_empty() {
+                if !self.advance() {
+                    return;
+                }
+                continue;
+            }
+            for p in &pkts {
+                if keep(p) {
+                    self.deliver(p);
+                }
+            }
+        }
+        panic!("no quiescence after 100000 rounds");
+    }
+
+    /// All completions of device `i`.
+    pub fn completions(&mut self, i: usize) -> Vec<Wc> {
+        let mut out = vec![Wc::new(0, roce_proto::verbs::WcStatus::Success, roce_proto::verbs::WcOpcode::Send, 0); 64];
+        let mut all = Vec::new();
+        loop {
+            let n = self.dev[i].poll_cq(self.cq[i], &mut out).unwrap();
+            if n == 0 {
+                return all;
+            }
+            all.extend_from_slice(&out[..n]);
+        }
+    }
+
+    /// Fills `len` bytes at `off` of device `i` with a pattern.
+    pub fn fill(&mut self, i: usize, off: usize, len: usize, seed: u8) -> Vec<u8> {
+        let data: Vec<u8> = (0..len).map(|k| (k as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        self.mem[i].set(off, &data);
+        data
+    }
+}
