@@ -56,9 +56,11 @@ impl Qp {
             }
             if w.is_read_or_atomic() {
                 // Implied NAK: the responder acknowledged past a READ/atomic
-                // whose response never arrived.
+                // whose response never arrived. Retire what the ACK covers
+                // before it, then go back to it.
                 self.advance_comp_psn(ctx, w.first_psn);
-                return self.retry(ctx, false);
+                self.complete_done(ctx);
+                return self.retry(ctx, true);
             }
             if w.last_psn.after(psn) {
                 break;
@@ -87,7 +89,7 @@ impl Qp {
             Err(_) => WcStatus::LocProtErr,
         };
         self.finish_wqe(ctx, i, status);
-        self.advance_comp_psn(ctx, psn.next());
+        self.progress(ctx, psn.next());
         self.complete_done(ctx);
     }
 
@@ -109,7 +111,7 @@ impl Qp {
         if psn != self.comp.psn {
             if psn.after(self.comp.psn) {
                 // A response packet went missing: ask again from the gap.
-                return self.retry(ctx, false);
+                return self.retry(ctx, true);
             }
             ctx.counters.duplicate_request += 0; // a duplicate response: nothing to do
             return;
@@ -128,7 +130,7 @@ impl Qp {
         if scatter(ctx, pd, &sges, offset, data).is_err() {
             return self.fail_front(ctx, WcStatus::LocProtErr);
         }
-        self.advance_comp_psn(ctx, psn.next());
+        self.progress(ctx, psn.next());
         if last {
             self.finish_wqe(ctx, i, WcStatus::Success);
             self.complete_done(ctx);
@@ -170,13 +172,37 @@ impl Qp {
         self.enter_error(ctx);
     }
 
-    /// Progress: move the oldest unacknowledged PSN forward, restore the
-    /// retry budgets and restart (or stop) the retransmit timer.
+    /// Progress reported by an ACK or NAK: move the oldest unacknowledged PSN
+    /// forward, but never past a READ or atomic that still waits for its
+    /// response (an ACK beyond it means the response was lost, and the
+    /// retransmission must start there, at the same PSNs).
     fn advance_comp_psn(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        let mut target = psn;
+        let i = self.sq.consumer;
+        if i < self.sq.next {
+            let w = self.sq.get(i);
+            if w.is_read_or_atomic() && w.state != WqeState::Done {
+                let limit = if self.comp.psn.in_window(w.first_psn, 1 << 23) && !self.comp.psn.after(w.last_psn) {
+                    self.comp.psn
+                } else {
+                    w.first_psn
+                };
+                if target.after(limit) {
+                    target = limit;
+                }
+            }
+        }
+        self.progress(ctx, target);
+    }
+
+    /// Moves the oldest unacknowledged PSN to `psn` if that is forward,
+    /// restores the retry budgets, and restarts (or stops) the retransmit timer.
+    fn progress(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn.after(self.comp.psn) {
             self.comp.psn = psn;
             self.comp.retry_left = self.attr.retry_cnt;
             self.comp.rnr_left = self.attr.rnr_retry;
+            self.comp.started_retry = false;
         }
         self.comp.timer =
             if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
@@ -206,9 +232,7 @@ impl Qp {
                 ctx.counters.rcvd_seq_err += 1;
                 // Everything before the PSN the responder expects arrived.
                 self.retire_before(ctx, psn);
-                if psn.after(self.comp.psn) {
-                    self.comp.psn = psn;
-                }
+                self.advance_comp_psn(ctx, psn);
                 self.retry(ctx, true);
             }
             NakCode::InvalidRequest => {
@@ -229,14 +253,16 @@ impl Qp {
     /// Retransmit from the oldest unacknowledged PSN, spending one retry;
     /// with none left the oldest WQE fails with `RETRY_EXC_ERR`.
     fn retry(&mut self, ctx: &mut Ctx<'_>, from_nak: bool) {
+        if from_nak && self.comp.started_retry {
+            return;
+        }
         if self.comp.retry_left == 0 {
             ctx.counters.retry_exceeded_err += 1;
             return self.fail_front(ctx, WcStatus::RetryExcErr);
         }
         self.comp.retry_left -= 1;
-        if !from_nak {
-            ctx.counters.completer_retry_err += 1;
-        }
+        self.comp.started_retry = from_nak;
+        ctx.counters.completer_retry_err += 1;
         self.rewind();
         self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
     }
@@ -244,9 +270,16 @@ impl Qp {
     /// Points the requester back at `comp.psn`: go-back-N by rewinding the
     /// send queue, never by keeping packet copies.
     fn rewind(&mut self) {
+        debug_assert!(self.sq.is_empty() || self.sq.get(self.sq.consumer).state != WqeState::Done);
         let mtu = self.mtu();
         let psn = self.comp.psn;
-        for i in self.sq.consumer..self.sq.next.max(self.sq.consumer + 1).min(self.sq.producer) {
+        // Every WQE the requester touched: those before `next`, and the one at
+        // `next` if it is part way through.
+        let mut end = self.sq.next;
+        if end < self.sq.producer && self.sq.get(end).state == WqeState::Sending {
+            end += 1;
+        }
+        for i in self.sq.consumer..end {
             let started = i < self.sq.next;
             let w = self.sq.get_mut(i);
             if w.state == WqeState::Done {
@@ -270,6 +303,7 @@ impl Qp {
         self.sq.next = self.sq.consumer;
         self.req.psn = psn;
         self.req.noack_pkts = 0;
+        self.req.ack_next = true;
     }
 
     /// The retransmit timer expired.

@@ -154,6 +154,76 @@ impl Region {
     }
 }
 
+/// Zeroed heap memory accessed only through a raw pointer, so it can be
+/// lent to the engine as a [`Region`] while the owner reads and writes it
+/// between engine calls (the safe API's owned buffers, tests, benchmarks).
+#[derive(Debug)]
+pub struct OwnedBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is a plain heap allocation owned by this value.
+unsafe impl Send for OwnedBuffer {}
+
+impl OwnedBuffer {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> OwnedBuffer {
+        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(b).cast::<u8>()).unwrap_or(NonNull::dangling());
+        OwnedBuffer { ptr, len }
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A copy of `len` bytes at `off` (panics if out of bounds).
+    pub fn get(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.region_view().read(off as u64, &mut v).expect("OwnedBuffer::get in bounds");
+        v
+    }
+
+    /// Writes `data` at `off` (panics if out of bounds).
+    pub fn set(&mut self, off: usize, data: &[u8]) {
+        self.region_view().write(off as u64, data).expect("OwnedBuffer::set in bounds");
+    }
+
+    fn region_view(&self) -> Region {
+        Region { base: self.ptr, len: self.len }
+    }
+
+    /// The buffer as a region to register.
+    ///
+    /// # Safety
+    /// The region must not be used after this buffer is dropped (deregister
+    /// it, or drop the device, first).
+    pub unsafe fn region(&self) -> Region {
+        self.region_view()
+    }
+}
+
+impl Drop for OwnedBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: ptr/len come from Box::into_raw of a boxed slice of len bytes.
+            drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)) });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

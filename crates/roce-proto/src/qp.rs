@@ -37,8 +37,9 @@ pub struct Requester {
     pub rd_atomic: u32,
     /// Waiting for the RNR timer until then.
     pub rnr_until: Option<Instant>,
-    /// Whether the previous packet of the current message was sent (for opcodes).
-    pub in_message: bool,
+    /// Set AckReq on the next packet: the first of a retransmission asks for
+    /// an answer at once, so a lost NAK costs one round trip, not a timeout.
+    pub ack_next: bool,
 }
 
 /// The completer's state (rxe `qp->comp`).
@@ -52,6 +53,9 @@ pub struct Completer {
     pub rnr_left: u8,
     /// Retransmit deadline.
     pub timer: Option<Instant>,
+    /// A NAK-triggered retry is under way: further NAKs before progress
+    /// (e.g. duplicated NAK packets) do not start another (rxe `started_retry`).
+    pub started_retry: bool,
 }
 
 /// A responder resource: a READ or atomic request, kept so duplicates can be
@@ -186,8 +190,8 @@ impl Qp {
             attr: QpAttr::default(),
             sq: SendQueue::new(max_send_wr, max_send_sge, max_inline_data),
             rq: RecvQueue::new(if init.srq.is_some() { 1 } else { max_recv_wr }, max_recv_sge),
-            req: Requester { psn: Psn::ZERO, noack_pkts: 0, rd_atomic: 0, rnr_until: None, in_message: false },
-            comp: Completer { psn: Psn::ZERO, retry_left: 0, rnr_left: 0, timer: None },
+            req: Requester { psn: Psn::ZERO, noack_pkts: 0, rd_atomic: 0, rnr_until: None, ack_next: false },
+            comp: Completer { psn: Psn::ZERO, retry_left: 0, rnr_left: 0, timer: None, started_retry: false },
             resp: Responder {
                 psn: Psn::ZERO,
                 msn: 0,
@@ -349,7 +353,12 @@ impl Qp {
         }
         self.sq.consumer += 1;
         if self.sq.next < self.sq.consumer {
+            // The response overtook a rewind: the requester must not send
+            // this WQE again, nor reuse its PSNs.
             self.sq.next = self.sq.consumer;
+            if self.comp.psn.after(self.req.psn) {
+                self.req.psn = self.comp.psn;
+            }
         }
     }
 }

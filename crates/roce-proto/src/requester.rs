@@ -143,9 +143,10 @@ impl Qp {
         };
         let last = fits || w.is_read_or_atomic();
         self.req.noack_pkts += 1;
-        let ack_req = ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK);
+        let ack_req = ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK || self.req.ack_next);
         if ack_req {
             self.req.noack_pkts = 0;
+            self.req.ack_next = false;
         }
         let w = self.sq.get_mut(idx);
         let repr = PacketRepr {

@@ -336,7 +336,16 @@ impl Qp {
             }
         };
         let npsn = len.div_ceil(self.mtu()).max(1) as u32;
-        if !duplicate {
+        if duplicate {
+            // A repeated READ supersedes the replies still queued for the
+            // same request: serve the requester's current view only, or
+            // every retry would add another full reply stream.
+            let last = psn.add(npsn - 1);
+            self.resp.responses.retain(|r| match *r {
+                Response::Read { psn: p, last_psn: l, .. } => l != last && !(p.in_window(psn, npsn)),
+                _ => true,
+            });
+        } else {
             self.push_resource(Resource { psn, atomic_orig: None });
             self.resp.psn = psn.add(npsn);
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;

@@ -39,7 +39,10 @@ fn ud_receive_has_the_grh_area_and_source_qp() {
     let b = p.completions(B);
     assert_eq!(b.len(), 1);
     let w = b[0];
-    assert_eq!((w.wr_id, w.status, w.opcode, w.byte_len, w.src_qp), (3, WcStatus::Success, WcOpcode::Recv, 552, p.qpn[A]));
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode, w.byte_len, w.src_qp),
+        (3, WcStatus::Success, WcOpcode::Recv, 552, p.qpn[A])
+    );
     assert!(w.wc_flags.contains(WcFlags::GRH) && w.wc_flags.contains(WcFlags::WITH_IMM));
     assert_eq!(w.imm_data, 0xabcd_0001);
     // Data at offset 40; the IPv4 header of the packet in bytes 20..40.
@@ -85,12 +88,10 @@ fn uc_lost_packet_drops_the_message_silently() {
     p.send(A, 10, WrOpcode::Send, 0, 3000, 0);
     p.send(A, 11, WrOpcode::Send, 10_000, 100, 0);
     let pkts = p.transmit();
-    assert_eq!(pkts.iter().map(|k| k.opcode()).collect::<Vec<_>>(), [
-        Opcode::UC_SEND_FIRST,
-        Opcode::UC_SEND_MIDDLE,
-        Opcode::UC_SEND_LAST,
-        Opcode::UC_SEND_ONLY
-    ]);
+    assert_eq!(
+        pkts.iter().map(|k| k.opcode()).collect::<Vec<_>>(),
+        [Opcode::UC_SEND_FIRST, Opcode::UC_SEND_MIDDLE, Opcode::UC_SEND_LAST, Opcode::UC_SEND_ONLY]
+    );
     for (i, k) in pkts.iter().enumerate() {
         if i != 1 {
             p.deliver(k);
@@ -98,10 +99,10 @@ fn uc_lost_packet_drops_the_message_silently() {
     }
     assert!(p.transmit().is_empty(), "UC never acknowledges");
     let a = p.completions(A);
-    assert_eq!(a.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [
-        (10, WcStatus::Success),
-        (11, WcStatus::Success)
-    ]);
+    assert_eq!(
+        a.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(10, WcStatus::Success), (11, WcStatus::Success)]
+    );
     let b = p.completions(B);
     assert_eq!(b.len(), 1, "the broken message leaves no completion");
     assert_eq!((b[0].wr_id, b[0].byte_len), (1, 100));
@@ -132,12 +133,16 @@ fn modify_to_err_flushes_everything_and_later_posts() {
     let wcs = p.completions(B);
     let mut got: Vec<(u64, WcStatus, bool)> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode.is_recv())).collect();
     got.sort_by_key(|g| g.0);
-    assert_eq!(got, [
-        (1, WcStatus::WrFlushErr, true),
-        (2, WcStatus::WrFlushErr, true),
-        (3, WcStatus::WrFlushErr, false),
-        (4, WcStatus::WrFlushErr, false),
-    ], "flushes complete unsignaled WRs too");
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::WrFlushErr, true),
+            (2, WcStatus::WrFlushErr, true),
+            (3, WcStatus::WrFlushErr, false),
+            (4, WcStatus::WrFlushErr, false),
+        ],
+        "flushes complete unsignaled WRs too"
+    );
     p.recv(B, 5, 0, 8);
     let after = p.completions(B);
     assert_eq!((after[0].wr_id, after[0].status), (5, WcStatus::WrFlushErr));
@@ -155,7 +160,9 @@ fn reset_empties_the_queues() {
     let qp = p.dev[B].qp(p.qpn[B]).unwrap();
     assert_eq!(qp.state(), QpState::Reset);
     assert!(qp.sq.is_empty() && qp.rq.is_empty());
-    assert!(p.dev[B].post_send(p.qpn[B], &SendWr::new(9, WrOpcode::Send, SendFlags::EMPTY, Payload::Inline(b"x"))).is_err());
+    assert!(
+        p.dev[B].post_send(p.qpn[B], &SendWr::new(9, WrOpcode::Send, SendFlags::EMPTY, Payload::Inline(b"x"))).is_err()
+    );
 }
 
 #[test]

@@ -31,7 +31,9 @@ pub struct FaultConfig {
     pub corrupt: f64,
     /// Base one-way latency.
     pub delay: Duration,
-    /// Uniform extra latency in `0..=jitter`, drawn per datagram.
+    /// Uniform extra latency in `0..=jitter`, drawn per datagram. Links stay
+    /// FIFO (a datagram never arrives before one sent earlier on the same
+    /// link), as real paths do; only `reorder` reorders.
     pub jitter: Duration,
     /// Datagrams whose UDP payload is longer than this are dropped and counted as `too_big`.
     pub mtu: usize,

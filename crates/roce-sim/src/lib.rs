@@ -51,11 +51,13 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+mod device;
 mod faults;
 mod sim;
 mod stats;
 mod trace;
 
+pub use device::SimDevice;
 pub use faults::{ConfigError, FaultConfig};
 pub use sim::{
     Bound, DuplicateAddress, EndpointId, Limit, MAX_TRANSMITS_PER_STEP, RunStats, Sim, SimError, TRANSMIT_BUF_LEN,

@@ -197,6 +197,9 @@ pub struct Sim<E: Endpoint> {
     by_addr: HashMap<IpAddr, usize>,
     /// When each directed link (src, dst) finishes serialising what it was given.
     links: HashMap<(usize, usize), Instant>,
+    /// Latest arrival scheduled on each directed link for datagrams that are
+    /// not reordered: links are FIFO, so jitter never overtakes.
+    fifo: HashMap<(usize, usize), Instant>,
     queue: BinaryHeap<Reverse<InFlight>>,
     next_seq: u64,
     stats: Stats,
@@ -232,6 +235,7 @@ impl<E: Endpoint> Sim<E> {
             nodes: Vec::new(),
             by_addr: HashMap::new(),
             links: HashMap::new(),
+            fifo: HashMap::new(),
             queue: BinaryHeap::new(),
             next_seq: 0,
             stats: Stats::default(),
@@ -591,6 +595,10 @@ impl<E: Endpoint> Sim<E> {
                 self.stats.reordered += 1;
                 let max = self.faults.reorder_delay;
                 arrival += max / 2 + uniform_duration(&mut self.rng, max - max / 2);
+            } else {
+                let last = self.fifo.entry((src, dst)).or_insert(arrival);
+                arrival = arrival.max(*last);
+                *last = arrival;
             }
             let seq = self.next_seq;
             self.next_seq += 1;

@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
+use roce_proto::mem::OwnedBuffer;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WrOpcode};
 use roce_proto::*;
 use roce_wire::{Opcode, Packet, Psn};
@@ -66,46 +67,6 @@ impl Default for Setup {
     }
 }
 
-/// Memory the test lends to a device: accessed only through its raw
-/// pointer, by the device and (between calls) by the test.
-pub struct HostMem {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl HostMem {
-    pub fn new(len: usize) -> HostMem {
-        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        HostMem { ptr: Box::into_raw(b).cast::<u8>(), len }
-    }
-    pub fn addr(&self) -> u64 {
-        self.ptr as u64
-    }
-    /// A copy of `len` bytes at `off`.
-    pub fn get(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds of the live allocation; no device call runs now.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) }.to_vec()
-    }
-    /// Writes `data` at `off`.
-    pub fn set(&mut self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.len);
-        // SAFETY: as in `get`.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
-    }
-    pub fn region(&self) -> Region {
-        // SAFETY: the allocation lives until HostMem drops, after the Pair's devices.
-        unsafe { Region::new(self.ptr, self.len) }.unwrap()
-    }
-}
-
-impl Drop for HostMem {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len come from Box::into_raw of a boxed slice of len bytes.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
-    }
-}
-
 /// Two devices with one connected QP each and a registered buffer each.
 pub struct Pair {
     // Devices first: they drop before the memory they point into.
@@ -114,7 +75,7 @@ pub struct Pair {
     pub cq: [u32; 2],
     pub pd: [u32; 2],
     pub key: [u32; 2],
-    pub mem: [HostMem; 2],
+    pub mem: [OwnedBuffer; 2],
     pub addr: [IpAddr; 2],
     pub t0: Instant,
     pub now: Instant,
@@ -136,7 +97,7 @@ impl Pair {
             })
         };
         let mut dev = [mk(0), mk(1)];
-        let mem = [HostMem::new(MEM), HostMem::new(MEM)];
+        let mem = [OwnedBuffer::new(MEM), OwnedBuffer::new(MEM)];
         let mut pd = [0; 2];
         let mut key = [0; 2];
         let mut cq = [0; 2];
@@ -147,7 +108,10 @@ impl Pair {
             | AccessFlags::REMOTE_ATOMIC;
         for i in 0..2 {
             pd[i] = dev[i].alloc_pd().unwrap();
-            key[i] = dev[i].reg_mr(pd[i], mem[i].addr(), mem[i].region(), access).unwrap();
+            // SAFETY: the devices are declared before `mem` in Pair, so they
+            // drop first.
+            let region = unsafe { mem[i].region() };
+            key[i] = dev[i].reg_mr(pd[i], mem[i].addr(), region, access).unwrap();
             cq[i] = dev[i].create_cq(s.cqe).unwrap();
             qpn[i] = dev[i]
                 .create_qp(QpInitAttr {

@@ -173,12 +173,34 @@ fn jitter_spreads_arrivals_within_bounds() {
     assert_eq!(got.len(), 1000);
     let offsets: Vec<Duration> = got.iter().map(|r| r.at - sim.start()).collect();
     assert!(offsets.iter().all(|t| (Duration::from_millis(10)..=Duration::from_millis(15)).contains(t)));
-    assert!(
-        offsets.iter().any(|t| *t < Duration::from_millis(11))
-            && offsets.iter().any(|t| *t > Duration::from_millis(14))
-    );
+    // Jitter spreads the burst's arrivals, but the link stays FIFO: nothing
+    // overtakes a datagram sent before it (only `reorder` reorders).
+    assert!(offsets[0] < offsets[999]);
+    assert!(offsets.iter().any(|t| *t > Duration::from_millis(14)));
+    let seqs: Vec<u32> = got.iter().map(|r| seq_of(&r.data)).collect();
+    assert_eq!(seqs, (0..1000).collect::<Vec<u32>>());
     // Arrivals are handed over in time order.
     assert!(offsets.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn jitter_spaced_sends_use_the_whole_window() {
+    // Datagrams sent far apart are not held back by FIFO order, so their
+    // latencies cover delay..delay + jitter.
+    let faults = FaultConfig::default().with_delay(Duration::from_millis(10)).with_jitter(Duration::from_millis(5));
+    let mut sim = Sim::new(15, faults).unwrap();
+    let tx = sim.add_endpoint(ip(1), Peer::default());
+    sim.add_endpoint(ip(2), Peer::default());
+    let mut lat = Vec::new();
+    for i in 0..400u32 {
+        sim.endpoint_mut(tx).queue.push_back((ip(2), numbered(i, 16)));
+        let sent = sim.now();
+        sim.run_until(|s| rx(s).received.len() == i as usize + 1, Bound::default()).unwrap();
+        lat.push(rx(&sim).received[i as usize].at - sent);
+        sim.run_for(Duration::from_millis(20), 100).unwrap();
+    }
+    assert!(lat.iter().all(|t| (Duration::from_millis(10)..=Duration::from_millis(15)).contains(t)));
+    assert!(lat.iter().any(|t| *t < Duration::from_millis(11)) && lat.iter().any(|t| *t > Duration::from_millis(14)));
 }
 
 #[test]
