@@ -48,6 +48,8 @@ pub struct Setup {
     pub sq_psn: [u32; 2],
     pub cqe: u32,
     pub sq_sig_all: bool,
+    /// Give B's QP a shared receive queue (in `Pair::srq`).
+    pub srq_on_b: bool,
 }
 
 impl Default for Setup {
@@ -63,6 +65,7 @@ impl Default for Setup {
             sq_psn: [0x1000, 0xff_fff0],
             cqe: 256,
             sq_sig_all: false,
+            srq_on_b: false,
         }
     }
 }
@@ -77,6 +80,7 @@ pub struct Pair {
     pub key: [u32; 2],
     pub mem: [OwnedBuffer; 2],
     pub addr: [IpAddr; 2],
+    pub srq: Option<u32>,
     pub t0: Instant,
     pub now: Instant,
     pub log: Vec<Pkt>,
@@ -102,6 +106,7 @@ impl Pair {
         let mut key = [0; 2];
         let mut cq = [0; 2];
         let mut qpn = [0; 2];
+        let mut srq = None;
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
@@ -113,13 +118,16 @@ impl Pair {
             let region = unsafe { mem[i].region() };
             key[i] = dev[i].reg_mr(pd[i], mem[i].addr(), region, access).unwrap();
             cq[i] = dev[i].create_cq(s.cqe).unwrap();
+            if i == B && s.srq_on_b {
+                srq = Some(dev[i].create_srq(pd[i], 8, 2).unwrap());
+            }
             qpn[i] = dev[i]
                 .create_qp(QpInitAttr {
                     qp_type: s.qp_type,
                     pd: pd[i],
                     send_cq: cq[i],
                     recv_cq: cq[i],
-                    srq: None,
+                    srq: if i == B { srq } else { None },
                     cap: QpCap {
                         max_send_wr: 256,
                         max_recv_wr: 256,
@@ -139,6 +147,7 @@ impl Pair {
             key,
             mem,
             addr,
+            srq,
             t0: Instant::now(),
             now: Instant::now(),
             log: Vec::new(),
