@@ -151,15 +151,9 @@ impl Qp {
         let w = self.sq.get_mut(idx);
         let repr = PacketRepr {
             bth: BthRepr {
-                opcode: op,
                 solicited: last && w.flags.contains(SendFlags::SOLICITED),
-                mig_req: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qpn,
                 ack_req,
-                psn,
+                ..BthRepr::new(op, dest_qpn, psn)
             },
             ext,
         };
@@ -232,32 +226,53 @@ impl Qp {
     }
 }
 
-/// Copies `dst.len()` bytes of the message at byte `offset` from the SGEs,
-/// checking each L_Key for local read access in protection domain `pd`.
-pub(crate) fn gather(
+/// Walks the part of a message at byte `offset`, `len` bytes long, over an
+/// SGE list: calls `f(grant, at, n)` for each piece after checking the L_Key
+/// for `access` in protection domain `pd`; `at` is the piece's offset in the
+/// walked range. Fails if a key check fails or the SGEs end first.
+fn walk_sges(
     ctx: &Ctx<'_>,
     pd: u32,
     sges: &[crate::wr::Sge],
     mut offset: u64,
-    mut dst: &mut [u8],
+    len: usize,
+    access: AccessFlags,
+    mut f: impl FnMut(crate::mr::Grant, usize, usize) -> Result<(), crate::mem::MemError>,
 ) -> Result<(), crate::mr::AccessError> {
+    let mut done = 0;
     for s in sges {
-        if dst.is_empty() {
+        if done == len {
             break;
         }
-        let len = u64::from(s.length);
-        if offset >= len {
-            offset -= len;
+        let sge_len = u64::from(s.length);
+        if offset >= sge_len {
+            offset -= sge_len;
             continue;
         }
-        let n = (len - offset).min(dst.len() as u64) as usize;
-        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, AccessFlags::EMPTY)?;
-        let (now, rest) = dst.split_at_mut(n);
-        g.region.read(g.offset, now)?;
-        dst = rest;
+        let n = (sge_len - offset).min((len - done) as u64) as usize;
+        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, access)?;
+        f(g, done, n)?;
+        done += n;
         offset = 0;
     }
-    Ok(())
+    if done == len {
+        Ok(())
+    } else {
+        Err(crate::mr::AccessError::OutOfRange { key: 0, va: offset, len: (len - done) as u64 })
+    }
+}
+
+/// Copies `dst.len()` bytes of the message at byte `offset` from the SGEs,
+/// checking each L_Key in protection domain `pd` (local reads need no flag).
+pub(crate) fn gather(
+    ctx: &Ctx<'_>,
+    pd: u32,
+    sges: &[crate::wr::Sge],
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<(), crate::mr::AccessError> {
+    let len = dst.len();
+    walk_sges(ctx, pd, sges, offset, len, AccessFlags::EMPTY, |g, at, n| g.region.read(g.offset, &mut dst[at..at + n]))
 }
 
 /// Copies `src` into the SGEs at message byte `offset`, checking each L_Key
@@ -266,28 +281,10 @@ pub(crate) fn scatter(
     ctx: &Ctx<'_>,
     pd: u32,
     sges: &[crate::wr::Sge],
-    mut offset: u64,
-    mut src: &[u8],
+    offset: u64,
+    src: &[u8],
 ) -> Result<(), crate::mr::AccessError> {
-    for s in sges {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let len = u64::from(s.length);
-        if offset >= len {
-            offset -= len;
-            continue;
-        }
-        let n = (len - offset).min(src.len() as u64) as usize;
-        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, AccessFlags::LOCAL_WRITE)?;
-        let (now, rest) = src.split_at(n);
-        g.region.write(g.offset, now)?;
-        src = rest;
-        offset = 0;
-    }
-    if src.is_empty() {
-        Ok(())
-    } else {
-        Err(crate::mr::AccessError::OutOfRange { key: 0, va: offset, len: src.len() as u64 })
-    }
+    walk_sges(ctx, pd, sges, offset, src.len(), AccessFlags::LOCAL_WRITE, |g, at, n| {
+        g.region.write(g.offset, &src[at..at + n])
+    })
 }

@@ -483,17 +483,8 @@ impl Qp {
     pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         let mtu = self.mtu();
         let front = *self.resp.responses.front()?;
-        let bth = |opcode, psn| BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qpn: self.attr.dest_qp_num,
-            ack_req: false,
-            psn,
-        };
+        let dest_qpn = self.attr.dest_qp_num;
+        let bth = |opcode, psn| BthRepr::new(opcode, dest_qpn, psn);
         let ack = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
         let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
             Response::Ack { psn, syndrome, msn } => {

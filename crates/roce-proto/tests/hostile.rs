@@ -10,17 +10,7 @@ use roce_wire::{BthRepr, ExtRepr, IcrcContext, IpContext, Opcode, PacketRepr, Ps
 /// Builds a request from A's QP to B's QP at B's expected PSN.
 fn forge(p: &Pair, opcode: Opcode, psn: Psn, reth: Option<RethRepr>, payload: &[u8], dest_qpn: u32) -> Vec<u8> {
     let repr = PacketRepr {
-        bth: BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qpn,
-            ack_req: true,
-            psn,
-        },
+        bth: BthRepr { ack_req: true, ..BthRepr::new(opcode, dest_qpn, psn) },
         ext: ExtRepr { reth, ..Default::default() },
     };
     let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (p.addr[A], p.addr[B]) else { unreachable!() };

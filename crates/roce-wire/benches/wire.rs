@@ -21,20 +21,7 @@ fn ctx() -> IcrcContext {
 }
 
 fn packet(opcode: Opcode, payload_len: usize, ext: ExtRepr) -> Vec<u8> {
-    let repr = PacketRepr {
-        bth: BthRepr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qpn: 0x11,
-            ack_req: false,
-            psn: Psn::new(0x123456),
-        },
-        ext,
-    };
+    let repr = PacketRepr { bth: BthRepr::new(opcode, 0x11, Psn::new(0x123456)), ext };
     let payload: Vec<u8> = (0..payload_len).map(|i| (i * 31 + 7) as u8).collect();
     let mut buf = vec![0u8; repr.packet_len(payload_len).unwrap()];
     repr.emit(&mut buf, &payload, &ctx()).unwrap();

@@ -129,6 +129,22 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH for `opcode` to `dest_qpn` at `psn` in the default partition
+    /// (P_Key 0xffff), with every flag clear: what rxe sends unless a flag applies.
+    pub const fn new(opcode: Opcode, dest_qpn: u32, psn: Psn) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qpn,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Parses a BTH; fails on a transport header version other than 0.
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<BthRepr, WireError> {
         check_len("BTH", LEN, bth.bytes().len())?;

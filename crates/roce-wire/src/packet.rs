@@ -346,17 +346,7 @@ mod tests {
 
     fn repr(opcode: Opcode) -> PacketRepr {
         PacketRepr {
-            bth: BthRepr {
-                opcode,
-                solicited: false,
-                mig_req: false,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qpn: 0x11,
-                ack_req: true,
-                psn: Psn::new(7),
-            },
+            bth: BthRepr { ack_req: true, ..BthRepr::new(opcode, 0x11, Psn::new(7)) },
             ext: ExtRepr::default(),
         }
     }
