@@ -19,7 +19,7 @@ impl Qp {
         }
         let psn = p.bth().psn();
         // Responses to PSNs never sent, or long acknowledged, are stale.
-        if !psn.before(self.req.psn) || psn.before(self.comp.psn.sub(1)) {
+        if !psn.before(self.req.sent_psn) || psn.before(self.comp.psn.sub(1)) {
             ctx.counters.drop_invalid += 1;
             return;
         }
@@ -49,7 +49,7 @@ impl Qp {
     /// response inside that range means the response was lost: retry it.
     fn on_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mut i = self.sq.consumer;
-        while i < self.sq.next {
+        while i < self.sq.high {
             let w = self.sq.get(i);
             if w.first_psn.after(psn) {
                 break;
@@ -75,7 +75,7 @@ impl Qp {
     fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
         self.retire_before(ctx, psn);
         let i = self.sq.consumer;
-        if i >= self.sq.next {
+        if i >= self.sq.high {
             return;
         }
         let w = self.sq.get(i);
@@ -100,7 +100,7 @@ impl Qp {
             self.retire_before(ctx, psn);
         }
         let i = self.sq.consumer;
-        if i >= self.sq.next {
+        if i >= self.sq.high {
             return;
         }
         let w = self.sq.get(i);
@@ -141,7 +141,7 @@ impl Qp {
     /// response implicitly acknowledges them).
     fn retire_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mut i = self.sq.consumer;
-        while i < self.sq.next {
+        while i < self.sq.high {
             let w = self.sq.get(i);
             if w.is_read_or_atomic() || !w.last_psn.before(psn) {
                 break;
@@ -179,7 +179,7 @@ impl Qp {
     fn advance_comp_psn(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mut target = psn;
         let i = self.sq.consumer;
-        if i < self.sq.next {
+        if i < self.sq.high {
             let w = self.sq.get(i);
             if w.is_read_or_atomic() && w.state != WqeState::Done {
                 let limit = if self.comp.psn.in_window(w.first_psn, 1 << 23) && !self.comp.psn.after(w.last_psn) {
@@ -221,7 +221,7 @@ impl Qp {
             }
             self.comp.rnr_left -= 1;
         }
-        self.rewind();
+        self.rewind_to(self.comp.psn);
         self.comp.timer = None;
         self.req.rnr_until = Some(ctx.now + timer.duration());
     }
@@ -263,47 +263,8 @@ impl Qp {
         self.comp.retry_left -= 1;
         self.comp.started_retry = from_nak;
         ctx.counters.completer_retry_err += 1;
-        self.rewind();
+        self.rewind_to(self.comp.psn);
         self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-    }
-
-    /// Points the requester back at `comp.psn`: go-back-N by rewinding the
-    /// send queue, never by keeping packet copies.
-    fn rewind(&mut self) {
-        debug_assert!(self.sq.is_empty() || self.sq.get(self.sq.consumer).state != WqeState::Done);
-        let mtu = self.mtu();
-        let psn = self.comp.psn;
-        // Every WQE the requester touched: those before `next`, and the one at
-        // `next` if it is part way through.
-        let mut end = self.sq.next;
-        if end < self.sq.producer && self.sq.get(end).state == WqeState::Sending {
-            end += 1;
-        }
-        for i in self.sq.consumer..end {
-            let started = i < self.sq.next;
-            let w = self.sq.get_mut(i);
-            if w.state == WqeState::Done {
-                continue;
-            }
-            if started && w.is_read_or_atomic() {
-                self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
-            }
-            let w = self.sq.get_mut(i);
-            if w.state != WqeState::Posted && psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
-                // Resume inside this WQE.
-                let done_pkts = u64::from(w.first_psn.distance_to(psn) as u32);
-                w.offset = if w.is_atomic() { 0 } else { (done_pkts * mtu).min(w.length) };
-                w.first_psn = if w.offset == 0 { psn } else { w.first_psn };
-                w.state = if w.offset == 0 { WqeState::Posted } else { WqeState::Sending };
-            } else {
-                w.offset = 0;
-                w.state = WqeState::Posted;
-            }
-        }
-        self.sq.next = self.sq.consumer;
-        self.req.psn = psn;
-        self.req.noack_pkts = 0;
-        self.req.ack_next = true;
     }
 
     /// The retransmit timer expired.

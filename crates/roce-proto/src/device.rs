@@ -543,6 +543,12 @@ impl Device {
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = Some(now);
+        // An RNR wait that ran out lets the requester send again.
+        for qp in self.qps.values_mut() {
+            if qp.req.rnr_until.is_some_and(|t| t <= now) {
+                qp.req.rnr_until = None;
+            }
+        }
         let due: Vec<u32> =
             self.qps.values().filter(|q| q.comp.timer.is_some_and(|t| t <= now)).map(|q| q.qpn).collect();
         for qpn in due {

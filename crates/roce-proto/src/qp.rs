@@ -31,6 +31,8 @@ pub fn ack_timeout(timeout: u8) -> Option<Duration> {
 pub struct Requester {
     /// Next PSN to send.
     pub psn: Psn,
+    /// One past the highest PSN ever sent (a rewind moves `psn` back, not this).
+    pub sent_psn: Psn,
     /// Packets sent since the last AckReq.
     pub noack_pkts: u32,
     /// Outstanding READ/atomic WQEs.
@@ -190,7 +192,14 @@ impl Qp {
             attr: QpAttr::default(),
             sq: SendQueue::new(max_send_wr, max_send_sge, max_inline_data),
             rq: RecvQueue::new(if init.srq.is_some() { 1 } else { max_recv_wr }, max_recv_sge),
-            req: Requester { psn: Psn::ZERO, noack_pkts: 0, rd_atomic: 0, rnr_until: None, ack_next: false },
+            req: Requester {
+                psn: Psn::ZERO,
+                sent_psn: Psn::ZERO,
+                noack_pkts: 0,
+                rd_atomic: 0,
+                rnr_until: None,
+                ack_next: false,
+            },
             comp: Completer { psn: Psn::ZERO, retry_left: 0, rnr_left: 0, timer: None, started_retry: false },
             resp: Responder {
                 psn: Psn::ZERO,
@@ -283,6 +292,7 @@ impl Qp {
         if mask.contains(M::SQ_PSN) {
             a.sq_psn = attr.sq_psn & Psn::MASK;
             self.req.psn = Psn::new(a.sq_psn);
+            self.req.sent_psn = self.req.psn;
             self.comp.psn = self.req.psn;
         }
         match next {
@@ -354,12 +364,49 @@ impl Qp {
         self.sq.consumer += 1;
         if self.sq.next < self.sq.consumer {
             // The response overtook a rewind: the requester must not send
-            // this WQE again, nor reuse its PSNs.
+            // this WQE again, and resumes where the responder stands.
             self.sq.next = self.sq.consumer;
-            if self.comp.psn.after(self.req.psn) {
-                self.req.psn = self.comp.psn;
+            let psn = if self.comp.psn.after(self.req.psn) { self.comp.psn } else { self.req.psn };
+            self.rewind_to(psn);
+        }
+    }
+    /// Points the requester at `psn`: go-back-N by rewinding the send queue,
+    /// never by keeping packet copies. A WQE containing `psn` resumes at the
+    /// matching offset; those after it restart.
+    pub(crate) fn rewind_to(&mut self, psn: Psn) {
+        let mtu = self.mtu();
+        // Every WQE whose PSNs were ever assigned: those before `next`, the one
+        // part way through, and those a previous rewind already reset.
+        let mut i = self.sq.consumer;
+        while i < self.sq.producer && self.sq.get(i).psns_assigned {
+            let started = i < self.sq.next;
+            let w = self.sq.get_mut(i);
+            i += 1;
+            if w.state == WqeState::Done {
+                continue;
+            }
+            if started && w.is_read_or_atomic() {
+                self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
+            }
+            if psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
+                // Resume inside this WQE.
+                let done_pkts = u64::from(w.first_psn.distance_to(psn) as u32);
+                w.offset = if w.is_atomic() { 0 } else { (done_pkts * mtu).min(w.length) };
+                w.state = if w.offset == 0 { WqeState::Posted } else { WqeState::Sending };
+            } else {
+                w.offset = 0;
+                w.state = WqeState::Posted;
             }
         }
+        // Completed WQEs at the front are the completer's to retire, never
+        // the requester's to send.
+        self.sq.next = self.sq.consumer;
+        while self.sq.next < self.sq.producer && self.sq.get(self.sq.next).state == WqeState::Done {
+            self.sq.next += 1;
+        }
+        self.req.psn = psn;
+        self.req.noack_pkts = 0;
+        self.req.ack_next = true;
     }
 }
 

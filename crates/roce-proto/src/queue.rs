@@ -92,10 +92,14 @@ pub struct SendWqe {
     pub ud: Option<UdDest>,
     /// PSN of the first packet.
     pub first_psn: Psn,
-    /// PSN of the last packet (for READ: of the last response).
+    /// PSN of the message's last packet (for READ: of the last response),
+    /// fixed when the message starts.
     pub last_psn: Psn,
     /// Bytes of the message sent so far (READ: requested so far).
     pub offset: u64,
+    /// `first_psn..=last_psn` are assigned (the message started once); a
+    /// rewind may reset `state` to `Posted` but the PSN range stays.
+    pub psns_assigned: bool,
     /// Progress.
     pub state: WqeState,
     /// Outcome once `Done`.
@@ -122,6 +126,7 @@ impl SendWqe {
             first_psn: Psn::ZERO,
             last_psn: Psn::ZERO,
             offset: 0,
+            psns_assigned: false,
             state: WqeState::Posted,
             status: WcStatus::Success,
         }
@@ -146,6 +151,9 @@ pub struct SendQueue {
     pub consumer: u64,
     /// Next WQE the requester works on.
     pub next: u64,
+    /// One past the last WQE ever sent in full: a rewind moves `next` back,
+    /// not this, so responses to earlier transmissions still retire WQEs.
+    pub high: u64,
     /// Next free slot.
     pub producer: u64,
     max_sge: u32,
@@ -156,7 +164,7 @@ impl SendQueue {
     /// A queue of `depth` WQEs.
     pub fn new(depth: u32, max_sge: u32, max_inline: u32) -> SendQueue {
         let slots = (0..depth.max(1)).map(|_| SendWqe::empty(max_sge as usize, max_inline as usize)).collect();
-        SendQueue { slots, consumer: 0, next: 0, producer: 0, max_sge, max_inline }
+        SendQueue { slots, consumer: 0, next: 0, high: 0, producer: 0, max_sge, max_inline }
     }
 
     /// Depth.
@@ -228,6 +236,7 @@ impl SendQueue {
         w.swap = wr.swap;
         w.ud = wr.ud;
         w.offset = 0;
+        w.psns_assigned = false;
         w.state = WqeState::Posted;
         w.status = WcStatus::Success;
         self.producer += 1;

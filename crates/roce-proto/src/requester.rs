@@ -103,9 +103,27 @@ impl Qp {
             (self.attr.dest_qp_num, self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.qkey);
         let w = self.sq.get_mut(idx);
         if starting {
+            // The message's PSN range is fixed when it starts: ACKs are
+            // judged against its end, whatever a retransmission resent.
+            let npkts = if w.is_atomic() { 1 } else { w.length.div_ceil(mtu).max(1) };
+            debug_assert!(
+                !w.psns_assigned || w.first_psn == psn,
+                "QP {:#x}: WQE {idx} restarts at {psn:?}, first sent at {:?}",
+                self.qpn,
+                w.first_psn
+            );
             w.first_psn = psn;
+            w.last_psn = psn.add(npkts as u32 - 1);
+            w.psns_assigned = true;
             w.state = WqeState::Sending;
         }
+        debug_assert!(
+            u64::from(w.first_psn.distance_to(psn) as u32) * mtu == w.offset,
+            "QP {:#x}: PSN {psn:?} does not match offset {} of a WQE starting at {:?}",
+            self.qpn,
+            w.offset,
+            w.first_psn
+        );
         let remaining = w.length - w.offset;
         let payload_len = if w.is_read_or_atomic() { 0 } else { remaining.min(mtu) };
         let fits = remaining <= mtu;
@@ -180,7 +198,6 @@ impl Qp {
             self.req.psn = psn.add(npsn as u32);
             w.offset = w.length;
         } else {
-            w.last_psn = psn;
             self.req.psn = psn.next();
             w.offset += payload_len;
         }
@@ -193,11 +210,15 @@ impl Qp {
                 ctx.counters.rdma_sends += 1;
             }
             self.sq.next += 1;
+            self.sq.high = self.sq.high.max(self.sq.next);
             if ty != QpType::Rc {
                 // UC and UD complete once sent.
                 self.sq.get_mut(idx).state = WqeState::Done;
                 self.complete_done(ctx);
             }
+        }
+        if self.req.psn.after(self.req.sent_psn) {
+            self.req.sent_psn = self.req.psn;
         }
         if ty == QpType::Rc && self.comp.timer.is_none() {
             self.comp.timer = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);

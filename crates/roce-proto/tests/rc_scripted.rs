@@ -296,3 +296,26 @@ fn trace_lost_packet() {
         println!("{:?} {} {} {:#x} {}", k.at, k.from, k.opcode(), k.psn().value(), a);
     }
 }
+
+#[test]
+fn a_duplicate_that_completes_the_wqe_during_an_rnr_wait_leaves_no_stale_timer() {
+    let mut p = Pair::new(Setup::default());
+    p.send(A, 1, WrOpcode::Send, 0, 32, 0);
+    let send = p.transmit();
+    p.deliver(&send[0]);
+    let rnr = p.transmit();
+    assert!(matches!(rnr[0].packet().aeth().unwrap().syndrome(), roce_wire::Syndrome::RnrNak { .. }));
+    p.deliver(&rnr[0]);
+    // A duplicate of the SEND reaches B after it posted a receive.
+    p.recv(B, 7, 0, 64);
+    p.deliver(&send[0]);
+    for k in p.transmit() {
+        p.deliver(&k);
+    }
+    assert_eq!(p.completions(A)[0].status, WcStatus::Success);
+    // The RNR wait expires with nothing left to send: the timer must go away.
+    assert!(p.advance());
+    assert_eq!(p.dev[A].poll_timeout(), None);
+    assert!(p.transmit().is_empty());
+    assert!(!p.advance());
+}

@@ -108,9 +108,14 @@ struct Scenario {
     mem: [OwnedBuffer; 2],
     cq: [u32; 2],
     ids: Vec<roce_sim::EndpointId>,
+    recv_key: u32,
     cells: Vec<(usize, u64)>,
     faults: FaultConfig,
     mtu: Mtu,
+    /// Receives not posted yet (a slow receiver: RNR NAKs until they are).
+    pending_recvs: Vec<std::collections::VecDeque<(u64, Option<Sge>)>>,
+    /// How often the slow receiver posts one more receive per QP.
+    recv_interval: Option<Duration>,
 }
 
 const A: usize = 0;
@@ -208,9 +213,12 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         mem,
         cq: [0; 2],
         ids: Vec::new(),
+        recv_key: 0,
         cells,
         faults,
         mtu,
+        pending_recvs: Vec::new(),
+        recv_interval: None,
     };
     // Initial contents: random sources, atomic cells at their start values.
     let fill = |buf: &mut OwnedBuffer, rng: &mut ChaCha8Rng| {
@@ -227,11 +235,28 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
             sc.mem[B].set(sc.cells[q].0, &o.expect_orig.to_ne_bytes());
         }
     }
+    if rng.random_bool(0.3) {
+        sc.recv_interval = Some(Duration::from_micros(rng.random_range(1..300)));
+    }
     sc.setup(seed, &mut rng);
     sc
 }
 
 impl Scenario {
+    /// Posts receives: all at once for a prompt receiver; one per QP per
+    /// interval for a slow one (whose peers meet RNR NAKs meanwhile).
+    fn post_receives(&mut self, all: bool) {
+        let key = self.recv_key;
+        for (q, pending) in self.pending_recvs.iter_mut().enumerate() {
+            let n = if all { pending.len() } else { pending.len().min(1) };
+            for (wr_id, sge) in pending.drain(..n) {
+                let sges: Vec<Sge> = sge.into_iter().map(|g| Sge { lkey: key, ..g }).collect();
+                let b = &mut self.sim.endpoint_mut(self.ids[B]).d.dev;
+                b.post_recv(self.qpn[q][B], &RecvWr { wr_id, sg_list: &sges }).unwrap();
+            }
+        }
+    }
+
     fn setup(&mut self, seed: u64, rng: &mut ChaCha8Rng) {
         let addr = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
         let total_wrs: usize = self.ops.iter().map(Vec::len).sum();
@@ -323,14 +348,18 @@ impl Scenario {
         for (q, qops) in self.ops.iter().enumerate() {
             for (i, op) in qops.iter().enumerate() {
                 let wr_id = ((q as u64) << 32) | i as u64;
-                let b = &mut self.sim.endpoint_mut(self.ids[B]).d.dev;
-                match op.kind {
+                let recv = match op.kind {
                     Kind::Send | Kind::SendImm => {
-                        let sge = [Sge { addr: self.mem[B].addr() + op.b_off as u64, length: op.len, lkey: key[B] }];
-                        b.post_recv(self.qpn[q][B], &RecvWr { wr_id, sg_list: &sge }).unwrap();
+                        Some(Some(Sge { addr: self.mem[B].addr() + op.b_off as u64, length: op.len, lkey: key[B] }))
                     }
-                    Kind::WriteImm => b.post_recv(self.qpn[q][B], &RecvWr { wr_id, sg_list: &[] }).unwrap(),
-                    _ => {}
+                    Kind::WriteImm => Some(None),
+                    _ => None,
+                };
+                if let Some(sge) = recv {
+                    if self.pending_recvs.len() <= q {
+                        self.pending_recvs.resize_with(q + 1, Default::default);
+                    }
+                    self.pending_recvs[q].push_back((wr_id, sge));
                 }
                 let sge = [Sge { addr: self.mem[A].addr() + op.a_off as u64, length: op.len, lkey: key[A] }];
                 let opcode = match op.kind {
@@ -352,6 +381,10 @@ impl Scenario {
                 a.post_send(self.qpn[q][A], &wr).unwrap();
             }
         }
+        self.recv_key = key[B];
+        if self.recv_interval.is_none() {
+            self.post_receives(true);
+        }
     }
 }
 
@@ -365,10 +398,44 @@ struct Report {
     retries: u64,
     /// QPs whose requester gave up with RETRY_EXC_ERR (heavy-loss seeds only).
     exhausted: u64,
+    /// RNR NAKs the slow receivers sent.
+    rnr_naks: u64,
 }
 
 fn expected_recvs(ops: &[Op]) -> usize {
     ops.iter().filter(|o| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm)).count()
+}
+
+/// `Sim::run_until`, with a slow receiver posting one receive per QP every
+/// `interval` of virtual time.
+fn run_until_posting(
+    sc: &mut Scenario,
+    next_post: &mut std::time::Instant,
+    interval: Option<Duration>,
+    bound: Bound,
+    mut cond: impl FnMut(&mut Sim<Traced>) -> bool,
+) -> Result<roce_sim::RunStats, roce_sim::SimError> {
+    let Some(every) = interval else {
+        return sc.sim.run_until(cond, bound);
+    };
+    loop {
+        let until = *next_post;
+        let r = sc.sim.run_until(|sim| sim.now() >= until || cond(sim), bound);
+        match r {
+            Ok(_) if cond(&mut sc.sim) => return r,
+            Ok(_) => {}
+            // Stalled: only the RNR-waiting requesters' timers remain, or
+            // nothing at all until the next receive is posted.
+            Err(roce_sim::SimError::Stalled { .. }) if sc.pending_recvs.iter().any(|p| !p.is_empty()) => {}
+            Err(e) => return Err(e),
+        }
+        if sc.pending_recvs.iter().all(|p| p.is_empty()) {
+            return sc.sim.run_until(cond, bound);
+        }
+        sc.post_receives(false);
+        *next_post = sc.sim.now() + every;
+        let _ = sc.sim.run_for(Duration::ZERO, 1);
+    }
 }
 
 fn run_seed(seed: u64) -> Result<Report, String> {
@@ -384,31 +451,30 @@ fn run_seed(seed: u64) -> Result<Report, String> {
     let bound = Bound::new(20_000_000, Duration::from_secs(3600));
     let nettrace = std::env::var_os("SOFTROCE_SIM_NETTRACE").is_some();
     sc.sim.record_trace(nettrace);
-    let res = sc.sim.run_until(
-        |sim| {
-            // A requester that gave up (RETRY_EXC_ERR) is torn down with its
-            // peer, as an application would: the peer's receives flush.
-            for pair in &qpn {
-                let a_err = sim.endpoint(ids[A]).d.dev.qp(pair[A]).is_some_and(|q| q.state() == QpState::Err);
-                let b = &mut sim.endpoint_mut(ids[B]).d.dev;
-                if a_err && b.qp(pair[B]).is_some_and(|q| q.state() != QpState::Err) {
-                    let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-                    b.modify_qp(pair[B], &attr, M::STATE).unwrap();
-                }
+    let mut next_post = sc.sim.now();
+    let interval = sc.recv_interval;
+    let res = run_until_posting(&mut sc, &mut next_post, interval, bound, |sim| {
+        // A requester that gave up (RETRY_EXC_ERR) is torn down with its
+        // peer, as an application would: the peer's receives flush.
+        for pair in &qpn {
+            let a_err = sim.endpoint(ids[A]).d.dev.qp(pair[A]).is_some_and(|q| q.state() == QpState::Err);
+            let b = &mut sim.endpoint_mut(ids[B]).d.dev;
+            if a_err && b.qp(pair[B]).is_some_and(|q| q.state() != QpState::Err) {
+                let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+                b.modify_qp(pair[B], &attr, M::STATE).unwrap();
             }
-            for side in [A, B] {
-                loop {
-                    let n = sim.endpoint_mut(ids[side]).d.dev.poll_cq(cq[side], &mut buf).unwrap();
-                    if n == 0 {
-                        break;
-                    }
-                    got[side].extend_from_slice(&buf[..n]);
+        }
+        for side in [A, B] {
+            loop {
+                let n = sim.endpoint_mut(ids[side]).d.dev.poll_cq(cq[side], &mut buf).unwrap();
+                if n == 0 {
+                    break;
                 }
+                got[side].extend_from_slice(&buf[..n]);
             }
-            got[A].len() >= want_a && got[B].len() >= want_b
-        },
-        bound,
-    );
+        }
+        got[A].len() >= want_a && got[B].len() >= want_b
+    });
     let replay = format!("replay: SOFTROCE_SIM_SEED={seed} cargo test -p roce-sim --test engine replay -- --nocapture");
     if nettrace {
         for ev in sc.sim.trace() {
@@ -471,6 +537,7 @@ fn run_seed(seed: u64) -> Result<Report, String> {
         faults: stats.dropped + stats.duplicated + stats.reordered + stats.corrupted,
         retries: a.completer_retry_err,
         exhausted,
+        rnr_naks: sc.sim.endpoint(ids[B]).d.dev.counters().send_rnr_err,
     })
 }
 
@@ -599,13 +666,14 @@ fn run_range(first: u64) {
                 total.faults += r.faults;
                 total.retries += r.retries;
                 total.exhausted += r.exhausted;
+                total.rnr_naks += r.rnr_naks;
             }
             Err(e) => failures.push(e),
         }
     }
     println!(
         "seeds {first}..{} (drop up to {:.0}%): {} WRs, {} completions checked, {} bytes, {} faults injected, \
-         {} retransmission rounds, {} QPs gave up after retry_cnt rounds without progress",
+         {} retransmission rounds, {} RNR NAKs, {} QPs gave up after retry_cnt rounds without progress",
         first + n,
         max_drop_of(first) * 100.0,
         total.wrs,
@@ -613,6 +681,7 @@ fn run_range(first: u64) {
         total.bytes,
         total.faults,
         total.retries,
+        total.rnr_naks,
         total.exhausted
     );
     assert!(failures.is_empty(), "{} of {n} seeds failed:\n{}", failures.len(), failures.join("\n"));
