@@ -368,6 +368,10 @@ impl Qp {
             self.sq.next = self.sq.consumer;
             let psn = if self.comp.psn.after(self.req.psn) { self.comp.psn } else { self.req.psn };
             self.rewind_to(psn);
+            if self.comp.psn == self.req.psn {
+                // Nothing is outstanding any more.
+                self.comp.timer = None;
+            }
         }
     }
     /// Points the requester at `psn`: go-back-N by rewinding the send queue,
