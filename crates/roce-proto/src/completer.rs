@@ -83,8 +83,7 @@ impl Qp {
             ctx.counters.drop_invalid += 1;
             return;
         }
-        let (pd, sges) = (self.init.pd, w.sges.clone());
-        let status = match scatter(ctx, pd, &sges, 0, &orig.to_ne_bytes()) {
+        let status = match scatter(ctx, self.init.pd, &w.sges, 0, &orig.to_ne_bytes()) {
             Ok(()) => WcStatus::Success,
             Err(_) => WcStatus::LocProtErr,
         };
@@ -126,8 +125,7 @@ impl Qp {
         if bad_size || (last && offset + data.len() as u64 != w.length) {
             return self.fail_front(ctx, WcStatus::BadRespErr);
         }
-        let (pd, sges) = (self.init.pd, w.sges.clone());
-        if scatter(ctx, pd, &sges, offset, data).is_err() {
+        if scatter(ctx, self.init.pd, &w.sges, offset, data).is_err() {
             return self.fail_front(ctx, WcStatus::LocProtErr);
         }
         self.progress(ctx, psn.next());

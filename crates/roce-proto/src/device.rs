@@ -506,21 +506,24 @@ impl Device {
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.now = Some(now);
-        let qpns: Vec<u32> = self
-            .qps
-            .range(self.tx_cursor..)
-            .chain(self.qps.range(..self.tx_cursor))
-            .filter(|(_, q)| q.responder_has_work() || q.requester_has_work())
-            .map(|(n, _)| *n)
-            .collect();
-        for qpn in qpns {
+        // Round robin from the QP after the last one that sent; each QP with
+        // work is tried at most once per call. No allocation per packet.
+        let mut cursor = self.tx_cursor;
+        for _ in 0..self.qps.len() {
+            let qpn = self
+                .qps
+                .range(cursor..)
+                .chain(self.qps.range(..cursor))
+                .find(|(_, q)| q.responder_has_work() || q.requester_has_work())
+                .map(|(n, _)| *n)?;
+            cursor = qpn.wrapping_add(1);
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             let mut ctx = ctx!(self, now);
             let out = qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf));
             let src_port = qp.src_port;
             self.after_call();
             let Some(out) = out else { continue };
-            self.tx_cursor = qpn.wrapping_add(1);
+            self.tx_cursor = cursor;
             let src = *self.cfg.gids.get(usize::from(out.sgid_index))?;
             let ip = match (src, out.dst) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(s, d),

@@ -161,13 +161,15 @@ impl Qp {
         }
     }
 
-    fn recv_sges(&self, ctx: &Ctx<'_>) -> Vec<crate::wr::Sge> {
-        match self.init.srq {
+    /// Scatters `data` at message byte `offset` into the receive WQE at the
+    /// front of the QP's queue or SRQ (borrowed in place: nothing is copied
+    /// or allocated per packet).
+    fn scatter_recv(&self, ctx: &Ctx<'_>, offset: u64, data: &[u8]) -> Result<(), crate::mr::AccessError> {
+        let front = match self.init.srq {
             Some(s) => ctx.srqs.get(s as usize).and_then(|q| q.as_ref()).and_then(|q| q.rq.front()),
             None => self.rq.front(),
-        }
-        .map(|w| w.sges.clone())
-        .unwrap_or_default()
+        };
+        scatter(ctx, self.init.pd, front.map_or(&[][..], |w| &w.sges[..]), offset, data)
     }
 
     fn recv_advance(&mut self, ctx: &mut Ctx<'_>) {
@@ -211,10 +213,9 @@ impl Qp {
         };
         let data = p.payload();
         let end = offset + data.len() as u64;
-        let pd = self.init.pd;
         let status = if end > room {
             WcStatus::LocLenErr
-        } else if scatter(ctx, pd, &self.recv_sges(ctx), offset, data).is_err() {
+        } else if self.scatter_recv(ctx, offset, data).is_err() {
             WcStatus::LocProtErr
         } else {
             WcStatus::Success
@@ -449,12 +450,10 @@ impl Qp {
         ctx.counters.rcvd_pkts += 1;
         let data = p.payload();
         let grh = grh_bytes(origin, data.len());
-        let pd = self.init.pd;
-        let sges = self.recv_sges(ctx);
         let total = (GRH_LEN + data.len()) as u64;
         let status = if total > room {
             WcStatus::LocLenErr
-        } else if scatter(ctx, pd, &sges, 0, &grh).is_err() || scatter(ctx, pd, &sges, GRH_LEN as u64, data).is_err() {
+        } else if self.scatter_recv(ctx, 0, &grh).is_err() || self.scatter_recv(ctx, GRH_LEN as u64, data).is_err() {
             WcStatus::LocProtErr
         } else {
             WcStatus::Success
