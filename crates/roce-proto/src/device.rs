@@ -93,6 +93,8 @@ pub struct DeviceConfig {
     pub seed: u64,
     /// ICRC policy for received packets.
     pub icrc_policy: IcrcPolicy,
+    /// The port's active MTU: UD QPs use it (they have no path MTU attribute).
+    pub active_mtu: crate::attr::Mtu,
     /// Limits.
     pub limits: Limits,
 }
@@ -312,7 +314,11 @@ impl Device {
             qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
         }
         self.next_qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
-        self.qps.insert(qpn, Qp::new(qpn, init));
+        let mut qp = Qp::new(qpn, init);
+        if init.qp_type == QpType::Ud {
+            qp.attr.path_mtu = self.cfg.active_mtu;
+        }
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 

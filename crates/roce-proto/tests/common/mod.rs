@@ -97,6 +97,7 @@ impl Pair {
                 gids: vec![addr[i]],
                 seed: 7 + i as u64,
                 icrc_policy: roce_wire::IcrcPolicy::Full,
+                active_mtu: s.mtu,
                 limits: Limits::default(),
             })
         };

@@ -267,6 +267,7 @@ impl Scenario {
                 gids: vec![addr[side]],
                 seed: seed ^ side as u64,
                 icrc_policy: roce_wire::IcrcPolicy::Full,
+                active_mtu: self.mtu,
                 limits: Limits::default(),
             });
             pd[side] = dev.alloc_pd().unwrap();
