@@ -319,3 +319,25 @@ fn a_duplicate_that_completes_the_wqe_during_an_rnr_wait_leaves_no_stale_timer()
     assert!(p.transmit().is_empty());
     assert!(!p.advance());
 }
+
+#[test]
+fn armed_cq_fires_one_completion_event_per_arm() {
+    let mut p = Pair::new(Setup::default());
+    for i in 0..3 {
+        p.recv(B, i, 0, 64);
+    }
+    p.dev[B].req_notify_cq(p.cq[B], true).unwrap();
+    // An unsolicited SEND does not fire a solicited-only arm.
+    p.send(A, 1, WrOpcode::Send, 0, 8, 0);
+    p.run(|_| true);
+    assert_eq!(p.dev[B].poll_comp_event(), None);
+    // A solicited one does, once.
+    p.send_flags(A, 2, WrOpcode::Send, 0, 8, 0, SendFlags::SIGNALED | SendFlags::SOLICITED);
+    p.send_flags(A, 3, WrOpcode::Send, 0, 8, 0, SendFlags::SIGNALED | SendFlags::SOLICITED);
+    p.run(|_| true);
+    assert_eq!(p.dev[B].poll_comp_event(), Some(p.cq[B]));
+    assert_eq!(p.dev[B].poll_comp_event(), None, "re-arm needed for the next event");
+    assert_eq!(p.completions(B).len(), 3, "the event does not consume completions");
+    let solicited: Vec<bool> = p.log.iter().filter(|k| k.from == A).map(|k| k.packet().bth().solicited()).collect();
+    assert_eq!(solicited, [false, true, true]);
+}
