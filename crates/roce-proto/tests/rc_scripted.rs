@@ -277,27 +277,6 @@ fn write_with_immediate_consumes_a_zero_sge_receive() {
 }
 
 #[test]
-#[ignore = "prints a trace"]
-fn trace_lost_packet() {
-    let mut p = Pair::new(Setup::default());
-    p.fill(A, 0, 5 * 1024, 4);
-    p.recv(B, 9, 0, 8192);
-    p.send(A, 1, WrOpcode::Send, 0, 5 * 1024, 0);
-    let mut dropped = false;
-    p.run(|k| {
-        if k.from == A && k.opcode() == Opcode::RC_SEND_MIDDLE && !dropped {
-            dropped = true;
-            return false;
-        }
-        true
-    });
-    for k in &p.log {
-        let a = k.packet().aeth().map(|a| format!("{:?} msn={}", a.syndrome(), a.msn())).unwrap_or_default();
-        println!("{:?} {} {} {:#x} {}", k.at, k.from, k.opcode(), k.psn().value(), a);
-    }
-}
-
-#[test]
 fn a_duplicate_that_completes_the_wqe_during_an_rnr_wait_leaves_no_stale_timer() {
     let mut p = Pair::new(Setup::default());
     p.send(A, 1, WrOpcode::Send, 0, 32, 0);
