@@ -56,6 +56,13 @@ impl Qp {
             return self.ud_receive(ctx, p, origin);
         }
         let psn = p.bth().psn();
+        if self.qp_type() == QpType::Uc && psn.before(self.resp.psn) {
+            // UC: an old (duplicated or reordered) packet is dropped, so
+            // messages are delivered at most once and in order. rxe accepts
+            // any packet that starts a message, old or not.
+            ctx.counters.duplicate_request += 1;
+            return;
+        }
         if self.qp_type() == QpType::Uc && psn != self.resp.psn {
             // UC: a gap loses the message in progress; a packet that starts a
             // message resynchronises.
