@@ -169,6 +169,8 @@ pub struct Qp {
     pub resp: Responder,
     /// UDP source port (rxe: from the flow label of the QPN pair).
     pub src_port: u16,
+    /// The SQ_DRAINED event for the current SQD period was raised.
+    pub sqd_notified: bool,
 }
 
 /// rxe's UDP source port for a QP pair: the flow label of
@@ -213,6 +215,7 @@ impl Qp {
                 write_len: 0,
             },
             src_port: udp_src_port(qpn, qpn),
+            sqd_notified: false,
         }
     }
 
@@ -300,7 +303,25 @@ impl Qp {
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),
             _ => self.attr.qp_state = next,
         }
+        self.sqd_notified = false;
+        self.check_drained(ctx);
         Ok(())
+    }
+
+    /// In SQD, once every WQE the requester started has completed, raises
+    /// `IBV_EVENT_SQ_DRAINED` (if asked for with `en_sqd_async_notify`), once.
+    pub fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state() != QpState::Sqd || self.sqd_notified {
+            return;
+        }
+        let started = (self.sq.consumer..self.sq.producer)
+            .any(|i| self.sq.get(i).psns_assigned && self.sq.get(i).state != WqeState::Done);
+        if !started {
+            self.sqd_notified = true;
+            if self.attr.en_sqd_async_notify {
+                ctx.events.push_back(crate::ctx::AsyncEvent::SqDrained(self.qpn));
+            }
+        }
     }
 
     /// RESET: empty the queues and forget all protocol state (completions

@@ -65,7 +65,12 @@ impl Qp {
 
     /// Writes the next request packet into `buf`, if the QP may send one now.
     pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
-        if !matches!(self.state(), QpState::Rts) || self.sq.next >= self.sq.producer {
+        if self.sq.next >= self.sq.producer {
+            return None;
+        }
+        // SQD finishes (and retransmits) what was started but starts nothing new.
+        let in_progress = self.sq.get(self.sq.next).psns_assigned;
+        if !(self.state() == QpState::Rts || (self.state() == QpState::Sqd && in_progress)) {
             return None;
         }
         if let Some(t) = self.req.rnr_until {
@@ -244,6 +249,7 @@ impl Qp {
         while !self.sq.is_empty() && self.sq.get(self.sq.consumer).state == WqeState::Done {
             self.complete_front(ctx);
         }
+        self.check_drained(ctx);
     }
 }
 

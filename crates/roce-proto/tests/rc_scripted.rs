@@ -320,3 +320,34 @@ fn armed_cq_fires_one_completion_event_per_arm() {
     let solicited: Vec<bool> = p.log.iter().filter(|k| k.from == A).map(|k| k.packet().bth().solicited()).collect();
     assert_eq!(solicited, [false, true, true]);
 }
+
+#[test]
+fn sqd_finishes_the_message_in_progress_then_reports_drained() {
+    use roce_proto::verbs::{QpAttrMask, QpState};
+    let mut p = Pair::new(Setup::default());
+    p.send(A, 1, WrOpcode::RdmaWrite, 0, 3 * 1024, 0);
+    p.send(A, 2, WrOpcode::RdmaWrite, 0, 64, 0);
+    // One packet leaves, then the application asks for SQD.
+    let mut buf = vec![0u8; 9000];
+    let t = p.dev[A].poll_transmit(p.now, &mut buf).unwrap();
+    let first = buf[..t.len].to_vec();
+    let sqd = roce_proto::QpAttr { qp_state: QpState::Sqd, en_sqd_async_notify: true, ..Default::default() };
+    p.dev[A].modify_qp(p.qpn[A], &sqd, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::EN_SQD_ASYNC_NOTIFY.0)).unwrap();
+    p.dev[B].handle_datagram(p.now, p.addr[A], t.src_port, p.addr[B], None, &first);
+    // The rest of the first WRITE goes; the second does not start.
+    let rest = p.transmit();
+    let ops: Vec<Opcode> = rest.iter().filter(|k| k.from == A).map(|k| k.opcode()).collect();
+    assert_eq!(ops, [Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_LAST]);
+    assert_eq!(p.dev[A].poll_event(), None, "not drained while the WRITE is unacknowledged");
+    for k in &rest {
+        p.deliver(k);
+    }
+    p.run(|_| true);
+    assert_eq!(p.dev[A].poll_event(), Some(roce_proto::AsyncEvent::SqDrained(p.qpn[A])));
+    assert_eq!(p.completions(A).iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
+    // Back to RTS: the second WRITE goes.
+    let rts = roce_proto::QpAttr { qp_state: QpState::Rts, ..Default::default() };
+    p.dev[A].modify_qp(p.qpn[A], &rts, QpAttrMask::STATE).unwrap();
+    p.run(|_| true);
+    assert_eq!(p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(2, WcStatus::Success)]);
+}
