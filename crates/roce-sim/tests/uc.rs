@@ -8,16 +8,16 @@
 // Registering test-owned memory is the one unsafe step.
 #![allow(unsafe_code)]
 
+mod support;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roce_proto::mem::OwnedBuffer;
-use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use roce_proto::{
-    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc,
-};
+use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcStatus, WrOpcode};
+use roce_proto::{AhAttr, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge};
 use roce_sim::{Bound, FaultConfig, Sim, SimDevice};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -73,13 +73,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
     let (mut key, mut cq, mut qpn) = ([0; 2], [0; 2], [0; 2]);
     let psn: [u32; 2] = [rng.random_range(0..1 << 24), rng.random_range(0..1 << 24)];
     for side in 0..2 {
-        let mut d = Device::new(DeviceConfig {
-            gids: vec![addr[side]],
-            seed: seed + side as u64,
-            icrc_policy: roce_wire::IcrcPolicy::Full,
-            active_mtu: mtu,
-            limits: Limits::default(),
-        });
+        let mut d = support::device(addr[side], seed + side as u64, mtu);
         let pd = d.alloc_pd().unwrap();
         // SAFETY: `mem` outlives `sim`, which is dropped first below.
         let region = unsafe { mem[side].region() };
@@ -138,12 +132,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         sim.endpoint_mut(ids[0]).dev.post_send(qpn[0], &wr).unwrap();
     }
     sim.run_until_idle(Bound::new(1_000_000, Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let mut wcs = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4 * nrecv + 8];
-    let mut got = [Vec::new(), Vec::new()];
-    for side in 0..2 {
-        let n = sim.endpoint_mut(ids[side]).dev.poll_cq(cq[side], &mut wcs).unwrap();
-        got[side] = wcs[..n].to_vec();
-    }
+    let got = [support::drain_cq(&mut sim, ids[0], cq[0]), support::drain_cq(&mut sim, ids[1], cq[1])];
     drop(sim);
     let sends: Vec<u64> = got[0].iter().filter(|w| w.status == WcStatus::Success).map(|w| w.wr_id).collect();
     if sends != (0..msgs.len() as u64).collect::<Vec<_>>() {
@@ -190,17 +179,5 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
 
 #[test]
 fn uc_messages_arrive_whole_in_order_or_not_at_all() {
-    let (mut sent, mut received) = (0, 0);
-    let mut failures = Vec::new();
-    for seed in 0..200u64 {
-        match run(seed, seed % 2 == 1) {
-            Ok((s, r)) => {
-                sent += s;
-                received += r;
-            }
-            Err(e) => failures.push(e),
-        }
-    }
-    println!("UC: 200 seeds, {sent} messages sent, {received} receive completions checked");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    support::run_seeds("UC", "messages", 200, run);
 }

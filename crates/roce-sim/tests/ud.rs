@@ -5,6 +5,8 @@
 // Registering test-owned memory is the one unsafe step.
 #![allow(unsafe_code)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -13,10 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use roce_proto::{
-    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, UdDest, Wc,
-    WcFlags,
-};
+use roce_proto::{AhAttr, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, UdDest, WcFlags};
 use roce_sim::{Bound, FaultConfig, Sim, SimDevice};
 
 const QKEY: u32 = 0x1111_1111;
@@ -63,13 +62,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
     let mut qpn = vec![[0u32; 2]; nqp];
     let (mut key, mut cq, mut pd) = ([0; 2], [0; 2], [0; 2]);
     for side in 0..2 {
-        let mut d = Device::new(DeviceConfig {
-            gids: vec![addr[side]],
-            seed: seed + side as u64,
-            icrc_policy: roce_wire::IcrcPolicy::Full,
-            active_mtu: mtu,
-            limits: Limits::default(),
-        });
+        let mut d = support::device(addr[side], seed + side as u64, mtu);
         pd[side] = d.alloc_pd().unwrap();
         // SAFETY: `mem` outlives `sim` (dropped at the end of this function, sim first).
         let region = unsafe { mem[side].region() };
@@ -126,12 +119,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         sim.endpoint_mut(ids[0]).dev.post_send(qpn[m.qp][0], &wr).unwrap();
     }
     sim.run_until_idle(Bound::new(1_000_000, Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let mut wcs = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4 * nrecv];
-    let mut got = [Vec::new(), Vec::new()];
-    for side in 0..2 {
-        let n = sim.endpoint_mut(ids[side]).dev.poll_cq(cq[side], &mut wcs).unwrap();
-        got[side] = wcs[..n].to_vec();
-    }
+    let got = [support::drain_cq(&mut sim, ids[0], cq[0]), support::drain_cq(&mut sim, ids[1], cq[1])];
     // Every send completes successfully, once, in order per QP.
     if got[0].len() != msgs.len() || got[0].iter().any(|w| w.status != WcStatus::Success) {
         return Err(format!("seed {seed}: send completions {:?}", got[0].len()));
@@ -181,17 +169,5 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
 
 #[test]
 fn ud_datagrams_arrive_whole_or_not_at_all() {
-    let (mut sent, mut received) = (0, 0);
-    let mut failures = Vec::new();
-    for seed in 0..200u64 {
-        match run(seed, seed % 2 == 1) {
-            Ok((s, r)) => {
-                sent += s;
-                received += r;
-            }
-            Err(e) => failures.push(e),
-        }
-    }
-    println!("UD: 200 seeds, {sent} datagrams sent, {received} receive completions checked");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    support::run_seeds("UD", "datagrams", 200, run);
 }
