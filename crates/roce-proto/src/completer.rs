@@ -112,7 +112,7 @@ impl Qp {
                 // A response packet went missing: ask again from the gap.
                 return self.retry(ctx, true);
             }
-            ctx.counters.duplicate_request += 0; // a duplicate response: nothing to do
+            // A duplicate response: nothing to do.
             return;
         }
         let mtu = self.mtu();

@@ -1,11 +1,12 @@
 //! A softroce device: the object tables and the sans-IO entry points.
 //!
-//! Inputs are calls carrying `now`: verbs (`post_send`, `modify_qp`, ...),
+//! Inputs are verbs (`post_send`, `modify_qp`, ...) and calls carrying `now`:
 //! [`Device::handle_datagram`] and [`Device::handle_timeout`]. Outputs are
 //! pulled: [`Device::poll_transmit`], [`Device::poll_timeout`],
-//! [`Device::poll_cq`] and the event queues. The device never reads a clock,
-//! does I/O or spawns a thread (quinn-proto's model), so every retransmission
-//! can be replayed on virtual time.
+//! [`Device::poll_cq`] and the event queues. The device does no I/O, spawns
+//! no thread and reads the clock only once, at creation (a time stamp for
+//! verbs called before any time is given; verbs arm no timers), so every
+//! retransmission can be replayed on virtual time (quinn-proto's model).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
@@ -26,7 +27,7 @@ use crate::qp_state::ModifyError;
 use crate::queue::PostError;
 use crate::responder::Origin;
 use crate::srq::Srq;
-use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
+use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, WrOpcode};
 use crate::wr::{RecvWr, SendWr, Wc};
 
 /// Limits the device advertises and enforces (defaults: Linux rxe's).
@@ -155,6 +156,7 @@ pub struct Device {
     comp_events: VecDeque<u32>,
     overrun: Vec<u32>,
     now: Option<Instant>,
+    created: Instant,
 }
 
 /// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
@@ -194,6 +196,7 @@ impl Device {
             comp_events: VecDeque::new(),
             overrun: Vec::new(),
             now: None,
+            created: Instant::now(),
         }
     }
 
@@ -207,12 +210,11 @@ impl Device {
         &self.counters
     }
 
-    fn now_or(&self, now: Option<Instant>) -> Instant {
-        now.or(self.now).unwrap_or_else(|| {
-            // Verbs called before any time was given: nothing time-based runs
-            // until `handle_*` supplies one, so any instant will do.
-            Instant::now()
-        })
+    /// The time verbs run at: the last time a `handle_*`/`poll_*` call gave,
+    /// or the creation time before any. Verbs arm no timers, so it only
+    /// stamps the context.
+    fn verb_time(&self) -> Instant {
+        self.now.unwrap_or(self.created)
     }
 
     /// Allocates a protection domain.
@@ -343,7 +345,7 @@ impl Device {
         {
             return Err(VerbError::Invalid("rd_atomic"));
         }
-        let now = self.now_or(None);
+        let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         let mut ctx = ctx!(self, now);
         qp.modify(&mut ctx, attr, mask)?;
@@ -353,7 +355,7 @@ impl Device {
 
     /// Posts a send WR. A QP in ERR takes it and flushes it at once.
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbError> {
-        let now = self.now_or(None);
+        let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         let ty = qp.qp_type();
         let ok_op = match ty {
@@ -391,7 +393,7 @@ impl Device {
 
     /// Posts a receive WR.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
-        let now = self.now_or(None);
+        let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         if qp.init.srq.is_some() {
             return Err(VerbError::Invalid("QP uses an SRQ"));
@@ -434,7 +436,7 @@ impl Device {
     /// After a call into a QP: CQs that overran take their QPs to ERR.
     fn after_call(&mut self) {
         while let Some(cq) = self.overrun.pop() {
-            let now = self.now_or(None);
+            let now = self.verb_time();
             let qpns: Vec<u32> = self
                 .qps
                 .values()
@@ -575,9 +577,4 @@ fn to_v6(a: IpAddr) -> std::net::Ipv6Addr {
         IpAddr::V4(v) => v.to_ipv6_mapped(),
         IpAddr::V6(v) => v,
     }
-}
-
-/// A work completion for a flushed receive, for callers that drain queues.
-pub fn flushed_recv(wr_id: u64, qpn: u32) -> Wc {
-    Wc::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn)
 }

@@ -78,7 +78,7 @@ pub enum Response {
         /// The PSN acknowledged.
         psn: Psn,
         /// The syndrome.
-        syndrome: roe::Syndrome,
+        syndrome: roce_wire::Syndrome,
         /// MSN to report.
         msn: u32,
     },
@@ -106,8 +106,6 @@ pub enum Response {
     },
 }
 
-pub(crate) use roce_wire as roe;
-
 /// An incoming multi-packet message in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InMessage {
@@ -134,8 +132,6 @@ pub struct Responder {
     pub msn: u32,
     /// The message being received, if between FIRST and LAST.
     pub current: Option<InMessage>,
-    /// The last opcode received in order (for sequence checks).
-    pub last_opcode: Option<roe::Opcode>,
     /// A PSN-sequence NAK was sent for the current gap.
     pub nak_sent: bool,
     /// The UC receiver is dropping the rest of a broken message.
@@ -207,7 +203,6 @@ impl Qp {
                 psn: Psn::ZERO,
                 msn: 0,
                 current: None,
-                last_opcode: None,
                 nak_sent: false,
                 uc_drop: false,
                 responses: VecDeque::new(),
