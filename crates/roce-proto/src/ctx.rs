@@ -32,7 +32,7 @@ pub struct Ctx<'a> {
     /// The current time.
     pub now: Instant,
     /// Memory regions.
-    pub mrs: &'a MrTable,
+    pub mrs: &'a mut MrTable,
     /// Completion queues by handle.
     pub cqs: &'a mut Vec<Option<Cq>>,
     /// Address handles by handle.

@@ -21,14 +21,14 @@ use crate::counters::Counters;
 use crate::cq::{Arm, Cq};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mem::Region;
-use crate::mr::{MrError, MrTable};
+use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
 use crate::qp::Qp;
 use crate::qp_state::ModifyError;
 use crate::queue::PostError;
 use crate::responder::Origin;
 use crate::srq::Srq;
-use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, WrOpcode};
-use crate::wr::{RecvWr, SendWr, Wc};
+use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WrOpcode};
+use crate::wr::{MwBind, RecvWr, SendWr, Wc};
 
 /// Limits the device advertises and enforces (defaults: Linux rxe's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,7 @@ macro_rules! ctx {
     ($d:expr, $now:expr) => {
         Ctx {
             now: $now,
-            mrs: &$d.mrs,
+            mrs: &mut $d.mrs,
             cqs: &mut $d.cqs,
             ahs: &$d.ahs,
             srqs: &mut $d.srqs,
@@ -205,6 +205,11 @@ impl Device {
         &self.cfg
     }
 
+    /// The memory regions and windows.
+    pub fn mr_table(&self) -> &MrTable {
+        &self.mrs
+    }
+
     /// The counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -234,6 +239,42 @@ impl Device {
     pub fn reg_mr(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, VerbError> {
         self.check_pd(pd)?;
         Ok(self.mrs.register(pd, iova, region, access)?)
+    }
+
+    /// Allocates a memory window in `pd` (`ibv_alloc_mw`); returns its R_Key.
+    pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        Ok(self.mrs.alloc_mw(pd, ty)?)
+    }
+
+    /// Frees a memory window (`ibv_dealloc_mw`).
+    pub fn dealloc_mw(&mut self, key: u32) -> Result<(), VerbError> {
+        self.mrs.dealloc_mw(key)?;
+        Ok(())
+    }
+
+    /// Binds the type 1 window `mw_key` through QP `qpn` (`ibv_bind_mw`):
+    /// posts a BIND_MW WR and returns the window's next R_Key
+    /// (`ibv_inc_rkey`), which is valid once the WR completes. Errors in the
+    /// binding itself complete the WR with `MW_BIND_ERR`.
+    pub fn bind_mw(
+        &mut self,
+        qpn: u32,
+        mw_key: u32,
+        wr_id: u64,
+        flags: SendFlags,
+        info: MwBindInfo,
+    ) -> Result<u32, VerbError> {
+        match self.mrs.mw(mw_key) {
+            Some(mw) if mw.ty == MwType::Type1 => {}
+            Some(_) => return Err(VerbError::Invalid("ibv_bind_mw takes type 1 windows")),
+            None => return Err(VerbError::UnknownHandle(mw_key)),
+        }
+        let new_key = (mw_key & !0xff) | (mw_key.wrapping_add(1) & 0xff);
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw, flags, crate::wr::Payload::Sges(&[]));
+        wr.bind = Some(MwBind { mw_key, new_key, info });
+        self.post_send(qpn, &wr)?;
+        Ok(new_key)
     }
 
     /// Deregisters a region.
@@ -363,11 +404,19 @@ impl Device {
             QpType::Uc => {
                 matches!(
                     wr.opcode,
-                    WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+                    WrOpcode::Send
+                        | WrOpcode::SendWithImm
+                        | WrOpcode::RdmaWrite
+                        | WrOpcode::RdmaWriteWithImm
+                        | WrOpcode::LocalInv
+                        | WrOpcode::BindMw
                 )
             }
-            QpType::Rc => !matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::BindMw),
+            QpType::Rc => true,
         };
+        if (wr.opcode == WrOpcode::BindMw) != wr.bind.is_some() {
+            return Err(VerbError::Invalid("bind_mw is set exactly for BIND_MW"));
+        }
         if !ok_op {
             return Err(PostError::BadOpcode(wr.opcode).into());
         }

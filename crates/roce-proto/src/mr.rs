@@ -1,9 +1,13 @@
-//! Memory regions: registration, L_Keys and R_Keys, and the access checks
-//! every local SGE and every remote request passes before memory is touched.
+//! Memory regions and memory windows: registration, L_Keys and R_Keys,
+//! binding, invalidation, and the access checks every local SGE and every
+//! remote request passes before memory is touched.
 //!
-//! Keys are `index << 8 | key byte` as in rxe; the key byte is random and
-//! never repeats for a slot on re-registration, so a stale or guessed key
-//! misses. L_Key and R_Key are equal.
+//! Keys are `index << 8 | key byte` as in rxe. Regions take indices from 1 up
+//! to [`MW_FIRST_INDEX`], windows from there on, so the index tells which table
+//! a key names (rxe's `rkey_is_mw`). A region's key byte is random and never
+//! repeats for a slot on re-registration, so a stale or guessed key misses; a
+//! window's key byte is chosen by each bind (`ibv_inc_rkey`). A region's L_Key
+//! and R_Key are equal; a window has only an R_Key.
 
 use crate::mem::{MemError, Region};
 use crate::verbs::AccessFlags;
@@ -17,9 +21,77 @@ pub enum MrError {
     /// The device's `max_mr` regions are registered.
     #[error("no memory region left (max_mr reached)")]
     Exhausted,
+    /// No region (or window) has this key.
+    #[error("no memory region or window with key {0:#x}")]
+    UnknownKey(u32),
+    /// Memory windows are bound to the region (rxe refuses to deregister it).
+    #[error("memory region {0:#x} has memory windows bound to it")]
+    HasWindows(u32),
+}
+
+/// Why binding a memory window fails: the bind WR completes with
+/// `IBV_WC_MW_BIND_ERR` (rxe `rxe_check_bind_mw`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// No window has this key (or the key byte is stale).
+    #[error("no memory window with key {0:#x}")]
+    UnknownWindow(u32),
     /// No region has this key.
     #[error("no memory region with key {0:#x}")]
-    UnknownKey(u32),
+    UnknownRegion(u32),
+    /// A type 2 window must be free (invalidated) to bind (IBTA o10-37.2.30).
+    #[error("type 2 memory window {0:#x} is bound: invalidate it first")]
+    NotFree(u32),
+    /// QP, window and region must share a protection domain (C10-72).
+    #[error("the QP, the window and the region are not in one protection domain")]
+    PdMismatch,
+    /// The region was not registered with `MW_BIND` (C10-73).
+    #[error("memory region {0:#x} does not allow binding windows")]
+    NoBindAccess(u32),
+    /// Remote write or atomic through the window needs LOCAL_WRITE on the region (C10-74).
+    #[error("the window's access {0:#x} needs LOCAL_WRITE on the region")]
+    InvalidAccess(u32),
+    /// The window does not lie inside the region (C10-75), or a type 2 bind has no length.
+    #[error("window of {len} bytes at {addr:#x} does not lie inside the region")]
+    OutOfRange {
+        /// Start address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum MwType {
+    /// Bound with `ibv_bind_mw`, never invalidated remotely.
+    Type1 = 1,
+    /// Bound with a BIND_MW work request to one QP; invalidated by LOCAL_INV
+    /// or SEND_WITH_INV.
+    Type2 = 2,
+}
+
+/// What a window grants (`struct ibv_mw_bind_info`). A zero `length` on a
+/// type 1 window unbinds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBindInfo {
+    /// Key of the region the window lies in.
+    pub mr_key: u32,
+    /// Start address (in the region's I/O virtual address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// REMOTE_READ / REMOTE_WRITE / REMOTE_ATOMIC, optionally ZERO_BASED.
+    pub access: AccessFlags,
+}
+
+/// The first index of memory window keys (rxe: `RXE_MIN_MW_INDEX`).
+pub const MW_FIRST_INDEX: u32 = 0x8_0001;
+
+/// Whether `key` names a memory window rather than a region.
+pub const fn is_mw_key(key: u32) -> bool {
+    key >> 8 >= MW_FIRST_INDEX
 }
 
 /// Why an access through a key is refused. A remote one is NAKed with
@@ -74,6 +146,36 @@ pub struct Mr {
     pub access: AccessFlags,
     /// The key, used as L_Key and R_Key.
     pub key: u32,
+    /// Windows bound to the region.
+    pub windows: u32,
+}
+
+/// A memory window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mw {
+    /// Protection domain handle.
+    pub pd: u32,
+    /// Type 1 or 2.
+    pub ty: MwType,
+    /// The current R_Key.
+    pub key: u32,
+    /// What it grants while bound.
+    pub bound: Option<MwBinding>,
+}
+
+/// A bound window's grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBinding {
+    /// The region it lies in.
+    pub mr_key: u32,
+    /// Start address in the region's address space.
+    pub addr: u64,
+    /// Length.
+    pub length: u64,
+    /// Remote access granted; with ZERO_BASED, remote addresses count from 0.
+    pub access: AccessFlags,
+    /// For type 2: the only QP remote access may come through (IBTA 10.6.7.2.2).
+    pub qpn: Option<u32>,
 }
 
 /// A checked access: the region and the offset of the range inside it.
@@ -91,19 +193,32 @@ struct Slot {
     key_byte: u8,
 }
 
-/// The device's memory regions.
+/// The device's memory regions and windows.
 #[derive(Debug)]
 pub struct MrTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     max: u32,
+    mws: Vec<Option<Mw>>,
+    mw_free: Vec<u32>,
+    max_mw: u32,
     rng: u64,
 }
 
 impl MrTable {
-    /// An empty table of at most `max` regions; `seed` drives the key bytes.
+    /// An empty table of at most `max` regions and `max` windows; `seed`
+    /// drives the key bytes.
     pub fn new(max: u32, seed: u64) -> MrTable {
-        MrTable { slots: Vec::new(), free: Vec::new(), max, rng: seed | 1 }
+        let max = max.min(MW_FIRST_INDEX - 1);
+        MrTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            max,
+            mws: Vec::new(),
+            mw_free: Vec::new(),
+            max_mw: max,
+            rng: seed | 1,
+        }
     }
 
     fn next_random(&mut self) -> u8 {
@@ -117,7 +232,9 @@ impl MrTable {
     /// Registers `region` at `iova` for `pd` with `access`; returns its key.
     pub fn register(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, MrError> {
         let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        // ZERO_BASED belongs to windows; a region's base is its `iova`.
         if access.unknown_bits() != 0
+            || access.contains(AccessFlags::ZERO_BASED)
             || (access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE))
         {
             return Err(MrError::InvalidAccess(access.0));
@@ -137,16 +254,149 @@ impl MrTable {
             byte = self.next_random();
         }
         let key = (index << 8) | u32::from(byte);
-        self.slots[index as usize - 1] = Slot { mr: Some(Mr { pd, iova, region, access, key }), key_byte: byte };
+        self.slots[index as usize - 1] =
+            Slot { mr: Some(Mr { pd, iova, region, access, key, windows: 0 }), key_byte: byte };
         Ok(key)
     }
 
-    /// Removes the region with `key`.
+    /// Removes the region with `key`; refused while windows are bound to it.
     pub fn deregister(&mut self, key: u32) -> Result<Mr, MrError> {
         let slot = self.slot_mut(key).ok_or(MrError::UnknownKey(key))?;
+        if slot.mr.is_some_and(|m| m.windows > 0) {
+            return Err(MrError::HasWindows(key));
+        }
         let mr = slot.mr.take().ok_or(MrError::UnknownKey(key))?;
         self.free.push(key >> 8);
         Ok(mr)
+    }
+
+    /// Allocates an unbound window in `pd` (`ibv_alloc_mw`); returns its R_Key.
+    /// A type 1 window starts valid with nothing granted, a type 2 free.
+    pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, MrError> {
+        let i = match self.mw_free.pop() {
+            Some(i) => i,
+            None if (self.mws.len() as u32) < self.max_mw => {
+                self.mws.push(None);
+                self.mws.len() as u32 - 1
+            }
+            None => return Err(MrError::Exhausted),
+        };
+        let key = ((MW_FIRST_INDEX + i) << 8) | u32::from(self.next_random());
+        self.mws[i as usize] = Some(Mw { pd, ty, key, bound: None });
+        Ok(key)
+    }
+
+    /// Frees the window with `key` (`ibv_dealloc_mw`), unbinding it.
+    pub fn dealloc_mw(&mut self, key: u32) -> Result<Mw, MrError> {
+        let i = self.mw_index(key).ok_or(MrError::UnknownKey(key))?;
+        let mw = self.mws[i].take().ok_or(MrError::UnknownKey(key))?;
+        self.unbind(mw.bound);
+        self.mw_free.push(i as u32);
+        Ok(mw)
+    }
+
+    fn mw_index(&self, key: u32) -> Option<usize> {
+        let i = (key >> 8).checked_sub(MW_FIRST_INDEX)? as usize;
+        self.mws.get(i)?.filter(|m| m.key == key).map(|_| i)
+    }
+
+    /// The window with `key`.
+    pub fn mw(&self, key: u32) -> Option<&Mw> {
+        self.mws[self.mw_index(key)?].as_ref()
+    }
+
+    fn unbind(&mut self, b: Option<MwBinding>) {
+        if let Some(b) = b
+            && let Some(mr) = self.slot_mut(b.mr_key).and_then(|s| s.mr.as_mut())
+        {
+            mr.windows -= 1;
+        }
+    }
+
+    /// Executes a BIND_MW work request of QP `qpn` (protection domain `pd`):
+    /// the window `mw_key` takes key byte `new_key & 0xff` and grants `info`
+    /// (rxe `rxe_bind_mw`). A type 1 bind of length 0 unbinds.
+    pub fn bind_mw(
+        &mut self,
+        pd: u32,
+        qpn: u32,
+        mw_key: u32,
+        new_key: u32,
+        info: &MwBindInfo,
+    ) -> Result<u32, BindError> {
+        let i = self.mw_index(mw_key).ok_or(BindError::UnknownWindow(mw_key))?;
+        let mw = self.mws[i].expect("index checked");
+        let zero_based = info.access.contains(AccessFlags::ZERO_BASED);
+        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        if info.access.0 & !(remote | AccessFlags::ZERO_BASED).0 != 0 {
+            return Err(BindError::InvalidAccess(info.access.0));
+        }
+        if mw.pd != pd {
+            return Err(BindError::PdMismatch);
+        }
+        match mw.ty {
+            MwType::Type1 if zero_based => return Err(BindError::InvalidAccess(info.access.0)),
+            MwType::Type2 if mw.bound.is_some() => return Err(BindError::NotFree(mw_key)),
+            MwType::Type2 if info.length == 0 => {
+                return Err(BindError::OutOfRange { addr: info.addr, len: info.length });
+            }
+            _ => {}
+        }
+        let binding = if info.length == 0 {
+            None
+        } else {
+            let mr = self.get(info.mr_key).ok_or(BindError::UnknownRegion(info.mr_key))?;
+            if mr.pd != pd {
+                return Err(BindError::PdMismatch);
+            }
+            if !mr.access.contains(AccessFlags::MW_BIND) {
+                return Err(BindError::NoBindAccess(info.mr_key));
+            }
+            let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+            if info.access.intersects(needs_local_write) && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
+                return Err(BindError::InvalidAccess(info.access.0));
+            }
+            let out = BindError::OutOfRange { addr: info.addr, len: info.length };
+            let start = info.addr.checked_sub(mr.iova).ok_or(out)?;
+            if start.checked_add(info.length).is_none_or(|end| end > mr.region.len() as u64) {
+                return Err(out);
+            }
+            Some(MwBinding {
+                mr_key: info.mr_key,
+                addr: info.addr,
+                length: info.length,
+                access: info.access,
+                qpn: (mw.ty == MwType::Type2).then_some(qpn),
+            })
+        };
+        self.unbind(mw.bound);
+        if let Some(b) = binding
+            && let Some(mr) = self.slot_mut(b.mr_key).and_then(|s| s.mr.as_mut())
+        {
+            mr.windows += 1;
+        }
+        let key = (mw_key & !0xff) | (new_key & 0xff);
+        self.mws[i] = Some(Mw { key, bound: binding, ..mw });
+        Ok(key)
+    }
+
+    /// Invalidates the R_Key `key` for a QP of protection domain `pd`
+    /// (LOCAL_INV, or the IETH of a SEND_WITH_INV). Only a bound type 2
+    /// window can be invalidated: a type 1 window cannot (o10-37.2.26), and
+    /// neither can a region registered by `ibv_reg_mr` (rxe: only fast-reg
+    /// regions, which user space cannot create).
+    pub fn invalidate(&mut self, key: u32, pd: u32) -> Result<(), AccessError> {
+        let i = self.mw_index(key).ok_or(AccessError::InvalidKey(key))?;
+        let mw = self.mws[i].expect("index checked");
+        if mw.pd != pd {
+            return Err(AccessError::PdMismatch(key));
+        }
+        if mw.ty != MwType::Type2 || mw.bound.is_none() {
+            return Err(AccessError::InvalidKey(key));
+        }
+        self.unbind(mw.bound);
+        self.mws[i] = Some(Mw { bound: None, ..mw });
+        Ok(())
     }
 
     fn slot_mut(&mut self, key: u32) -> Option<&mut Slot> {
@@ -160,8 +410,45 @@ impl MrTable {
         self.slots.get(i.checked_sub(1)?)?.mr.as_ref().filter(|m| m.key == key)
     }
 
-    /// Checks that `key` grants `needed` on `[va, va + len)` to a QP of
-    /// protection domain `pd`.
+    /// Checks that the R_Key `key` (a region's or a window's) grants
+    /// `needed` on `[va, va + len)` to QP `qpn` of protection domain `pd`:
+    /// the remote access check of IBTA 9.7.5.1.3 / rxe `check_rkey`.
+    pub fn check_remote(
+        &self,
+        key: u32,
+        pd: u32,
+        qpn: u32,
+        va: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<Grant, AccessError> {
+        if !is_mw_key(key) {
+            return self.check(key, pd, va, len, needed);
+        }
+        let mw = self.mw(key).ok_or(AccessError::InvalidKey(key))?;
+        let b = mw.bound.ok_or(AccessError::InvalidKey(key))?;
+        if b.qpn.is_some_and(|q| q != qpn) {
+            return Err(AccessError::InvalidKey(key));
+        }
+        if mw.pd != pd {
+            return Err(AccessError::PdMismatch(key));
+        }
+        if !b.access.contains(needed) {
+            return Err(AccessError::Denied { key, needed: needed.0 });
+        }
+        let out = AccessError::OutOfRange { key, va, len };
+        let in_window =
+            if b.access.contains(AccessFlags::ZERO_BASED) { va } else { va.checked_sub(b.addr).ok_or(out)? };
+        if in_window.checked_add(len).is_none_or(|end| end > b.length) {
+            return Err(out);
+        }
+        let mr = self.get(b.mr_key).ok_or(AccessError::InvalidKey(key))?;
+        let offset = b.addr - mr.iova + in_window;
+        Ok(Grant { region: mr.region, offset })
+    }
+
+    /// Checks that the region `key` grants `needed` on `[va, va + len)` to a
+    /// QP of protection domain `pd` (an L_Key, or a region's R_Key).
     pub fn check(&self, key: u32, pd: u32, va: u64, len: u64, needed: AccessFlags) -> Result<Grant, AccessError> {
         let mr = self.get(key).ok_or(AccessError::InvalidKey(key))?;
         if mr.pd != pd {

@@ -11,7 +11,7 @@ use roce_wire::Psn;
 use crate::attr::{QpAttr, QpCap, QpInitAttr};
 use crate::ctx::Ctx;
 use crate::qp_state::{ModifyError, check_modify};
-use crate::queue::{RecvQueue, SendQueue, WqeState};
+use crate::queue::{RecvQueue, RecvWqe, SendQueue, WqeState};
 use crate::verbs::{QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
 use crate::wr::Wc;
 
@@ -142,6 +142,12 @@ pub struct Responder {
     pub resources: VecDeque<Resource>,
     /// DMA length of the RDMA WRITE in progress (reported by WRITE with immediate).
     pub write_len: u64,
+    /// With an SRQ: the receive WQE this QP took for the message in
+    /// progress (rxe `qp->resp.srq_wqe`). It leaves the SRQ at the message's
+    /// first packet, so QPs sharing the SRQ never scatter into one buffer.
+    pub srq_wqe: RecvWqe,
+    /// `srq_wqe` holds a WQE.
+    pub srq_held: bool,
 }
 
 /// A queue pair.
@@ -208,6 +214,8 @@ impl Qp {
                 responses: VecDeque::new(),
                 resources: VecDeque::new(),
                 write_len: 0,
+                srq_wqe: RecvWqe { wr_id: 0, sges: Vec::new(), length: 0 },
+                srq_held: false,
             },
             src_port: udp_src_port(qpn, qpn),
             sqd_notified: false,
@@ -350,6 +358,12 @@ impl Qp {
             self.complete_front(ctx);
         }
         self.sq.next = self.sq.consumer;
+        if self.resp.srq_held {
+            // The WQE taken from the SRQ for an unfinished message.
+            self.resp.srq_held = false;
+            let wc = Wc::new(self.resp.srq_wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            ctx.push_wc(self.init.recv_cq, wc, false);
+        }
         if self.init.srq.is_none() {
             while let Some(w) = self.rq.front() {
                 let wc = Wc::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);

@@ -5,7 +5,7 @@
 use roce_wire::Psn;
 
 use crate::verbs::{SendFlags, WcStatus, WrOpcode};
-use crate::wr::{Payload, RecvWr, SendWr, Sge, UdDest};
+use crate::wr::{MwBind, Payload, RecvWr, SendWr, Sge, UdDest};
 
 /// Why a post is refused (`ENOMEM`/`EINVAL` in the C API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +90,8 @@ pub struct SendWqe {
     pub swap: u64,
     /// UD destination.
     pub ud: Option<UdDest>,
+    /// BIND_MW request.
+    pub bind: Option<MwBind>,
     /// PSN of the first packet.
     pub first_psn: Psn,
     /// PSN of the message's last packet (for READ: of the last response),
@@ -123,6 +125,7 @@ impl SendWqe {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
             first_psn: Psn::ZERO,
             last_psn: Psn::ZERO,
             offset: 0,
@@ -135,6 +138,11 @@ impl SendWqe {
     /// READ or atomic: needs a responder resource and a response.
     pub fn is_read_or_atomic(&self) -> bool {
         matches!(self.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+
+    /// LOCAL_INV or BIND_MW: executed by the requester, no packet.
+    pub fn is_local(&self) -> bool {
+        matches!(self.opcode, WrOpcode::LocalInv | WrOpcode::BindMw)
     }
 
     /// Atomic.
@@ -235,6 +243,7 @@ impl SendQueue {
         w.compare_add = wr.compare_add;
         w.swap = wr.swap;
         w.ud = wr.ud;
+        w.bind = wr.bind;
         w.offset = 0;
         w.psns_assigned = false;
         w.state = WqeState::Posted;

@@ -63,8 +63,66 @@ impl Qp {
         matches!(self.state(), QpState::Rts | QpState::Sqd) && self.sq.next < self.sq.producer
     }
 
-    /// Writes the next request packet into `buf`, if the QP may send one now.
+    /// Runs the local operations (LOCAL_INV, BIND_MW) the requester has
+    /// reached, then writes the next request packet into `buf`, if the QP may
+    /// send one now.
     pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        while self.sq.next < self.sq.producer && self.sq.get(self.sq.next).is_local() {
+            let w = self.sq.get(self.sq.next);
+            if w.state == WqeState::Done {
+                // Executed before a rewind moved the requester back over it.
+                self.sq.next += 1;
+                continue;
+            }
+            // A FENCE'd one waits for earlier READs and atomics, as any WR.
+            if self.state() != QpState::Rts || (w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic > 0) {
+                return None;
+            }
+            self.execute_local(ctx);
+            if self.state() == QpState::Err {
+                return None;
+            }
+        }
+        self.request_packet(ctx, buf)
+    }
+
+    /// Executes the local WQE at `next` at once, as rxe's `rxe_do_local_ops`
+    /// does: it uses no PSN and completes in order, after the WQEs before it.
+    fn execute_local(&mut self, ctx: &mut Ctx<'_>) {
+        let idx = self.sq.next;
+        let (pd, qpn) = (self.init.pd, self.qpn);
+        let w = self.sq.get(idx);
+        let status = match (w.opcode, w.bind) {
+            (WrOpcode::LocalInv, _) => match ctx.mrs.invalidate(w.invalidate_rkey, pd) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocQpOpErr,
+            },
+            (_, Some(b)) => match ctx.mrs.bind_mw(pd, qpn, b.mw_key, b.new_key, &b.info) {
+                Ok(_) => WcStatus::Success,
+                Err(_) => WcStatus::MwBindErr,
+            },
+            (_, None) => WcStatus::MwBindErr,
+        };
+        let psn = self.req.psn;
+        let w = self.sq.get_mut(idx);
+        // An empty PSN range at the current PSN: ACKs up to the PSN before
+        // retire it with the WQEs around it.
+        w.first_psn = psn;
+        w.last_psn = psn.sub(1);
+        w.psns_assigned = true;
+        if status == WcStatus::Success {
+            w.state = WqeState::Done;
+        }
+        self.sq.next += 1;
+        self.sq.high = self.sq.high.max(self.sq.next);
+        if status == WcStatus::Success {
+            self.complete_done(ctx);
+        } else {
+            self.fail_wqe(ctx, idx, status);
+        }
+    }
+
+    fn request_packet(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         if self.sq.next >= self.sq.producer {
             return None;
         }

@@ -160,34 +160,44 @@ impl Qp {
         }
     }
 
-    /// The receive WQE at the front of the QP's queue or its SRQ.
-    fn recv_front(&self, ctx: &Ctx<'_>) -> Option<(u64, u64)> {
-        match self.init.srq {
-            Some(s) => ctx.srqs.get(s as usize)?.as_ref()?.rq.front().map(|w| (w.wr_id, w.length)),
-            None => self.rq.front().map(|w| (w.wr_id, w.length)),
+    /// The receive WQE for the message arriving: the front of the QP's own
+    /// queue, or one taken from the SRQ (copied into `srq_wqe` without
+    /// allocating once its SGE list has grown) and held until the message
+    /// ends. Taking from the SRQ may raise the limit event.
+    fn recv_take(&mut self, ctx: &mut Ctx<'_>) -> Option<(u64, u64)> {
+        let Some(s) = self.init.srq else {
+            return self.rq.front().map(|w| (w.wr_id, w.length));
+        };
+        if !self.resp.srq_held {
+            let q = ctx.srqs.get_mut(s as usize)?.as_mut()?;
+            let w = q.rq.front()?;
+            let held = &mut self.resp.srq_wqe;
+            held.wr_id = w.wr_id;
+            held.length = w.length;
+            held.sges.clear();
+            held.sges.extend_from_slice(&w.sges);
+            self.resp.srq_held = true;
+            if q.advance() {
+                ctx.events.push_back(AsyncEvent::SrqLimitReached(s));
+            }
         }
+        Some((self.resp.srq_wqe.wr_id, self.resp.srq_wqe.length))
     }
 
-    /// Scatters `data` at message byte `offset` into the receive WQE at the
-    /// front of the QP's queue or SRQ (borrowed in place: nothing is copied
-    /// or allocated per packet).
+    /// Scatters `data` at message byte `offset` into the receive WQE of the
+    /// message (borrowed in place: nothing is copied or allocated per packet).
     fn scatter_recv(&self, ctx: &Ctx<'_>, offset: u64, data: &[u8]) -> Result<(), crate::mr::AccessError> {
-        let front = match self.init.srq {
-            Some(s) => ctx.srqs.get(s as usize).and_then(|q| q.as_ref()).and_then(|q| q.rq.front()),
+        let wqe = match self.init.srq {
+            Some(_) => self.resp.srq_held.then_some(&self.resp.srq_wqe),
             None => self.rq.front(),
         };
-        scatter(ctx, self.init.pd, front.map_or(&[][..], |w| &w.sges[..]), offset, data)
+        scatter(ctx, self.init.pd, wqe.map_or(&[][..], |w| &w.sges[..]), offset, data)
     }
 
-    fn recv_advance(&mut self, ctx: &mut Ctx<'_>) {
+    /// The message's receive WQE is used up.
+    fn recv_advance(&mut self, _ctx: &mut Ctx<'_>) {
         match self.init.srq {
-            Some(s) => {
-                if let Some(Some(q)) = ctx.srqs.get_mut(s as usize)
-                    && q.advance()
-                {
-                    ctx.events.push_back(AsyncEvent::SrqLimitReached(s));
-                }
-            }
+            Some(_) => self.resp.srq_held = false,
             None => self.rq.advance(),
         }
     }
@@ -211,7 +221,7 @@ impl Qp {
     fn exec_send(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) -> Verdict {
         let psn = p.bth().psn();
         let info = p.info();
-        let Some((wr_id, room)) = self.recv_front(ctx) else {
+        let Some((wr_id, room)) = self.recv_take(ctx) else {
             return self.rnr(ctx, psn);
         };
         let offset = match self.resp.current {
@@ -224,6 +234,13 @@ impl Qp {
             WcStatus::LocLenErr
         } else if self.scatter_recv(ctx, offset, data).is_err() {
             WcStatus::LocProtErr
+        } else if let Some(i) = p.ieth()
+            && ctx.mrs.invalidate(i.rkey(), self.init.pd).is_err()
+        {
+            // SEND_WITH_INV of a key that cannot be invalidated: the data
+            // landed, but the message is an invalid request (rxe
+            // RESPST_ERR_INVALIDATE_RKEY: REM_INV_REQ_ERR on the receive).
+            WcStatus::RemInvReqErr
         } else {
             WcStatus::Success
         };
@@ -232,7 +249,7 @@ impl Qp {
             self.recv_advance(ctx);
             ctx.push_wc(self.init.recv_cq, wc, false);
             self.resp.current = None;
-            return Verdict::Nak(if status == WcStatus::LocLenErr {
+            return Verdict::Nak(if matches!(status, WcStatus::LocLenErr | WcStatus::RemInvReqErr) {
                 NakCode::InvalidRequest
             } else {
                 NakCode::RemoteOperationalError
@@ -268,7 +285,7 @@ impl Qp {
         let info = p.info();
         // WRITE with immediate consumes a receive WQE: check first, so an RNR
         // NAK leaves nothing half done.
-        if info.has_immediate() && self.recv_front(ctx).is_none() {
+        if info.has_immediate() && self.recv_take(ctx).is_none() {
             return self.rnr(ctx, psn);
         }
         let (grant, remaining, total) = match (self.resp.current, p.reth()) {
@@ -277,7 +294,14 @@ impl Qp {
                 if len == 0 {
                     (None, 0, 0)
                 } else {
-                    match ctx.mrs.check(reth.rkey(), self.init.pd, reth.va(), len, AccessFlags::REMOTE_WRITE) {
+                    match ctx.mrs.check_remote(
+                        reth.rkey(),
+                        self.init.pd,
+                        self.qpn,
+                        reth.va(),
+                        len,
+                        AccessFlags::REMOTE_WRITE,
+                    ) {
                         Ok(g) => (Some(g), len, len),
                         Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
                     }
@@ -314,7 +338,7 @@ impl Qp {
             self.resp.current = None;
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
             if let Some(i) = p.immdt()
-                && let Some((wr_id, _)) = self.recv_front(ctx)
+                && let Some((wr_id, _)) = self.recv_take(ctx)
             {
                 let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, self.qpn);
                 wc.byte_len = len as u32;
@@ -338,7 +362,7 @@ impl Qp {
         let grant = if len == 0 {
             None
         } else {
-            match ctx.mrs.check(reth.rkey(), self.init.pd, reth.va(), len, AccessFlags::REMOTE_READ) {
+            match ctx.mrs.check_remote(reth.rkey(), self.init.pd, self.qpn, reth.va(), len, AccessFlags::REMOTE_READ) {
                 Ok(g) => Some(g),
                 Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
             }
@@ -376,7 +400,7 @@ impl Qp {
         if a.va() % 8 != 0 {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        let g = match ctx.mrs.check(a.rkey(), self.init.pd, a.va(), 8, AccessFlags::REMOTE_ATOMIC) {
+        let g = match ctx.mrs.check_remote(a.rkey(), self.init.pd, self.qpn, a.va(), 8, AccessFlags::REMOTE_ATOMIC) {
             Ok(g) => g,
             Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
         };
@@ -450,7 +474,7 @@ impl Qp {
             ctx.counters.drop_invalid += 1;
             return;
         }
-        let Some((wr_id, room)) = self.recv_front(ctx) else {
+        let Some((wr_id, room)) = self.recv_take(ctx) else {
             ctx.counters.drop_no_qp += 1;
             return;
         };

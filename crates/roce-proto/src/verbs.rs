@@ -249,6 +249,8 @@ c_flags!(
         REMOTE_ATOMIC = 8,
         /// Memory windows may be bound.
         MW_BIND = 16,
+        /// Remote addresses count from the window's start (type 2 windows).
+        ZERO_BASED = 32,
     }
 );
 
@@ -330,7 +332,7 @@ mod tests {
         assert_eq!(WrOpcode::from_raw(9), Some(WrOpcode::SendWithInv));
         assert_eq!(QpState::from_raw(6), Some(QpState::Err));
         assert_eq!(QpAttrMask::DEST_QPN.0, 0x10_0000);
-        assert_eq!(AccessFlags(0x20).unknown_bits(), 0x20);
+        assert_eq!(AccessFlags(0x40).unknown_bits(), 0x40);
         assert!((AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).contains(AccessFlags::REMOTE_READ));
     }
 }

@@ -58,6 +58,19 @@ pub struct SendWr<'a> {
     pub swap: u64,
     /// Destination, for UD QPs.
     pub ud: Option<UdDest>,
+    /// The window to bind, for BIND_MW.
+    pub bind: Option<MwBind>,
+}
+
+/// A BIND_MW request (`ibv_send_wr.bind_mw`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's current R_Key (names the window).
+    pub mw_key: u32,
+    /// The R_Key it takes: same index, new key byte (`ibv_inc_rkey`).
+    pub new_key: u32,
+    /// What it grants.
+    pub info: crate::mr::MwBindInfo,
 }
 
 impl<'a> SendWr<'a> {
@@ -75,6 +88,7 @@ impl<'a> SendWr<'a> {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
         }
     }
 }

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{A, B, Pair, Setup};
-use roce_proto::verbs::{WcStatus, WrOpcode};
-use roce_proto::{AsyncEvent, RecvWr};
+use roce_proto::verbs::{SendFlags, WcStatus, WrOpcode};
+use roce_proto::{AsyncEvent, Payload, RecvWr, SendWr};
 
 #[test]
 fn srq_feeds_receives_and_raises_the_limit_event() {
@@ -37,4 +37,37 @@ fn srq_feeds_receives_and_raises_the_limit_event() {
     // Posting to the QP's own RQ is refused while it uses an SRQ.
     let sge = [p.sge(B, 0, 8)];
     assert!(p.dev[B].post_recv(p.qpn[B], &RecvWr { wr_id: 1, sg_list: &sge }).is_err());
+}
+
+#[test]
+fn interleaved_multi_packet_sends_on_two_qps_take_separate_srq_buffers() {
+    // Two QPs of B share the SRQ. A sends a 3-packet message on each, and
+    // the packets arrive interleaved: each message must land whole in the
+    // buffer its QP took at its FIRST packet (rxe `qp->resp.srq_wqe`).
+    let mut p = Pair::new(Setup { srq_on_b: true, ..Setup::default() });
+    let second = p.add_pair(Setup { srq_on_b: true, ..Setup::default() });
+    let srq = p.srq.unwrap();
+    for i in 0..2u64 {
+        let sge = [p.sge(B, 10_000 * i as usize, 4096)];
+        p.dev[B].post_srq_recv(srq, &RecvWr { wr_id: 100 + i, sg_list: &sge }).unwrap();
+    }
+    let one = p.fill(A, 100_000, 2500, 1);
+    let two = p.fill(A, 200_000, 2500, 2);
+    for (qpn, off, id) in [(p.qpn[A], 100_000, 1), (second[A], 200_000, 2)] {
+        let sge = [p.sge(A, off, 2500)];
+        p.dev[A].post_send(qpn, &SendWr::new(id, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+    }
+    let pkts = p.transmit();
+    assert_eq!(pkts.len(), 6, "3 packets per message at MTU 1024");
+    let (x, y): (Vec<_>, Vec<_>) = pkts.iter().partition(|k| k.packet().bth().dest_qpn() == p.qpn[B]);
+    for k in 0..3 {
+        p.deliver(x[k]);
+        p.deliver(y[k]);
+    }
+    p.run(|_| true);
+    let mut b: Vec<_> = p.completions(B).iter().map(|w| (w.qp_num, w.wr_id, w.status, w.byte_len)).collect();
+    b.sort_by_key(|w| w.0);
+    assert_eq!(b, [(p.qpn[B], 100, WcStatus::Success, 2500), (second[B], 101, WcStatus::Success, 2500)]);
+    assert_eq!(p.mem[B].get(0, 2500), one);
+    assert_eq!(p.mem[B].get(10_000, 2500), two);
 }

@@ -111,7 +111,8 @@ impl Pair {
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::MW_BIND;
         for i in 0..2 {
             pd[i] = dev[i].alloc_pd().unwrap();
             // SAFETY: the devices are declared before `mem` in Pair, so they
@@ -156,12 +157,41 @@ impl Pair {
         };
         p.t0 = p.now;
         for i in 0..2 {
-            p.connect(i, s);
+            p.connect(p.qpn, i, s);
         }
         p
     }
 
-    fn connect(&mut self, i: usize, s: Setup) {
+    /// Creates and connects one more QP on each device, on the same PD, CQ
+    /// and (on B) SRQ; returns their numbers.
+    pub fn add_pair(&mut self, s: Setup) -> [u32; 2] {
+        let mut qpn = [0; 2];
+        for (i, q) in qpn.iter_mut().enumerate() {
+            *q = self.dev[i]
+                .create_qp(QpInitAttr {
+                    qp_type: s.qp_type,
+                    pd: self.pd[i],
+                    send_cq: self.cq[i],
+                    recv_cq: self.cq[i],
+                    srq: if i == B { self.srq } else { None },
+                    cap: QpCap {
+                        max_send_wr: 256,
+                        max_recv_wr: 256,
+                        max_send_sge: 4,
+                        max_recv_sge: 4,
+                        max_inline_data: 256,
+                    },
+                    sq_sig_all: s.sq_sig_all,
+                })
+                .unwrap();
+        }
+        for i in 0..2 {
+            self.connect(qpn, i, s);
+        }
+        qpn
+    }
+
+    fn connect(&mut self, qpn: [u32; 2], i: usize, s: Setup) {
         let j = 1 - i;
         let mut a = QpAttr {
             qp_state: QpState::Init,
@@ -175,10 +205,10 @@ impl Pair {
             QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
             _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
         };
-        self.dev[i].modify_qp(self.qpn[i], &a, init).unwrap();
+        self.dev[i].modify_qp(qpn[i], &a, init).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
-        a.dest_qp_num = self.qpn[j];
+        a.dest_qp_num = qpn[j];
         a.rq_psn = s.sq_psn[j];
         a.max_dest_rd_atomic = 16;
         a.min_rnr_timer = s.min_rnr_timer;
@@ -194,7 +224,7 @@ impl Pair {
             QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
             QpType::Ud => M::STATE,
         };
-        self.dev[i].modify_qp(self.qpn[i], &a, rtr).unwrap();
+        self.dev[i].modify_qp(qpn[i], &a, rtr).unwrap();
         a.qp_state = QpState::Rts;
         a.sq_psn = s.sq_psn[i];
         a.timeout = s.timeout;
@@ -207,7 +237,7 @@ impl Pair {
             }
             _ => M(M::STATE.0 | M::SQ_PSN.0),
         };
-        self.dev[i].modify_qp(self.qpn[i], &a, rts).unwrap();
+        self.dev[i].modify_qp(qpn[i], &a, rts).unwrap();
     }
 
     /// Virtual time since the start.

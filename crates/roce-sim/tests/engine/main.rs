@@ -1,7 +1,11 @@
 //! Randomised simulations of the RC engine: two devices, 1-8 QP pairs, a
 //! random mix of SEND, WRITE (with and without immediate), READ and atomics
-//! of 0 bytes to 1 MiB, under random drop, duplication, reordering and
-//! corruption. A reference model predicts every completion and every byte.
+//! of 0 bytes to 1 MiB, WRITEs and READs through type 2 memory windows that
+//! B binds and A's SEND_WITH_INV later invalidates, under random drop,
+//! duplication, reordering and corruption. Some seeds receive through one
+//! SRQ shared by all of B's QPs, and some aim every FETCH_ADD of all QPs at
+//! one shared cell, whose results must linearise. A reference model predicts
+//! every completion and every byte.
 //!
 //! `SOFTROCE_SIM_SEEDS=N` runs N seeds per test (default 500 x 4 tests);
 //! `SOFTROCE_SIM_SEED=S` replays one seed with a trace of its counters.
@@ -16,7 +20,9 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use roce_proto::mem::OwnedBuffer;
+use roce_proto::mr::{MwBindInfo, MwType};
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use roce_proto::wr::{MwBind, WcFlags};
 use roce_proto::{
     AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc,
 };
@@ -84,6 +90,30 @@ enum Kind {
     Read,
     FetchAdd,
     CmpSwap,
+    /// RDMA WRITE through a type 2 window over exactly its range.
+    WriteMw,
+    /// RDMA READ through a type 2 window.
+    ReadMw,
+    /// SEND_WITH_INV (FENCE'd) invalidating a window an earlier op used.
+    SendInv,
+}
+
+impl Kind {
+    /// Consumes a receive WQE at B.
+    fn consumes_recv(self) -> bool {
+        matches!(self, Kind::Send | Kind::SendImm | Kind::WriteImm | Kind::SendInv)
+    }
+}
+
+/// A type 2 window on B: bound at set-up through its QP, over `[b_off, b_off + len)`.
+#[derive(Debug, Clone)]
+struct Window {
+    qp: usize,
+    b_off: usize,
+    len: u64,
+    key: u32,
+    /// A SEND_WITH_INV of it is planned.
+    invalidated: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +129,10 @@ struct Op {
     swap: u64,
     /// Atomics: the value the model says the responder held.
     expect_orig: u64,
+    /// FETCH_ADD on the cell all QPs share (its result is checked by linearisation).
+    shared: bool,
+    /// The window used (WriteMw, ReadMw) or invalidated (SendInv).
+    mw: Option<usize>,
 }
 
 struct Scenario {
@@ -116,6 +150,12 @@ struct Scenario {
     pending_recvs: Vec<std::collections::VecDeque<(u64, Option<Sge>)>>,
     /// How often the slow receiver posts one more receive per QP.
     recv_interval: Option<Duration>,
+    windows: Vec<Window>,
+    /// All of B's QPs receive through one SRQ whose buffers start here, one
+    /// slot of `srq_slot` bytes per receive.
+    srq: Option<(usize, usize)>,
+    /// Offset in B and start value of the cell shared by all QPs' FETCH_ADDs.
+    shared_cell: Option<(usize, u64)>,
 }
 
 const A: usize = 0;
@@ -151,7 +191,12 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
     let (mut a_end, mut b_end) = (0usize, 0usize);
     let mut ops = Vec::new();
     let mut cells = Vec::new();
-    for _ in 0..nqp {
+    let mut windows: Vec<Window> = Vec::new();
+    let shared_cell = rng.random_bool(0.4).then(|| {
+        b_end += 16;
+        (0, u64::from(rng.random::<u32>()))
+    });
+    for q in 0..nqp {
         let n = rng.random_range(1..=12);
         let cell = b_end;
         b_end += 16;
@@ -159,17 +204,49 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         cells.push((cell, 0));
         let mut qops = Vec::new();
         for _ in 0..n {
-            let kind =
-                [Kind::Send, Kind::SendImm, Kind::Write, Kind::WriteImm, Kind::Read, Kind::FetchAdd, Kind::CmpSwap]
-                    [rng.random_range(0..7)];
+            let mut kind = [
+                Kind::Send,
+                Kind::SendImm,
+                Kind::Write,
+                Kind::WriteImm,
+                Kind::Read,
+                Kind::FetchAdd,
+                Kind::CmpSwap,
+                Kind::WriteMw,
+                Kind::ReadMw,
+                Kind::SendInv,
+            ][rng.random_range(0..10)];
+            // A SEND_WITH_INV needs a live window of this QP to invalidate.
+            let live = windows.iter().rposition(|w| w.qp == q && !w.invalidated);
+            if kind == Kind::SendInv && live.is_none() {
+                kind = Kind::Send;
+            }
             let mut len = size(&mut rng);
             if u64::from(len) > budget {
                 len = rng.random_range(0..=64);
             }
             budget = budget.saturating_sub(u64::from(len));
-            let mut op =
-                Op { kind, len, a_off: a_end, b_off: b_end, imm: rng.random(), operand: 0, swap: 0, expect_orig: 0 };
+            let mut op = Op {
+                kind,
+                len,
+                a_off: a_end,
+                b_off: b_end,
+                imm: rng.random(),
+                operand: 0,
+                swap: 0,
+                expect_orig: 0,
+                shared: false,
+                mw: None,
+            };
             match kind {
+                Kind::FetchAdd if shared_cell.is_some() => {
+                    op.len = 8;
+                    op.shared = true;
+                    op.b_off = 0;
+                    op.a_off = a_end;
+                    a_end += 16;
+                    op.operand = rng.random_range(1..1000);
+                }
                 Kind::FetchAdd | Kind::CmpSwap => {
                     op.len = 8;
                     op.b_off = cell;
@@ -188,6 +265,21 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
                     }
                 }
                 _ => {
+                    if matches!(kind, Kind::WriteMw | Kind::ReadMw) {
+                        op.mw = Some(windows.len());
+                        windows.push(Window {
+                            qp: q,
+                            b_off: b_end,
+                            len: u64::from(len).max(1),
+                            key: 0,
+                            invalidated: false,
+                        });
+                    }
+                    if kind == Kind::SendInv {
+                        let w = live.expect("checked above");
+                        op.mw = Some(w);
+                        windows[w].invalidated = true;
+                    }
                     a_end += len as usize + 8;
                     b_end += len as usize + 8;
                 }
@@ -197,6 +289,15 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         cells.last_mut().unwrap().1 = cur;
         ops.push(qops);
     }
+    // An SRQ when every receive fits a small slot: any message may land in
+    // any slot, so each slot must hold the longest.
+    let recv_lens: Vec<u32> = ops.iter().flatten().filter(|o: &&Op| o.kind.consumes_recv()).map(|o| o.len).collect();
+    let slot = recv_lens.iter().max().map_or(8, |&m| (m as usize).next_multiple_of(8).max(8));
+    let srq = (rng.random_bool(0.3) && slot * recv_lens.len() <= 4 << 20).then(|| {
+        let at = b_end;
+        b_end += slot * recv_lens.len();
+        (at, slot)
+    });
     let mem = [OwnedBuffer::new(a_end + 64), OwnedBuffer::new(b_end + 64)];
     // Align atomic cells and results to 8 bytes in the real address space.
     for (q, qops) in ops.iter_mut().enumerate() {
@@ -205,6 +306,10 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
             op.b_off = align8(mem[B].addr(), op.b_off);
         }
         cells[q].0 = align8(mem[B].addr(), cells[q].0);
+    }
+    let shared_cell = shared_cell.map(|(off, v)| (align8(mem[B].addr(), off), v));
+    for op in ops.iter_mut().flatten().filter(|o| o.shared) {
+        op.b_off = shared_cell.expect("shared ops need the cell").0;
     }
     let mut sc = Scenario {
         sim: Sim::new(seed, faults.clone()).expect("valid faults"),
@@ -219,6 +324,9 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         mtu,
         pending_recvs: Vec::new(),
         recv_interval: None,
+        windows,
+        srq,
+        shared_cell,
     };
     // Initial contents: random sources, atomic cells at their start values.
     let fill = |buf: &mut OwnedBuffer, rng: &mut ChaCha8Rng| {
@@ -230,12 +338,15 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
     fill(ma, &mut rng);
     fill(mb, &mut rng);
     for (q, qops) in sc.ops.iter().enumerate() {
-        let first = qops.iter().find(|o| matches!(o.kind, Kind::FetchAdd | Kind::CmpSwap));
+        let first = qops.iter().find(|o| matches!(o.kind, Kind::FetchAdd | Kind::CmpSwap) && !o.shared);
         if let Some(o) = first {
             sc.mem[B].set(sc.cells[q].0, &o.expect_orig.to_ne_bytes());
         }
     }
-    if rng.random_bool(0.3) {
+    if let Some((off, v)) = sc.shared_cell {
+        sc.mem[B].set(off, &v.to_ne_bytes());
+    }
+    if sc.srq.is_none() && rng.random_bool(0.3) {
         sc.recv_interval = Some(Duration::from_micros(rng.random_range(1..300)));
     }
     sc.setup(seed, &mut rng);
@@ -247,11 +358,21 @@ impl Scenario {
     /// interval for a slow one (whose peers meet RNR NAKs meanwhile).
     fn post_receives(&mut self, all: bool) {
         let key = self.recv_key;
+        let b = &mut self.sim.endpoint_mut(self.ids[B]).d.dev;
+        if let Some((at, slot)) = self.srq {
+            // One slot per receive, wr_id = slot number.
+            let n: usize = self.pending_recvs.iter().map(|p| p.len()).sum();
+            for k in 0..n {
+                let sge = [Sge { addr: self.mem[B].addr() + (at + k * slot) as u64, length: slot as u32, lkey: key }];
+                b.post_srq_recv(SRQ_HANDLE, &RecvWr { wr_id: k as u64, sg_list: &sge }).unwrap();
+            }
+            self.pending_recvs.iter_mut().for_each(|p| p.clear());
+            return;
+        }
         for (q, pending) in self.pending_recvs.iter_mut().enumerate() {
             let n = if all { pending.len() } else { pending.len().min(1) };
             for (wr_id, sge) in pending.drain(..n) {
                 let sges: Vec<Sge> = sge.into_iter().map(|g| Sge { lkey: key, ..g }).collect();
-                let b = &mut self.sim.endpoint_mut(self.ids[B]).d.dev;
                 b.post_recv(self.qpn[q][B], &RecvWr { wr_id, sg_list: &sges }).unwrap();
             }
         }
@@ -274,19 +395,25 @@ impl Scenario {
             let access = AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC;
+                | AccessFlags::REMOTE_ATOMIC
+                | AccessFlags::MW_BIND;
             // SAFETY: `mem` outlives the simulation's devices (both live in
             // this Scenario and the sim is dropped first, field order).
             let region = unsafe { self.mem[side].region() };
             key[side] = dev.reg_mr(pd[side], self.mem[side].addr(), region, access).unwrap();
-            self.cq[side] = dev.create_cq(2 * total_wrs as u32 + 8).unwrap();
+            self.cq[side] = dev.create_cq(2 * (total_wrs + self.windows.len()) as u32 + 8).unwrap();
+            if side == B && self.srq.is_some() {
+                let srq = dev.create_srq(pd[side], total_wrs as u32 + 1, 1).unwrap();
+                assert_eq!(srq, SRQ_HANDLE);
+            }
             let on = std::env::var_os("SOFTROCE_SIM_TRACE").is_some();
             let t0 = self.sim.now();
             let traced = Traced { d: SimDevice::new(dev, addr[side]), name: ["A", "B"][side], t0, on };
             let id = self.sim.add_endpoint(addr[side], traced);
             self.ids.push(id);
         }
-        for qops in &self.ops {
+        for (q, qops) in self.ops.iter().enumerate() {
+            let nwin = self.windows.iter().filter(|w| w.qp == q).count() as u32;
             let mut pair = [0u32; 2];
             for side in [A, B] {
                 let d = &mut self.sim.endpoint_mut(self.ids[side]).d.dev;
@@ -296,9 +423,9 @@ impl Scenario {
                         pd: pd[side],
                         send_cq: self.cq[side],
                         recv_cq: self.cq[side],
-                        srq: None,
+                        srq: if side == B && self.srq.is_some() { Some(SRQ_HANDLE) } else { None },
                         cap: QpCap {
-                            max_send_wr: qops.len() as u32 + 1,
+                            max_send_wr: qops.len() as u32 + nwin + 1,
                             max_recv_wr: qops.len() as u32 + 1,
                             max_send_sge: 2,
                             max_recv_sge: 2,
@@ -345,12 +472,13 @@ impl Scenario {
             }
             self.qpn.push(pair);
         }
+        self.bind_windows(pd[B], key[B]);
         // Receives on B, sends on A, in order.
         for (q, qops) in self.ops.iter().enumerate() {
             for (i, op) in qops.iter().enumerate() {
                 let wr_id = ((q as u64) << 32) | i as u64;
                 let recv = match op.kind {
-                    Kind::Send | Kind::SendImm => {
+                    Kind::Send | Kind::SendImm | Kind::SendInv => {
                         Some(Some(Sge { addr: self.mem[B].addr() + op.b_off as u64, length: op.len, lkey: key[B] }))
                     }
                     Kind::WriteImm => Some(None),
@@ -371,10 +499,24 @@ impl Scenario {
                     Kind::Read => WrOpcode::RdmaRead,
                     Kind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
                     Kind::CmpSwap => WrOpcode::AtomicCmpAndSwp,
+                    Kind::WriteMw => WrOpcode::RdmaWrite,
+                    Kind::ReadMw => WrOpcode::RdmaRead,
+                    Kind::SendInv => WrOpcode::SendWithInv,
                 };
-                let mut wr = SendWr::new(wr_id, opcode, SendFlags::SIGNALED, Payload::Sges(&sge));
+                // A SEND_WITH_INV is fenced behind earlier READs, as
+                // applications do: a READ retried after the invalidation
+                // would find its key gone.
+                let flags =
+                    if op.kind == Kind::SendInv { SendFlags::SIGNALED | SendFlags::FENCE } else { SendFlags::SIGNALED };
+                let mut wr = SendWr::new(wr_id, opcode, flags, Payload::Sges(&sge));
                 wr.remote_addr = self.mem[B].addr() + op.b_off as u64;
-                wr.rkey = key[B];
+                wr.rkey = match op.kind {
+                    Kind::WriteMw | Kind::ReadMw => self.windows[op.mw.expect("window op")].key,
+                    _ => key[B],
+                };
+                if op.kind == Kind::SendInv {
+                    wr.invalidate_rkey = self.windows[op.mw.expect("window op")].key;
+                }
                 wr.imm_data = op.imm;
                 wr.compare_add = op.operand;
                 wr.swap = op.swap;
@@ -385,6 +527,41 @@ impl Scenario {
         self.recv_key = key[B];
         if self.recv_interval.is_none() {
             self.post_receives(true);
+        }
+    }
+}
+
+/// The SRQ handle on B (the first created).
+const SRQ_HANDLE: u32 = 0;
+
+impl Scenario {
+    /// B binds every window through its QP before A sends anything: the
+    /// BIND_MW WRs run when B's requester is polled, and complete at once.
+    fn bind_windows(&mut self, pd: u32, mr_key: u32) {
+        let ep = self.sim.endpoint_mut(self.ids[B]);
+        let now = ep.t0;
+        let b = &mut ep.d.dev;
+        for (i, w) in self.windows.iter_mut().enumerate() {
+            let mw = b.alloc_mw(pd, MwType::Type2).unwrap();
+            let new_key = (mw & !0xff) | (mw.wrapping_add(1 + i as u32) & 0xff);
+            let info = MwBindInfo {
+                mr_key,
+                addr: self.mem[B].addr() + w.b_off as u64,
+                length: w.len,
+                access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            };
+            let mut wr = SendWr::new(u64::MAX - i as u64, WrOpcode::BindMw, SendFlags::SIGNALED, Payload::Sges(&[]));
+            wr.bind = Some(MwBind { mw_key: mw, new_key, info });
+            b.post_send(self.qpn[w.qp][B], &wr).unwrap();
+            w.key = new_key;
+        }
+        let mut buf = vec![0u8; 9000];
+        assert!(b.poll_transmit(now, &mut buf).is_none(), "binding sends nothing");
+        let mut wcs = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); self.windows.len() + 1];
+        let n = b.poll_cq(self.cq[B], &mut wcs).unwrap();
+        assert_eq!(n, self.windows.len());
+        for w in &wcs[..n] {
+            assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BindMw), "{w:?}");
         }
     }
 }
@@ -401,10 +578,17 @@ struct Report {
     exhausted: u64,
     /// RNR NAKs the slow receivers sent.
     rnr_naks: u64,
+    /// Windows bound, and invalidated by SEND_WITH_INV.
+    windows: u64,
+    invalidated: u64,
+    /// Seeds that received through an SRQ.
+    srq_seeds: u64,
+    /// FETCH_ADDs on a shared cell checked for linearisability.
+    shared_atomics: u64,
 }
 
 fn expected_recvs(ops: &[Op]) -> usize {
-    ops.iter().filter(|o| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm)).count()
+    ops.iter().filter(|o| o.kind.consumes_recv()).count()
 }
 
 /// `Sim::run_until`, with a slow receiver posting one receive per QP every
@@ -444,6 +628,11 @@ fn run_seed(seed: u64) -> Result<Report, String> {
     let mut sc = build(seed, max_drop_of(seed));
     let want_a: usize = sc.ops.iter().map(Vec::len).sum();
     let want_b: usize = sc.ops.iter().map(|q| expected_recvs(q)).sum();
+    // With an SRQ a failed QP's receives are not flushed (they belong to the
+    // SRQ): wait for the receive of every send that succeeded instead (its
+    // ACK follows the receive completion).
+    let srq = sc.srq.is_some();
+    let kinds: Vec<Vec<Kind>> = sc.ops.iter().map(|q| q.iter().map(|o| o.kind).collect()).collect();
     let mut got: [Vec<Wc>; 2] = [Vec::new(), Vec::new()];
     let cq = sc.cq;
     let ids = [sc.ids[A], sc.ids[B]];
@@ -474,6 +663,17 @@ fn run_seed(seed: u64) -> Result<Report, String> {
                 got[side].extend_from_slice(&buf[..n]);
             }
         }
+        let want_b = if srq {
+            got[A]
+                .iter()
+                .filter(|w| {
+                    w.status == WcStatus::Success
+                        && kinds[(w.wr_id >> 32) as usize][w.wr_id as u32 as usize].consumes_recv()
+                })
+                .count()
+        } else {
+            want_b
+        };
         got[A].len() >= want_a && got[B].len() >= want_b
     });
     let replay = format!("replay: SOFTROCE_SIM_SEED={seed} cargo test -p roce-sim --test engine replay -- --nocapture");
@@ -522,7 +722,9 @@ fn run_seed(seed: u64) -> Result<Report, String> {
             return Err(format!("seed {seed}: {n} extra completions on side {side}: {:?}; {replay}", &buf[..n]));
         }
     }
-    let exhausted = check(&sc, &got, heavy).map_err(|e| format!("seed {seed}: {e}; {replay}"))?;
+    let (exhausted, invalidated, shared_atomics) =
+        check(&sc, &got, heavy).map_err(|e| format!("seed {seed}: {e}; {replay}"))?;
+
     let stats = sc.sim.stats();
     let a = sc.sim.endpoint(ids[A]).d.dev.counters();
     if a.retry_exceeded_err != exhausted {
@@ -532,6 +734,10 @@ fn run_seed(seed: u64) -> Result<Report, String> {
         ));
     }
     Ok(Report {
+        windows: sc.windows.len() as u64,
+        invalidated,
+        srq_seeds: u64::from(srq),
+        shared_atomics,
         wrs: want_a as u64,
         completions: (want_a + want_b) as u64,
         bytes: sc.ops.iter().flatten().map(|o| u64::from(o.len)).sum(),
@@ -546,8 +752,16 @@ fn run_seed(seed: u64) -> Result<Report, String> {
 /// up with RETRY_EXC_ERR only on heavy-loss seeds (IBTA: `retry_cnt` rounds
 /// without progress); then everything after it on that QP is flushed, its
 /// peer's remaining receives too, and all that completed before is checked.
-/// Returns how many QPs gave up.
-fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> {
+/// Returns how many QPs gave up, how many windows SEND_WITH_INV invalidated
+/// and how many shared-cell FETCH_ADDs were checked.
+fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<(u64, u64, u64), String> {
+    let b_dev = &sc.sim.endpoint(sc.ids[B]).d.dev;
+    let mut invalidated = 0;
+    // (QP, orig, operand) of every shared-cell FETCH_ADD that succeeded, in
+    // each QP's posting order; and whether any such QP gave up.
+    let mut shared: Vec<(usize, u64, u64)> = Vec::new();
+    let mut shared_unknown = false;
+    let mut srq_slots = std::collections::HashSet::new();
     let mut per_qp: HashMap<(usize, u32), Vec<Wc>> = HashMap::new();
     for side in [A, B] {
         for w in &got[side] {
@@ -565,9 +779,11 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> 
             let want_op = match op.kind {
                 Kind::Send | Kind::SendImm => WcOpcode::Send,
                 Kind::Write | Kind::WriteImm => WcOpcode::RdmaWrite,
-                Kind::Read => WcOpcode::RdmaRead,
+                Kind::Read | Kind::ReadMw => WcOpcode::RdmaRead,
                 Kind::FetchAdd => WcOpcode::FetchAdd,
                 Kind::CmpSwap => WcOpcode::CompSwap,
+                Kind::WriteMw => WcOpcode::RdmaWrite,
+                Kind::SendInv => WcOpcode::Send,
             };
             if w.wr_id != ((q as u64) << 32 | i as u64) {
                 return Err(format!("QP {q} WR {i}: completion out of order: {w:?}"));
@@ -577,22 +793,28 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> 
                 (None, WcStatus::RetryExcErr) if heavy => {
                     failed_at = Some(i);
                     exhausted += 1;
+                    shared_unknown |= qops.iter().any(|o| o.shared);
                     continue;
                 }
                 (Some(_), WcStatus::WrFlushErr) => continue,
                 _ => return Err(format!("QP {q} WR {i} ({op:?}): completion {w:?}")),
             }
             match op.kind {
-                Kind::Read => {
+                Kind::Read | Kind::ReadMw => {
                     let local = sc.mem[A].get(op.a_off, op.len as usize);
                     if local != sc.mem[B].get(op.b_off, op.len as usize) {
                         return Err(format!("QP {q} WR {i}: READ data differs"));
                     }
                 }
-                Kind::Write | Kind::WriteImm | Kind::Send | Kind::SendImm => {
+                Kind::Send | Kind::SendImm | Kind::SendInv if sc.srq.is_some() => {} // checked per receive slot
+                Kind::Write | Kind::WriteImm | Kind::Send | Kind::SendImm | Kind::WriteMw | Kind::SendInv => {
                     if sc.mem[A].get(op.a_off, op.len as usize) != sc.mem[B].get(op.b_off, op.len as usize) {
                         return Err(format!("QP {q} WR {i}: {op:?} data differs at the responder"));
                     }
+                }
+                Kind::FetchAdd if op.shared => {
+                    let r = u64::from_ne_bytes(sc.mem[A].get(op.a_off, 8).try_into().unwrap());
+                    shared.push((q, r, op.operand));
                 }
                 Kind::FetchAdd | Kind::CmpSwap => {
                     let r = u64::from_ne_bytes(sc.mem[A].get(op.a_off, 8).try_into().unwrap());
@@ -603,9 +825,11 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> 
             }
         }
         let recvs = per_qp.remove(&(B, sc.qpn[q][B])).unwrap_or_default();
-        let want: Vec<&Op> =
-            qops.iter().filter(|o| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm)).collect();
-        if recvs.len() != want.len() {
+        let want: Vec<&Op> = qops.iter().filter(|o| o.kind.consumes_recv()).collect();
+        // An SRQ's receives are not flushed when a QP fails: fewer may come.
+        let count_ok =
+            recvs.len() == want.len() || (sc.srq.is_some() && failed_at.is_some() && recvs.len() < want.len());
+        if !count_ok {
             return Err(format!("QP {q}: {} receive completions, model {}", recvs.len(), want.len()));
         }
         let mut flushed = false;
@@ -614,17 +838,51 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> 
                 flushed = true;
                 continue;
             }
-            let imm = matches!(op.kind, Kind::SendImm | Kind::WriteImm);
+            let (flags, imm) = match op.kind {
+                Kind::SendImm | Kind::WriteImm => (WcFlags::WITH_IMM, op.imm),
+                Kind::SendInv => (WcFlags::WITH_INV, sc.windows[op.mw.expect("window op")].key),
+                _ => (WcFlags::default(), 0),
+            };
             let opc = if op.kind == Kind::WriteImm { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
-            let bad = w.status != WcStatus::Success || w.byte_len != op.len || w.opcode != opc;
-            if flushed || bad || (imm && w.imm_data != op.imm) {
+            let bad = w.status != WcStatus::Success || w.byte_len != op.len || w.opcode != opc || w.wc_flags != flags;
+            if flushed || bad || (flags != WcFlags::default() && w.imm_data != imm) {
                 return Err(format!("QP {q}: receive {w:?} for {op:?}"));
             }
-            if sc.mem[A].get(op.a_off, op.len as usize) != sc.mem[B].get(op.b_off, op.len as usize) {
-                return Err(format!("QP {q}: received {op:?} differs from what was sent"));
+            let landed = match sc.srq {
+                Some((at, slot)) => {
+                    if !srq_slots.insert(w.wr_id) {
+                        return Err(format!("QP {q}: SRQ receive {} completed twice", w.wr_id));
+                    }
+                    if op.kind == Kind::WriteImm {
+                        continue;
+                    }
+                    sc.mem[B].get(at + w.wr_id as usize * slot, op.len as usize)
+                }
+                None => sc.mem[B].get(op.b_off, op.len as usize),
+            };
+            let sent = sc.mem[A].get(op.a_off, op.len as usize);
+            if sent != landed {
+                let at = sent.iter().zip(&landed).position(|(x, y)| x != y).unwrap_or(0);
+                return Err(format!("QP {q}: received {op:?} differs from what was sent at byte {at} ({w:?})"));
             }
         }
-        let has_atomics = sc.ops[q].iter().any(|o| matches!(o.kind, Kind::FetchAdd | Kind::CmpSwap));
+        // Windows: one whose SEND_WITH_INV succeeded is free; one never
+        // targeted is still bound.
+        for (i, op) in qops.iter().enumerate() {
+            let Some(m) = op.mw else { continue };
+            let win = &sc.windows[m];
+            let mw = b_dev.mr_table().mw(win.key).ok_or(format!("QP {q}: window {m} lost its key"))?;
+            let done = sends.get(i).is_some_and(|w| w.status == WcStatus::Success);
+            if op.kind == Kind::SendInv && done {
+                invalidated += 1;
+                if mw.bound.is_some() {
+                    return Err(format!("QP {q}: window {m} still bound after its SEND_WITH_INV"));
+                }
+            } else if !win.invalidated && mw.bound.is_none() {
+                return Err(format!("QP {q}: window {m} unbound, but nothing invalidated it"));
+            }
+        }
+        let has_atomics = sc.ops[q].iter().any(|o| matches!(o.kind, Kind::FetchAdd | Kind::CmpSwap) && !o.shared);
         if !has_atomics || failed_at.is_some() {
             continue;
         }
@@ -637,7 +895,42 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<u64, String> 
     if !per_qp.is_empty() {
         return Err(format!("completions for unknown QPs: {:?}", per_qp.keys()));
     }
-    Ok(exhausted)
+    let checked = check_shared_cell(sc, &mut shared, shared_unknown)?;
+    Ok((exhausted, invalidated, checked))
+}
+
+/// FETCH_ADDs from many QPs on one cell linearise: ordered by the values
+/// they returned, each returned the sum of the start value and the adds
+/// before it, each QP's adds keep their posting order, and the cell ends at
+/// the total. When a QP gave up, some of its adds may have run unseen: then
+/// only distinctness is checked.
+fn check_shared_cell(sc: &Scenario, shared: &mut [(usize, u64, u64)], unknown: bool) -> Result<u64, String> {
+    let Some((cell, start)) = sc.shared_cell else { return Ok(0) };
+    let mut per_qp_last: HashMap<usize, u64> = HashMap::new();
+    for &(q, orig, _) in shared.iter() {
+        if per_qp_last.insert(q, orig).is_some_and(|prev| prev >= orig) {
+            return Err(format!("shared cell: QP {q}'s adds returned {orig:#x} after a later value"));
+        }
+    }
+    shared.sort_by_key(|&(_, orig, _)| orig);
+    if shared.windows(2).any(|w| w[0].1 == w[1].1) {
+        return Err("shared cell: two adds returned the same value".into());
+    }
+    if unknown {
+        return Ok(0);
+    }
+    let mut v = start;
+    for &(q, orig, add) in shared.iter() {
+        if orig != v {
+            return Err(format!("shared cell: QP {q}'s add returned {orig:#x}, linear order says {v:#x}"));
+        }
+        v += add;
+    }
+    let end = u64::from_ne_bytes(sc.mem[B].get(cell, 8).try_into().unwrap());
+    if end != v {
+        return Err(format!("shared cell ends at {end:#x}, the adds sum to {v:#x}"));
+    }
+    Ok(shared.len() as u64)
 }
 
 /// Seeds below this drop rate must complete every WR: 8 straight rounds
@@ -668,13 +961,18 @@ fn run_range(first: u64) {
                 total.retries += r.retries;
                 total.exhausted += r.exhausted;
                 total.rnr_naks += r.rnr_naks;
+                total.windows += r.windows;
+                total.invalidated += r.invalidated;
+                total.srq_seeds += r.srq_seeds;
+                total.shared_atomics += r.shared_atomics;
             }
             Err(e) => failures.push(e),
         }
     }
     println!(
         "seeds {first}..{} (drop up to {:.0}%): {} WRs, {} completions checked, {} bytes, {} faults injected, \
-         {} retransmission rounds, {} RNR NAKs, {} QPs gave up after retry_cnt rounds without progress",
+         {} retransmission rounds, {} RNR NAKs, {} QPs gave up after retry_cnt rounds without progress; \
+         {} windows bound, {} invalidated by SEND_WITH_INV; {} seeds on an SRQ; {} shared-cell FETCH_ADDs linearised",
         first + n,
         max_drop_of(first) * 100.0,
         total.wrs,
@@ -683,7 +981,11 @@ fn run_range(first: u64) {
         total.faults,
         total.retries,
         total.rnr_naks,
-        total.exhausted
+        total.exhausted,
+        total.windows,
+        total.invalidated,
+        total.srq_seeds,
+        total.shared_atomics
     );
     assert!(failures.is_empty(), "{} of {n} seeds failed:\n{}", failures.len(), failures.join("\n"));
 }
@@ -713,7 +1015,15 @@ fn seeds_block_3() {
 fn replay() {
     let Some(seed) = std::env::var("SOFTROCE_SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     let sc = build(seed, max_drop_of(seed));
-    println!("seed {seed}: {} QPs, MTU {:?}, faults {:?}", sc.ops.len(), sc.mtu, sc.faults);
+    println!(
+        "seed {seed}: {} QPs, MTU {:?}, SRQ {:?}, shared cell {:?}, {} windows, faults {:?}",
+        sc.ops.len(),
+        sc.mtu,
+        sc.srq,
+        sc.shared_cell,
+        sc.windows.len(),
+        sc.faults
+    );
     for (q, ops) in sc.ops.iter().enumerate() {
         println!("  QP {q}: {:?}", ops.iter().map(|o| (o.kind, o.len)).collect::<Vec<_>>());
     }
