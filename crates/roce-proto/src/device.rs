@@ -20,6 +20,7 @@ use crate::attr::{AhAttr, QpAttr, QpInitAttr};
 use crate::counters::Counters;
 use crate::cq::{Arm, Cq};
 use crate::ctx::{AsyncEvent, Ctx};
+use crate::devattr::{DeviceAttr, PortAttr};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
 use crate::qp::Qp;
@@ -61,6 +62,8 @@ pub struct Limits {
     pub max_inline_data: u32,
     /// Largest message.
     pub max_msg_sz: u64,
+    /// Memory windows.
+    pub max_mw: u32,
 }
 
 impl Default for Limits {
@@ -81,6 +84,7 @@ impl Default for Limits {
             max_ah: 32_767,
             max_inline_data: 512,
             max_msg_sz: 1 << 31,
+            max_mw: 524_287,
         }
     }
 }
@@ -182,7 +186,7 @@ impl Device {
     /// A device with no objects.
     pub fn new(cfg: DeviceConfig) -> Device {
         Device {
-            mrs: MrTable::new(cfg.limits.max_mr, cfg.seed),
+            mrs: MrTable::new(cfg.limits.max_mr, cfg.limits.max_mw, cfg.seed),
             cfg,
             pds: Vec::new(),
             cqs: Vec::new(),
@@ -203,6 +207,21 @@ impl Device {
     /// The configuration.
     pub fn config(&self) -> &DeviceConfig {
         &self.cfg
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        DeviceAttr::new(&self.cfg.limits, &self.cfg.gids)
+    }
+
+    /// `ibv_query_port` of port 1, the only one.
+    pub fn query_port(&self) -> PortAttr {
+        PortAttr::new(&self.cfg.limits, self.cfg.active_mtu)
+    }
+
+    /// `ibv_query_gid` of port 1: the GID at `index`, if the table has one.
+    pub fn query_gid(&self, index: usize) -> Option<[u8; 16]> {
+        self.cfg.gids.get(index).map(|a| crate::devattr::gid_of(*a))
     }
 
     /// The memory regions and windows.

@@ -9,6 +9,7 @@ pub mod completer;
 pub mod counters;
 pub mod cq;
 pub mod ctx;
+pub mod devattr;
 pub mod device;
 pub mod mem;
 pub mod mr;

@@ -206,17 +206,18 @@ pub struct MrTable {
 }
 
 impl MrTable {
-    /// An empty table of at most `max` regions and `max` windows; `seed`
-    /// drives the key bytes.
-    pub fn new(max: u32, seed: u64) -> MrTable {
+    /// An empty table of at most `max` regions and `max_mw` windows;
+    /// `seed` drives the key bytes.
+    pub fn new(max: u32, max_mw: u32, seed: u64) -> MrTable {
         let max = max.min(MW_FIRST_INDEX - 1);
+        let max_mw = max_mw.min((1 << 24) - MW_FIRST_INDEX);
         MrTable {
             slots: Vec::new(),
             free: Vec::new(),
             max,
             mws: Vec::new(),
             mw_free: Vec::new(),
-            max_mw: max,
+            max_mw,
             rng: seed | 1,
         }
     }
@@ -480,7 +481,7 @@ mod tests {
     #[test]
     fn keys_and_checks() {
         let mut buf = vec![0u8; 4096];
-        let mut t = MrTable::new(16, 42);
+        let mut t = MrTable::new(16, 16, 42);
         let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let key = t.register(1, 0x1000, region(&mut buf), rw).unwrap();
         assert_eq!(key >> 8, 1);
@@ -500,7 +501,7 @@ mod tests {
     #[test]
     fn reregistration_changes_the_key() {
         let mut buf = vec![0u8; 64];
-        let mut t = MrTable::new(1, 7);
+        let mut t = MrTable::new(1, 1, 7);
         let mut seen = std::collections::HashSet::new();
         let mut last = None;
         for _ in 0..300 {
@@ -521,7 +522,7 @@ mod tests {
     #[test]
     fn remote_write_needs_local_write() {
         let mut buf = vec![0u8; 8];
-        let mut t = MrTable::new(4, 1);
+        let mut t = MrTable::new(4, 4, 1);
         assert_eq!(t.register(1, 0, region(&mut buf), AccessFlags::REMOTE_WRITE), Err(MrError::InvalidAccess(2)));
         assert_eq!(t.register(1, 0, region(&mut buf), AccessFlags::REMOTE_ATOMIC), Err(MrError::InvalidAccess(8)));
         assert_eq!(t.register(1, 0, region(&mut buf), AccessFlags(0x1000)), Err(MrError::InvalidAccess(0x1000)));

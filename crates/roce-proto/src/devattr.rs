@@ -1,0 +1,270 @@
+//! What a device and its one port advertise (`ibv_query_device`,
+//! `ibv_query_port`, `ibv_query_gid`), with the values Linux rxe shows in
+//! `ibv_devinfo -v` except where softroce's limits differ (see [`Limits`]).
+
+use std::net::IpAddr;
+
+use crate::attr::Mtu;
+use crate::device::Limits;
+
+/// `enum ibv_device_cap_flags` bits rxe sets (`device_cap_flags` 0x01223c76).
+pub mod cap {
+    /// Bad P_Key counter.
+    pub const BAD_PKEY_CNTR: u32 = 1 << 1;
+    /// Bad Q_Key counter.
+    pub const BAD_QKEY_CNTR: u32 = 1 << 2;
+    /// Automatic path migration.
+    pub const AUTO_PATH_MIG: u32 = 1 << 4;
+    /// Port may change on SQD -> RTS.
+    pub const CHANGE_PHY_PORT: u32 = 1 << 5;
+    /// UD address vectors are checked against the port.
+    pub const UD_AV_PORT_ENFORCE: u32 = 1 << 6;
+    /// The port-active async event is generated.
+    pub const PORT_ACTIVE_EVENT: u32 = 1 << 10;
+    /// `sys_image_guid` is meaningful.
+    pub const SYS_IMAGE_GUID: u32 = 1 << 11;
+    /// RC responders send RNR NAKs.
+    pub const RC_RNR_NAK_GEN: u32 = 1 << 12;
+    /// SRQs can be resized.
+    pub const SRQ_RESIZE: u32 = 1 << 13;
+    /// Memory windows.
+    pub const MEM_WINDOW: u32 = 1 << 17;
+    /// Memory management extensions (LOCAL_INV, SEND_WITH_INV).
+    pub const MEM_MGT_EXTENSIONS: u32 = 1 << 21;
+    /// Type 2B memory windows.
+    pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+    /// Everything rxe advertises.
+    pub const RXE: u32 = BAD_PKEY_CNTR
+        | BAD_QKEY_CNTR
+        | AUTO_PATH_MIG
+        | CHANGE_PHY_PORT
+        | UD_AV_PORT_ENFORCE
+        | PORT_ACTIVE_EVENT
+        | SYS_IMAGE_GUID
+        | RC_RNR_NAK_GEN
+        | SRQ_RESIZE
+        | MEM_WINDOW
+        | MEM_MGT_EXTENSIONS
+        | MEM_WINDOW_TYPE_2B;
+}
+
+/// `struct ibv_device_attr` (the fields rxe fills; the rest are 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version text (`0.0.0`, as rxe).
+    pub fw_ver: &'static str,
+    /// Node GUID (EUI-64, network byte order as a number).
+    pub node_guid: u64,
+    /// System image GUID (the node GUID).
+    pub sys_image_guid: u64,
+    /// Largest region.
+    pub max_mr_size: u64,
+    /// Page sizes supported.
+    pub page_size_cap: u64,
+    /// Vendor (rxe: 0xffffff).
+    pub vendor_id: u32,
+    /// Vendor part.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// QPs.
+    pub max_qp: u32,
+    /// WRs per queue.
+    pub max_qp_wr: u32,
+    /// `enum ibv_device_cap_flags`.
+    pub device_cap_flags: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// SGEs per READ.
+    pub max_sge_rd: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// Regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding READ/atomics a QP answers.
+    pub max_qp_rd_atom: u32,
+    /// Responder resources in all.
+    pub max_res_rd_atom: u32,
+    /// Outstanding READ/atomics a QP issues.
+    pub max_qp_init_rd_atom: u32,
+    /// `enum ibv_atomic_cap` (1: atomic within the HCA).
+    pub atomic_cap: u32,
+    /// Memory windows.
+    pub max_mw: u32,
+    /// Multicast groups.
+    pub max_mcast_grp: u32,
+    /// QPs per multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments in all.
+    pub max_total_mcast_qp_attach: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// SRQs.
+    pub max_srq: u32,
+    /// WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WR.
+    pub max_srq_sge: u32,
+    /// P_Keys.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay.
+    pub local_ca_ack_delay: u8,
+    /// Ports.
+    pub phys_port_cnt: u8,
+}
+
+/// `struct ibv_port_attr` for the one port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `enum ibv_port_state` (4: ACTIVE).
+    pub state: u32,
+    /// Largest MTU.
+    pub max_mtu: Mtu,
+    /// MTU of the link.
+    pub active_mtu: Mtu,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+    /// `port_cap_flags` (rxe: 0x00010000, CM supported).
+    pub port_cap_flags: u32,
+    /// Largest message.
+    pub max_msg_sz: u32,
+    /// P_Key table length.
+    pub pkey_tbl_len: u16,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// SM LID (0 on RoCE).
+    pub sm_lid: u16,
+    /// Virtual lanes.
+    pub max_vl_num: u8,
+    /// Width (1: 1X).
+    pub active_width: u8,
+    /// Speed (1: 2.5 Gbps).
+    pub active_speed: u8,
+    /// Physical state (5: LINK_UP).
+    pub phys_state: u8,
+    /// Link layer (`IBV_LINK_LAYER_ETHERNET` = 2).
+    pub link_layer: u8,
+}
+
+/// The GID table length rxe reports.
+pub const GID_TABLE_LEN: u32 = 1024;
+
+/// The RoCEv2 GID of an address: IPv6 as is, IPv4 mapped (`::ffff:a.b.c.d`).
+pub fn gid_of(addr: IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    }
+}
+
+/// A node GUID for a device whose GID table is `gids`: the EUI-64 of a
+/// locally administered MAC 02:00:a:b:c:d built from the first IPv4
+/// address (or the last 4 bytes of the first GID), so each address gets
+/// its own stable GUID as each NIC does.
+pub fn node_guid(gids: &[IpAddr]) -> u64 {
+    let tail = gids
+        .iter()
+        .find_map(|a| match a {
+            IpAddr::V4(v) => Some(v.octets()),
+            IpAddr::V6(_) => None,
+        })
+        .or_else(|| gids.first().map(|a| gid_of(*a)[12..].try_into().expect("4 bytes")))
+        .unwrap_or([0; 4]);
+    // EUI-64 from MAC m: m0^0x02 m1 m2 ff fe m3 m4 m5, with m = 02:00:t0:t1:t2:t3.
+    u64::from_be_bytes([0x00, 0x00, tail[0], 0xff, 0xfe, tail[1], tail[2], tail[3]])
+}
+
+impl DeviceAttr {
+    /// The attributes of a device with `limits` whose GID table is `gids`.
+    pub fn new(limits: &Limits, gids: &[IpAddr]) -> DeviceAttr {
+        let guid = node_guid(gids);
+        DeviceAttr {
+            fw_ver: "0.0.0",
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: 0xffff_f000,
+            vendor_id: 0xff_ffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: limits.max_qp,
+            max_qp_wr: limits.max_qp_wr,
+            device_cap_flags: cap::RXE,
+            max_sge: limits.max_sge,
+            max_sge_rd: limits.max_sge,
+            max_cq: limits.max_cq,
+            max_cqe: limits.max_cqe,
+            max_mr: limits.max_mr,
+            max_pd: limits.max_pd,
+            max_qp_rd_atom: u32::from(limits.max_qp_rd_atom),
+            max_res_rd_atom: 258_048,
+            max_qp_init_rd_atom: u32::from(limits.max_qp_rd_atom),
+            atomic_cap: 1,
+            max_mw: limits.max_mw,
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 458_752,
+            max_ah: limits.max_ah,
+            max_srq: limits.max_srq,
+            max_srq_wr: limits.max_srq_wr,
+            max_srq_sge: limits.max_srq_sge,
+            max_pkeys: 64,
+            local_ca_ack_delay: 15,
+            phys_port_cnt: 1,
+        }
+    }
+}
+
+impl PortAttr {
+    /// The port of a device with `limits` whose link carries `active_mtu`.
+    pub fn new(limits: &Limits, active_mtu: Mtu) -> PortAttr {
+        PortAttr {
+            state: 4,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu,
+            gid_tbl_len: GID_TABLE_LEN,
+            port_cap_flags: 0x0001_0000,
+            max_msg_sz: u32::try_from(limits.max_msg_sz).unwrap_or(u32::MAX),
+            pkey_tbl_len: 1,
+            lid: 0,
+            sm_lid: 0,
+            max_vl_num: 1,
+            active_width: 1,
+            active_speed: 1,
+            phys_state: 5,
+            link_layer: 2,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn rxe_values() {
+        let gids = [IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2))];
+        let d = DeviceAttr::new(&Limits::default(), &gids);
+        // rxe-devinfo: device_cap_flags 0x01223c76 and the limits it lists.
+        assert_eq!(d.device_cap_flags, 0x0122_3c76);
+        assert_eq!((d.max_qp, d.max_qp_wr, d.max_sge, d.max_cqe), (1_048_560, 1_048_576, 32, 32_767));
+        assert_eq!((d.max_mr, d.max_mw, d.max_srq, d.max_srq_sge, d.max_ah), (524_287, 524_287, 917_503, 27, 32_767));
+        assert_eq!((d.max_qp_rd_atom, d.max_qp_init_rd_atom, d.atomic_cap), (128, 128, 1));
+        let p = PortAttr::new(&Limits::default(), Mtu::Mtu1024);
+        assert_eq!((p.state, p.max_mtu, p.active_mtu, p.gid_tbl_len), (4, Mtu::Mtu4096, Mtu::Mtu1024, 1024));
+        assert_eq!((p.port_cap_flags, p.link_layer, p.phys_state), (0x0001_0000, 2, 5));
+        // GIDs as rxe lists them.
+        assert_eq!(gid_of(gids[0]), "::ffff:10.77.0.2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        // One GUID per address, stable.
+        assert_eq!(d.node_guid, 0x0000_0aff_fe4d_0002);
+        assert_ne!(
+            node_guid(&[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))]),
+            node_guid(&[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+        );
+    }
+}
