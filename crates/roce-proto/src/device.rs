@@ -102,6 +102,11 @@ pub struct DeviceConfig {
     pub active_mtu: crate::attr::Mtu,
     /// Limits.
     pub limits: Limits,
+    /// The UDP source port of every packet. A UDP socket sends from the one
+    /// port it is bound to, and the ICRC covers it, so a socket driver sets
+    /// this to that port. `None`: each QP uses rxe's port derived from the
+    /// QPN pair (ECMP entropy), for simulations and raw sockets.
+    pub udp_src_port: Option<u16>,
 }
 
 /// A datagram to send: UDP payload `buf[..len]` from `src:src_port` to `dst:4791`.
@@ -596,7 +601,7 @@ impl Device {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             let mut ctx = ctx!(self, now);
             let out = qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf));
-            let src_port = qp.src_port;
+            let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
             self.after_call();
             let Some(out) = out else { continue };
             self.tx_cursor = cursor;

@@ -351,3 +351,24 @@ fn sqd_finishes_the_message_in_progress_then_reports_drained() {
     p.run(|_| true);
     assert_eq!(p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(2, WcStatus::Success)]);
 }
+
+#[test]
+fn a_fixed_udp_source_port_is_used_and_covered_by_the_icrc() {
+    // A socket driver sends from its bound port; the ICRC must cover that
+    // port, or the peer drops every packet.
+    let mut p = Pair::new(Setup { udp_src_port: Some(4791), ..Setup::default() });
+    p.recv(B, 1, 0, 3000);
+    p.fill(A, 0, 3000, 4);
+    p.send(A, 7, WrOpcode::Send, 0, 3000, 0);
+    p.run(|_| true);
+    assert!(p.log.iter().all(|k| k.src_port == 4791));
+    assert_eq!(p.log.len(), 4, "3 SEND packets and one ACK");
+    assert_eq!(p.completions(A).len(), 1);
+    assert_eq!(p.completions(B)[0].byte_len, 3000);
+    assert_eq!(p.dev[B].counters().drop_icrc, 0);
+    // Delivered with another source port, the same bytes fail the ICRC.
+    let mut k = p.log[0].clone();
+    k.src_port = 4792;
+    p.deliver(&k);
+    assert_eq!(p.dev[B].counters().drop_icrc, 1);
+}

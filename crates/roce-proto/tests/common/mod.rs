@@ -50,6 +50,8 @@ pub struct Setup {
     pub sq_sig_all: bool,
     /// Give B's QP a shared receive queue (in `Pair::srq`).
     pub srq_on_b: bool,
+    /// `DeviceConfig::udp_src_port` of both devices.
+    pub udp_src_port: Option<u16>,
 }
 
 impl Default for Setup {
@@ -66,6 +68,7 @@ impl Default for Setup {
             cqe: 256,
             sq_sig_all: false,
             srq_on_b: false,
+            udp_src_port: None,
         }
     }
 }
@@ -99,6 +102,7 @@ impl Pair {
                 icrc_policy: roce_wire::IcrcPolicy::Full,
                 active_mtu: s.mtu,
                 limits: Limits::default(),
+                udp_src_port: s.udp_src_port,
             })
         };
         let mut dev = [mk(0), mk(1)];

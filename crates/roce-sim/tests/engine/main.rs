@@ -390,6 +390,7 @@ impl Scenario {
                 icrc_policy: roce_wire::IcrcPolicy::Full,
                 active_mtu: self.mtu,
                 limits: Limits::default(),
+                udp_src_port: None,
             });
             pd[side] = dev.alloc_pd().unwrap();
             let access = AccessFlags::LOCAL_WRITE

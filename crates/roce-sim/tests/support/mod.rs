@@ -15,6 +15,7 @@ pub fn device(addr: IpAddr, seed: u64, mtu: Mtu) -> Device {
         icrc_policy: roce_wire::IcrcPolicy::Full,
         active_mtu: mtu,
         limits: Limits::default(),
+        udp_src_port: None,
     })
 }
 
