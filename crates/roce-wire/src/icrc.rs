@@ -301,6 +301,46 @@ impl IcrcPolicy {
     }
 }
 
+/// Turns the ICRC of an IPv4 packet computed with identification 0 into the
+/// ICRC for another identification, without running the CRC again: the CRC
+/// is affine in the header bits, so the change is the 16-bit difference
+/// times a power of x that depends only on the packet's length. A UDP GSO
+/// send gives its k-th segment identification k (Linux), so a sender fixes
+/// up those segments' ICRCs for peers that check the identification (rxe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdFixup {
+    roce_len: usize,
+    shift: u32,
+}
+
+impl Ipv4IdFixup {
+    /// For packets of `roce_len` bytes (BTH through ICRC).
+    pub fn new(roce_len: usize) -> Ipv4IdFixup {
+        let n = LRH_STANDIN.len() + 20 + UDP_LEN + roce_len.saturating_sub(ICRC_LEN);
+        Ipv4IdFixup { roce_len, shift: gf2::x_pow(8 * (n - 14) as u64 + 32) }
+    }
+
+    /// The packet length this fixup is for.
+    pub fn roce_len(&self) -> usize {
+        self.roce_len
+    }
+
+    /// The value to XOR into an ICRC computed with identification 0 to get
+    /// the ICRC with `identification`.
+    pub fn delta(&self, identification: u16) -> u32 {
+        gf2::mul(u32::from(identification.swap_bytes()) << 16, self.shift)
+    }
+
+    /// Rewrites the ICRC at the end of `packet` (computed for identification
+    /// 0) for `identification`.
+    pub fn apply(&self, packet: &mut [u8], identification: u16) -> Result<(), WireError> {
+        let icrc = stored_icrc(packet)? ^ self.delta(identification);
+        let at = packet.len() - ICRC_LEN;
+        packet[at..].copy_from_slice(&icrc.to_le_bytes());
+        Ok(())
+    }
+}
+
 /// Finds the IPv4 identification and DF flag for which `packet`'s ICRC
 /// matches. `ctx` must hold identification 0 with DF set.
 fn solve_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Result<IcrcCheck, WireError> {
@@ -484,5 +524,36 @@ mod tests {
         let v6 = IcrcContext { ip: IpContext::V6 { src: Ipv6Addr::LOCALHOST, dst: Ipv6Addr::LOCALHOST }, ..ctx };
         assert!(matches!(IcrcPolicy::Ipv6OrKnownId.check(&v6, false, &pkt), Err(WireError::BadIcrc { .. })));
         assert!(IcrcPolicy::Full.check(&ctx, false, &pkt[..3]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod id_fixup_tests {
+    use super::*;
+
+    #[test]
+    fn fixup_equals_recomputing_with_the_identification() {
+        let (src, dst) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        for len in [16usize, 28, 60, 1000, 4124] {
+            let mut body: Vec<u8> = (0..len - ICRC_LEN).map(|i| (i * 7 + 3) as u8).collect();
+            body[0] = 0x0a; // an RC opcode in the BTH byte 0
+            let icrc_for = |id: u16| {
+                let ctx = IcrcContext {
+                    ip: IpContext::V4 { src, dst, identification: id, dont_fragment: true },
+                    src_port: 4791,
+                    dst_port: 4791,
+                };
+                IcrcHasher::new(&ctx, len).finish_over(&body).unwrap()
+            };
+            let fix = Ipv4IdFixup::new(len);
+            let base = icrc_for(0);
+            for id in [1u16, 2, 63, 0x1234, 0xffff] {
+                assert_eq!(base ^ fix.delta(id), icrc_for(id), "len {len} id {id}");
+            }
+            let mut pkt = body.clone();
+            pkt.extend_from_slice(&base.to_le_bytes());
+            fix.apply(&mut pkt, 5).unwrap();
+            assert_eq!(stored_icrc(&pkt).unwrap(), icrc_for(5));
+        }
     }
 }
