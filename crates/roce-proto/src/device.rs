@@ -307,6 +307,57 @@ impl Device {
         Ok(())
     }
 
+    /// Whether a responder still holds a checked grant into the memory
+    /// `[addr, addr + len)`: a READ being answered or a WRITE between its
+    /// packets. Such grants outlive a deregistration (as rxe's MR references
+    /// do), so the owner of deregistered memory keeps it until this is false.
+    pub fn memory_in_use(&self, addr: usize, len: usize) -> bool {
+        let overlaps = |g: &crate::mr::Grant| {
+            let (a, l) = (g.region.addr(), g.region.len());
+            a < addr.saturating_add(len) && addr < a.saturating_add(l)
+        };
+        self.qps.values().any(|q| {
+            let reading = q.resp.responses.iter().any(|r| match r {
+                crate::qp::Response::Read { grant: Some(g), .. } => overlaps(g),
+                _ => false,
+            });
+            let writing = matches!(&q.resp.current, Some(crate::qp::InMessage::Write { grant, .. }) if overlaps(grant));
+            reading || writing
+        })
+    }
+
+    /// Destroys a CQ no QP uses (`ibv_destroy_cq`; `Busy` otherwise).
+    pub fn destroy_cq(&mut self, cq: u32) -> Result<(), VerbError> {
+        if self.qps.values().any(|q| q.init.send_cq == cq || q.init.recv_cq == cq) {
+            return Err(VerbError::Busy);
+        }
+        self.cqs.get_mut(cq as usize).and_then(Option::take).map(|_| ()).ok_or(VerbError::UnknownHandle(cq))
+    }
+
+    /// Destroys an SRQ no QP uses.
+    pub fn destroy_srq(&mut self, srq: u32) -> Result<(), VerbError> {
+        if self.qps.values().any(|q| q.init.srq == Some(srq)) {
+            return Err(VerbError::Busy);
+        }
+        self.srqs.get_mut(srq as usize).and_then(Option::take).map(|_| ()).ok_or(VerbError::UnknownHandle(srq))
+    }
+
+    /// Destroys an address handle (UD WRs still queued with it fail with `LOC_QP_OP_ERR`).
+    pub fn destroy_ah(&mut self, ah: u32) -> Result<(), VerbError> {
+        self.ahs.get_mut(ah as usize).and_then(Option::take).map(|_| ()).ok_or(VerbError::UnknownHandle(ah))
+    }
+
+    /// Frees a protection domain nothing uses (`ibv_dealloc_pd`; `Busy` otherwise).
+    pub fn dealloc_pd(&mut self, pd: u32) -> Result<(), VerbError> {
+        self.check_pd(pd)?;
+        let srq_uses = self.srqs.iter().flatten().any(|s| s.pd == pd);
+        if self.mrs.uses_pd(pd) || srq_uses || self.qps.values().any(|q| q.init.pd == pd) {
+            return Err(VerbError::Busy);
+        }
+        self.pds[pd as usize] = false;
+        Ok(())
+    }
+
     /// Creates a CQ of at least `cqe` entries.
     pub fn create_cq(&mut self, cqe: u32) -> Result<u32, VerbError> {
         if cqe == 0 || cqe > self.cfg.limits.max_cqe {

@@ -271,6 +271,11 @@ impl MrTable {
         Ok(mr)
     }
 
+    /// Whether a region or window belongs to `pd`.
+    pub fn uses_pd(&self, pd: u32) -> bool {
+        self.slots.iter().any(|s| s.mr.is_some_and(|m| m.pd == pd)) || self.mws.iter().flatten().any(|m| m.pd == pd)
+    }
+
     /// Allocates an unbound window in `pd` (`ibv_alloc_mw`); returns its R_Key.
     /// A type 1 window starts valid with nothing granted, a type 2 free.
     pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, MrError> {

@@ -372,3 +372,31 @@ fn a_fixed_udp_source_port_is_used_and_covered_by_the_icrc() {
     p.deliver(&k);
     assert_eq!(p.dev[B].counters().drop_icrc, 1);
 }
+
+#[test]
+fn a_read_being_answered_keeps_its_memory_in_use_after_dereg() {
+    let mut p = Pair::new(Setup::default());
+    p.fill(B, 0, 3000, 9);
+    p.send(A, 1, WrOpcode::RdmaRead, 0, 3000, 0);
+    let req = p.transmit();
+    assert_eq!(req.len(), 1);
+    p.deliver(&req[0]);
+    let (addr, len) = (p.mem[B].addr() as usize, p.mem[B].len());
+    // The responder holds a grant for the reply it has not sent yet: the
+    // region can be deregistered, but its memory must stay.
+    assert!(p.dev[B].memory_in_use(addr, len));
+    assert!(p.dev[B].memory_in_use(addr + 2999, 1));
+    assert!(!p.dev[B].memory_in_use(addr + len, 16), "memory past the region is not held");
+    p.dev[B].dereg_mr(p.key[B]).unwrap();
+    p.run(|_| true);
+    assert!(!p.dev[B].memory_in_use(addr, len));
+    assert_eq!(p.completions(A)[0].status, roce_proto::verbs::WcStatus::Success);
+    assert_eq!(p.mem[A].get(0, 3000), p.mem[B].get(0, 3000));
+    // Objects in use cannot be destroyed; unused ones can.
+    assert_eq!(p.dev[B].destroy_cq(p.cq[B]), Err(roce_proto::VerbError::Busy));
+    assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::Busy));
+    p.dev[B].destroy_qp(p.qpn[B]).unwrap();
+    p.dev[B].destroy_cq(p.cq[B]).unwrap();
+    p.dev[B].dealloc_pd(p.pd[B]).unwrap();
+    assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::UnknownHandle(p.pd[B])));
+}
