@@ -1,0 +1,77 @@
+//! UDP socket I/O for softroce (Linux): the layer between the sans-IO
+//! engine (`roce-proto`'s `Device`) and the network.
+//!
+//! - [`Socket`]: a non-blocking UDP socket bound to `addr:4791`, unconnected,
+//!   with `IP(V6)_MTU_DISCOVER = PMTUDISC_DO`, packet info on receive,
+//!   `UDP_GRO`, and 8 MiB buffers where the kernel allows. Binding failures
+//!   are a [`BindError`] that says what to do.
+//! - [`RecvBatch`]: one `recvmmsg` receives many datagrams; GRO
+//!   super-datagrams are split back into the packets that were sent;
+//!   iterate [`Segment`]s (`src`, `src_port`, `dst`, `data`), the arguments
+//!   of `Device::handle_datagram`.
+//! - [`SendBatch`]: queue packets (copied, written in place, or header +
+//!   borrowed payload as two iovecs), flush with `sendmmsg`; runs of
+//!   equal-size packets to one peer become single UDP GSO messages.
+//! - [`wait`] + [`Waker`]: poll(2) on sockets, an eventfd another thread
+//!   can wake, and a timeout.
+//!
+//! # The source port
+//!
+//! RoCEv2 receivers only need destination port 4791; the source port is
+//! free (Linux rxe picks one per QP, hashed for ECMP spreading). A socket
+//! has one port, and softroce binds 4791 to receive, so **softroce sends
+//! every packet from its socket's port, 4791** ([`Socket::local_port`]):
+//! the engine's `Transmit::src_port` must equal it, since the ICRC covers
+//! the UDP header. Per-QP ports would need one socket per port (or a raw
+//! socket) and would split receive across sockets; traffic between two
+//! hosts then takes one ECMP path, which is what a single flow does anyway.
+//!
+//! # The IPv4 identification
+//!
+//! The ICRC also covers the IPv4 identification. On these sockets Linux
+//! sends ID 0 with DF (unconnected socket, `IP_PMTUDISC_DO`), and the
+//! segments of a GSO message get 0, 1, 2, ...: [`Queued::gso_index`] gives
+//! each packet's ID when it is queued. Receivers cannot see the ID at all
+//! (see `docs/icrc.md`).
+//!
+//! # A driver loop
+//!
+//! ```no_run
+//! use roce_udp::{Interest, RecvBatch, SendBatch, Socket, Waker, wait};
+//! use std::os::fd::AsFd;
+//! use std::time::Duration;
+//!
+//! let sock = Socket::bind("127.0.0.2".parse()?)?;
+//! let waker = Waker::new()?;
+//! let mut rx = RecvBatch::new(64);
+//! let mut tx = SendBatch::new(64, 64 * 4200);
+//! loop {
+//!     while sock.recv(&mut rx)? > 0 {
+//!         for seg in &rx {
+//!             // device.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+//!             let _ = seg;
+//!         }
+//!     }
+//!     // while tx.has_room(4200) { match device.poll_transmit(now, tx.spare()) { ... tx.commit(dst, len) } }
+//!     let sent = tx.flush(&sock)?;
+//!     let interest = if sent.pending > 0 { Interest::BOTH } else { Interest::READABLE };
+//!     wait(&[(sock.as_fd(), interest)], Some(&waker), Some(Duration::from_millis(10)))?;
+//! #   break;
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(unsafe_code)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("roce-udp uses Linux socket options (UDP_GRO, UDP_SEGMENT, IP_PKTINFO) and supports Linux only");
+
+mod recv;
+mod send;
+mod socket;
+mod sys;
+mod wait;
+
+pub use recv::{Datagram, Datagrams, Packets, RECV_SLOT, RecvBatch, RecvStats, Segment, Segments};
+pub use send::{BatchFull, Failure, Flushed, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, Queued, SendBatch, SendStats};
+pub use socket::{BindError, BufferSizes, ROCE_PORT, Socket, WANTED_BUFFER};
+pub use wait::{Interest, MAX_WAIT_FDS, Waker, Wakeup, wait};

@@ -1,0 +1,566 @@
+//! Batched send: packets queued in a reusable batch, flushed with
+//! `sendmmsg`, runs of equal-size packets to one peer coalesced into UDP GSO
+//! messages.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+
+use crate::socket::Socket;
+use crate::sys::{self, OutMsg};
+
+/// Most packets in one GSO message (the kernel's `UDP_MAX_SEGMENTS`).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// Most bytes in one GSO message: the largest IPv4 UDP payload
+/// (65,535 - 20 - 8), which also fits IPv6.
+pub const MAX_GSO_BYTES: usize = 65_507;
+
+/// Packets waiting to be sent, and the buffers that hold them.
+///
+/// Fill it with [`push`](SendBatch::push) (copies a packet),
+/// [`push_parts`](SendBatch::push_parts) (copies a header, borrows the
+/// payload: sent as two iovecs, no copy) or
+/// [`spare`](SendBatch::spare) + [`commit`](SendBatch::commit) (the caller,
+/// e.g. `Device::poll_transmit`, writes the packet in place), then
+/// [`flush`](SendBatch::flush) it. All buffers are allocated when the batch
+/// is made; queueing and sending allocate nothing.
+///
+/// **Coalescing.** While queued, consecutive packets to the same
+/// destination form one GSO message when they have the run's first packet's
+/// length, except that the last may be shorter (which ends the run), up to
+/// [`MAX_GSO_SEGMENTS`] packets and [`MAX_GSO_BYTES`] bytes. The kernel (or
+/// the NIC) cuts it back into the same datagrams, so the receiver sees
+/// exactly the packets queued, in order. Empty packets are never coalesced.
+///
+/// **IPv4 identification.** The kernel gives packet `k` of a GSO message
+/// the IPv4 identification `k` (a packet alone gets 0); [`Queued::gso_index`]
+/// tells `k` when the packet is queued, so the sender can compute the ICRC
+/// (which covers the identification) for the header the packet will really
+/// have. Limit runs to one packet with
+/// [`set_max_segments(1)`](SendBatch::set_max_segments) to have every
+/// packet sent with identification 0.
+///
+/// **Nothing is lost silently.** After a flush every packet is either sent,
+/// still queued ([`Flushed::pending`]: the kernel had no room, `EAGAIN` or
+/// `ENOBUFS`; flush again later), or listed in
+/// [`failures`](SendBatch::failures) with its error (e.g. `EMSGSIZE`: larger
+/// than the path MTU). A GSO message the kernel refuses is split and its
+/// packets sent one by one; on `EIO` (the route cannot checksum GSO, e.g.
+/// IPsec) the batch also stops coalescing. Split packets go out with
+/// identification 0 instead of their `gso_index` (counted in
+/// [`SendStats::gso_splits`]).
+///
+/// `'a` is how long borrowed payloads ([`push_parts`](SendBatch::push_parts))
+/// must live; a batch that only copies can be `SendBatch<'static>`, and
+/// [`recycle`](SendBatch::recycle) reuses an empty batch's buffers for
+/// another lifetime.
+pub struct SendBatch<'a> {
+    arena: Vec<u8>,
+    used: usize,
+    packets: Vec<Pkt<'a>>,
+    msgs: Vec<OutMsg>,
+    next_msg: usize,
+    max_packets: usize,
+    max_segments: usize,
+    gso_off: bool,
+    failures: Vec<Failure>,
+    stats: SendStats,
+    scratch: sys::SendScratch,
+}
+
+/// A queued packet: `arena[off..off + head]`, then `tail`.
+#[derive(Clone, Copy, Debug)]
+struct Pkt<'a> {
+    off: usize,
+    head: usize,
+    tail: &'a [u8],
+}
+
+/// Where a queued packet went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queued {
+    /// Its number in the batch (0, 1, 2, ... since the batch was last
+    /// empty), as [`Failure::index`] names it.
+    pub index: usize,
+    /// Its position in its GSO message, which is also the IPv4
+    /// identification the kernel will give it (0 when it is first or alone).
+    pub gso_index: u16,
+}
+
+/// The batch has no room for the packet: flush it first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("send batch full: flush it before queueing more")]
+pub struct BatchFull;
+
+/// A packet the kernel refused for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// The packet's [`Queued::index`].
+    pub index: usize,
+    /// Where it was going.
+    pub dst: SocketAddr,
+    /// The `errno`, e.g. `EMSGSIZE`, `ENETUNREACH`, `EPERM` (firewall).
+    pub errno: i32,
+}
+
+impl Failure {
+    /// The error as an [`io::Error`].
+    pub fn error(&self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno)
+    }
+}
+
+/// What one [`SendBatch::flush`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Packets the kernel accepted.
+    pub packets: usize,
+    /// Messages they went in (GSO messages count once).
+    pub messages: usize,
+    /// Packets refused for good, listed in [`SendBatch::failures`].
+    pub failed: usize,
+    /// Packets still queued because the kernel had no room (`EAGAIN`,
+    /// `ENOBUFS`): flush again when the socket is writable, or shortly.
+    pub pending: usize,
+}
+
+/// Counters of a [`SendBatch`] since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendStats {
+    /// Packets the kernel accepted.
+    pub packets: u64,
+    /// Messages they went in.
+    pub messages: u64,
+    /// Of those, GSO messages (more than one packet).
+    pub gso_messages: u64,
+    /// `sendmmsg` calls.
+    pub calls: u64,
+    /// Flushes stopped by `EAGAIN` (socket send buffer full).
+    pub would_block: u64,
+    /// Flushes stopped by `ENOBUFS` / `ENOMEM` (no kernel memory or queue room).
+    pub no_buffers: u64,
+    /// Packets refused for good.
+    pub failed: u64,
+    /// GSO messages the kernel refused and that were split into single packets.
+    pub gso_splits: u64,
+}
+
+impl<'a> SendBatch<'a> {
+    /// A batch of up to `packets` packets, with `bytes` bytes for copied
+    /// packets and headers (e.g. 64 packets x (4096 + 64) bytes).
+    pub fn new(packets: usize, bytes: usize) -> SendBatch<'a> {
+        let packets = packets.max(1);
+        SendBatch {
+            arena: vec![0; bytes],
+            used: 0,
+            packets: Vec::with_capacity(packets),
+            msgs: Vec::with_capacity(packets),
+            next_msg: 0,
+            max_packets: packets,
+            max_segments: MAX_GSO_SEGMENTS,
+            gso_off: false,
+            failures: Vec::with_capacity(packets),
+            stats: SendStats::default(),
+            scratch: sys::SendScratch::new(),
+        }
+    }
+
+    /// Limits GSO messages to `n` packets (1 to [`MAX_GSO_SEGMENTS`]; 1
+    /// turns coalescing off). Applies to packets queued from now on.
+    pub fn set_max_segments(&mut self, n: usize) {
+        self.max_segments = n.clamp(1, MAX_GSO_SEGMENTS);
+    }
+
+    /// The GSO message size limit in packets.
+    pub fn max_segments(&self) -> usize {
+        self.max_segments
+    }
+
+    /// Whether coalescing stopped after the kernel refused GSO with `EIO`.
+    pub fn gso_disabled(&self) -> bool {
+        self.gso_off
+    }
+
+    /// Packets queued and not yet sent.
+    pub fn len(&self) -> usize {
+        self.msgs[self.next_msg..].iter().map(|m| m.count).sum()
+    }
+
+    /// Whether nothing is waiting to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.next_msg == self.msgs.len()
+    }
+
+    /// Whether a packet of `bytes` copied bytes still fits.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.packets.len() < self.max_packets && self.arena.len() - self.used >= bytes
+    }
+
+    /// Queues a copy of `packet` for `dst`.
+    pub fn push(&mut self, dst: SocketAddr, packet: &[u8]) -> Result<Queued, BatchFull> {
+        let off = self.copy_in(packet)?;
+        Ok(self.enqueue(dst, off, packet.len(), &[]))
+    }
+
+    /// Queues `header || payload` for `dst`: the header is copied, the
+    /// payload is sent from where it is (scatter-gather), so it must live
+    /// until the packet is flushed.
+    pub fn push_parts(&mut self, dst: SocketAddr, header: &[u8], payload: &'a [u8]) -> Result<Queued, BatchFull> {
+        let off = self.copy_in(header)?;
+        Ok(self.enqueue(dst, off, header.len(), payload))
+    }
+
+    /// The free buffer to write the next packet into, then
+    /// [`commit`](SendBatch::commit); empty when no packet fits.
+    pub fn spare(&mut self) -> &mut [u8] {
+        if self.packets.len() < self.max_packets { &mut self.arena[self.used..] } else { &mut [] }
+    }
+
+    /// Queues the first `len` bytes of [`spare`](SendBatch::spare) for `dst`.
+    ///
+    /// # Panics
+    /// If `len` exceeds what `spare` offered.
+    pub fn commit(&mut self, dst: SocketAddr, len: usize) -> Result<Queued, BatchFull> {
+        if self.packets.len() >= self.max_packets {
+            return Err(BatchFull);
+        }
+        assert!(len <= self.arena.len() - self.used, "SendBatch::commit: {len} bytes exceed spare()");
+        let off = self.used;
+        self.used += len;
+        Ok(self.enqueue(dst, off, len, &[]))
+    }
+
+    /// The copied bytes of the packet queued last (its header, for
+    /// [`push_parts`](SendBatch::push_parts)), to patch after queueing: e.g.
+    /// an ICRC that depends on [`Queued::gso_index`].
+    pub fn last_mut(&mut self) -> Option<&mut [u8]> {
+        let p = *self.packets.last()?;
+        Some(&mut self.arena[p.off..p.off + p.head])
+    }
+
+    /// Copies `bytes` into the arena; returns where.
+    fn copy_in(&mut self, bytes: &[u8]) -> Result<usize, BatchFull> {
+        if !self.has_room(bytes.len()) {
+            return Err(BatchFull);
+        }
+        let off = self.used;
+        self.arena[off..off + bytes.len()].copy_from_slice(bytes);
+        self.used += bytes.len();
+        Ok(off)
+    }
+
+    /// Records a packet and adds it to the open GSO run or starts a message.
+    fn enqueue(&mut self, dst: SocketAddr, off: usize, head: usize, tail: &'a [u8]) -> Queued {
+        let len = head + tail.len();
+        let index = self.packets.len();
+        self.packets.push(Pkt { off, head, tail });
+        let unsent = self.msgs.len() > self.next_msg;
+        if let Some(m) = self.msgs.last_mut().filter(|_| unsent && !self.gso_off)
+            && !m.closed
+            && m.dst == dst
+            && m.count < self.max_segments
+            && len > 0
+            && len <= m.segment
+            && m.bytes + len <= MAX_GSO_BYTES
+        {
+            let k = m.count;
+            m.count += 1;
+            m.bytes += len;
+            m.closed = len < m.segment;
+            return Queued { index, gso_index: k as u16 };
+        }
+        self.msgs.push(OutMsg { dst, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
+        Queued { index, gso_index: 0 }
+    }
+
+    /// Sends what is queued with as few `sendmmsg` calls as the kernel
+    /// allows, without blocking. Returns what happened; packets refused for
+    /// good are listed in [`failures`](SendBatch::failures) until the next
+    /// flush, and packets the kernel had no room for stay queued
+    /// ([`Flushed::pending`]). Once nothing is pending the batch is empty
+    /// and its buffers are reused.
+    ///
+    /// Errors only when the socket itself is unusable (`EBADF`,
+    /// `ENOTSOCK`, `EFAULT`); the packets then stay queued.
+    pub fn flush(&mut self, socket: &Socket) -> io::Result<Flushed> {
+        self.failures.clear();
+        let mut out = Flushed::default();
+        while self.next_msg < self.msgs.len() {
+            let (arena, packets) = (&self.arena, &self.packets);
+            let parts = |i: usize| {
+                let p = &packets[i];
+                [&arena[p.off..p.off + p.head], p.tail]
+            };
+            let r = sys::send_mmsg(socket.as_fd(), &mut self.scratch, &self.msgs[self.next_msg..], parts);
+            self.stats.calls += 1;
+            let e = match r {
+                Ok(n) => {
+                    for m in &self.msgs[self.next_msg..self.next_msg + n] {
+                        out.packets += m.count;
+                        out.messages += 1;
+                        self.stats.packets += m.count as u64;
+                        self.stats.messages += 1;
+                        self.stats.gso_messages += u64::from(m.count > 1);
+                    }
+                    self.next_msg += n;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            match errno {
+                libc::EINTR => {}
+                libc::EAGAIN => {
+                    self.stats.would_block += 1;
+                    break;
+                }
+                libc::ENOBUFS | libc::ENOMEM => {
+                    self.stats.no_buffers += 1;
+                    break;
+                }
+                libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(e),
+                _ => {
+                    let m = self.msgs[self.next_msg];
+                    if m.count > 1 {
+                        self.split(self.next_msg);
+                        self.stats.gso_splits += 1;
+                        self.gso_off |= errno == libc::EIO;
+                    } else {
+                        self.failures.push(Failure { index: m.first, dst: m.dst, errno });
+                        out.failed += 1;
+                        self.stats.failed += 1;
+                        self.next_msg += 1;
+                    }
+                }
+            }
+        }
+        out.pending = self.len();
+        if self.is_empty() {
+            self.reset();
+        }
+        Ok(out)
+    }
+
+    /// Replaces GSO message `at` by one message per packet.
+    fn split(&mut self, at: usize) {
+        let m = self.msgs[at];
+        let packets = &self.packets;
+        let singles = (m.first..m.first + m.count).map(|i| {
+            let len = packets[i].head + packets[i].tail.len();
+            OutMsg { dst: m.dst, first: i, count: 1, segment: len, bytes: len, closed: true }
+        });
+        self.msgs.splice(at..=at, singles);
+    }
+
+    /// Forgets every packet and buffer use.
+    fn reset(&mut self) {
+        self.packets.clear();
+        self.msgs.clear();
+        self.next_msg = 0;
+        self.used = 0;
+    }
+
+    /// Packets the last [`flush`](SendBatch::flush) could not send, with why.
+    pub fn failures(&self) -> &[Failure] {
+        &self.failures
+    }
+
+    /// Drops every queued packet; returns how many were still unsent.
+    pub fn clear(&mut self) -> usize {
+        let n = self.len();
+        self.reset();
+        n
+    }
+
+    /// Counters since the batch was made.
+    pub fn stats(&self) -> SendStats {
+        self.stats
+    }
+
+    /// This batch's buffers, for payloads of another lifetime. Only an
+    /// empty batch can change lifetime: a batch with packets still queued is
+    /// handed back as `Err` (flush or [`clear`](SendBatch::clear) it first).
+    pub fn recycle<'b>(self) -> Result<SendBatch<'b>, Box<SendBatch<'a>>> {
+        if !self.is_empty() {
+            return Err(Box::new(self));
+        }
+        let SendBatch {
+            arena, mut packets, msgs, max_packets, max_segments, gso_off, failures, stats, scratch, ..
+        } = self;
+        packets.clear();
+        // Maps an empty vector: no element is touched, the allocation is reused.
+        let packets = packets.into_iter().map(|p| Pkt { off: p.off, head: p.head, tail: &[] }).collect();
+        Ok(SendBatch {
+            arena,
+            used: 0,
+            packets,
+            msgs,
+            next_msg: 0,
+            max_packets,
+            max_segments,
+            gso_off,
+            failures,
+            stats,
+            scratch,
+        })
+    }
+}
+
+impl std::fmt::Debug for SendBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("queued", &self.len())
+            .field("max_packets", &self.max_packets)
+            .field("bytes_used", &self.used)
+            .field("bytes", &self.arena.len())
+            .field("max_segments", &self.max_segments)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(b: &SendBatch<'_>) -> Vec<(usize, usize)> {
+        b.msgs.iter().map(|m| (m.first, m.count)).collect()
+    }
+
+    #[test]
+    fn coalesces_equal_runs_per_destination() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let c: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let mut b = SendBatch::new(256, 1 << 20);
+        let idx: Vec<u16> = [(a, 100), (a, 100), (a, 100), (a, 40), (a, 40), (c, 100), (c, 200), (c, 0), (c, 0)]
+            .into_iter()
+            .map(|(d, n)| b.push(d, &vec![7; n]).unwrap().gso_index)
+            .collect();
+        assert_eq!(idx, [0, 1, 2, 3, 0, 0, 0, 0, 0]);
+        assert_eq!(runs(&b), [(0, 4), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]);
+        assert_eq!(b.len(), 9);
+    }
+
+    #[test]
+    fn runs_respect_segment_and_byte_limits() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut b = SendBatch::new(256, 1 << 20);
+        for _ in 0..130 {
+            b.push(a, &[1; 100]).unwrap();
+        }
+        assert_eq!(runs(&b), [(0, 64), (64, 64), (128, 2)]);
+        let mut b = SendBatch::new(256, 1 << 20);
+        for _ in 0..70 {
+            b.push(a, &[1; 1100]).unwrap();
+        }
+        // 59 x 1100 = 64,900 <= 65,507 < 60 x 1100.
+        assert_eq!(runs(&b), [(0, 59), (59, 11)]);
+        let mut b = SendBatch::new(256, 1 << 20);
+        b.set_max_segments(1);
+        for _ in 0..3 {
+            assert_eq!(b.push(a, &[1; 10]).unwrap().gso_index, 0);
+        }
+        assert_eq!(runs(&b), [(0, 1), (1, 1), (2, 1)]);
+    }
+
+    #[test]
+    fn full_batches_refuse_and_recycle_keeps_buffers() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut b = SendBatch::new(2, 100);
+        assert_eq!(b.push(a, &[0; 101]), Err(BatchFull));
+        b.push(a, &[0; 60]).unwrap();
+        assert_eq!(b.push(a, &[0; 60]), Err(BatchFull));
+        assert_eq!(b.spare().len(), 40);
+        b.commit(a, 40).unwrap();
+        assert!(b.spare().is_empty());
+        assert_eq!(b.commit(a, 0), Err(BatchFull));
+        let mut b = *b.recycle::<'_>().unwrap_err();
+        assert_eq!(b.clear(), 2);
+        let payload = vec![5u8; 10];
+        let mut b2: SendBatch<'_> = b.recycle().unwrap();
+        b2.push_parts(a, &[1, 2], &payload).unwrap();
+        assert_eq!(b2.len(), 1);
+        assert!(b2.packets.capacity() >= 2);
+    }
+
+    /// Receives `want` packets on `sock` (5 s at most) and returns them.
+    fn receive(sock: &Socket, want: usize) -> Vec<Vec<u8>> {
+        let mut rx = crate::RecvBatch::new(64);
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while got.len() < want && std::time::Instant::now() < deadline {
+            if sock.recv(&mut rx).unwrap() == 0 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                crate::wait(&[(sock.as_fd(), crate::Interest::READABLE)], None, Some(left)).unwrap();
+            }
+            got.extend(rx.segments().map(|s| s.data.to_vec()));
+        }
+        got
+    }
+
+    #[test]
+    fn no_room_and_partial_sends_lose_nothing() {
+        use crate::sys::faults::{self, Fault};
+        let bind = |ip: &str| Socket::bind_addr(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+        let (a, b) = (bind("127.0.0.40"), bind("127.0.0.41"));
+        let mut tx = SendBatch::new(64, 64 * 1000);
+        // Eight messages: runs of 3 equal packets, the third shorter.
+        let packets: Vec<Vec<u8>> =
+            (0..24u8).map(|i| vec![i; if i % 3 == 2 { 100 } else { 900 } + usize::from(i / 3)]).collect();
+        for p in &packets {
+            tx.push(b.local_addr(), p).unwrap();
+        }
+        assert_eq!(tx.msgs.len(), 8);
+        // The kernel takes two messages, then has no room; then takes three,
+        // is out of buffers; is interrupted; then takes the rest.
+        faults::script(&[Fault::Accept(2), Fault::Errno(libc::EAGAIN)]);
+        let f = tx.flush(&a).unwrap();
+        assert_eq!((f.packets, f.messages, f.failed, f.pending), (6, 2, 0, 18), "{f:?}");
+        assert_eq!(tx.len(), 18);
+        faults::script(&[Fault::Accept(3), Fault::Errno(libc::ENOBUFS)]);
+        let f = tx.flush(&a).unwrap();
+        assert_eq!((f.packets, f.pending), (9, 9), "{f:?}");
+        // More packets may be queued while some are pending.
+        let extra = vec![99u8; 900];
+        let q = tx.push(b.local_addr(), &extra).unwrap();
+        assert_eq!(q.index, 24);
+        faults::script(&[Fault::Errno(libc::EINTR)]);
+        let f = tx.flush(&a).unwrap();
+        assert_eq!((f.packets, f.failed, f.pending), (10, 0, 0), "{f:?}");
+        assert_eq!(faults::left(), 0);
+        assert!(tx.is_empty() && tx.failures().is_empty());
+        let s = tx.stats();
+        assert_eq!((s.would_block, s.no_buffers, s.packets, s.failed), (1, 1, 25, 0), "{s:?}");
+        let mut want = packets.clone();
+        want.push(extra);
+        assert_eq!(receive(&b, want.len()), want);
+        // A socket-level error keeps everything queued.
+        tx.push(b.local_addr(), &[1; 10]).unwrap();
+        faults::script(&[Fault::Errno(libc::EBADF)]);
+        assert!(tx.flush(&a).is_err());
+        assert_eq!(tx.len(), 1);
+        assert_eq!(tx.flush(&a).unwrap().packets, 1);
+    }
+
+    #[test]
+    fn eio_on_gso_splits_and_stops_coalescing() {
+        use crate::sys::faults::{self, Fault};
+        let bind = |ip: &str| Socket::bind_addr(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+        let (a, b) = (bind("127.0.0.42"), bind("127.0.0.43"));
+        let mut tx = SendBatch::new(64, 64 * 1000);
+        let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 500]).collect();
+        for p in &packets {
+            tx.push(b.local_addr(), p).unwrap();
+        }
+        faults::script(&[Fault::Errno(libc::EIO)]);
+        let f = tx.flush(&a).unwrap();
+        assert_eq!((f.packets, f.messages, f.failed, f.pending), (4, 4, 0, 0), "{f:?}");
+        assert!(tx.gso_disabled());
+        assert_eq!(tx.stats().gso_splits, 1);
+        assert_eq!(receive(&b, 4), packets);
+        tx.push(b.local_addr(), &packets[0]).unwrap();
+        assert_eq!(tx.push(b.local_addr(), &packets[1]).unwrap().gso_index, 0);
+        assert_eq!(tx.flush(&a).unwrap().messages, 2);
+    }
+}

@@ -1,0 +1,320 @@
+//! Which softroce devices exist: found with no configuration from the
+//! host's interfaces, or named by the user.
+//!
+//! - `SOFTROCE_DEVICES="NAME=ADDR[,NAME=ADDR...]"` names devices by address
+//!   (e.g. `a=127.0.0.2,b=127.0.0.3`: two processes on one host each use
+//!   their own address, since each device binds `ADDR:4791`).
+//! - Otherwise the file `SOFTROCE_CONFIG`, else `$XDG_CONFIG_HOME/softroce/devices`
+//!   (default `~/.config/softroce/devices`), else `/etc/softroce/devices`, if one
+//!   exists: one `NAME = ADDR` per line, `#` comments.
+//! - Otherwise one device per interface that is up and has an IPv4 address,
+//!   named `softroce_<interface>` (e.g. `softroce_lo` on 127.0.0.1,
+//!   `softroce_eth0`), in the order the kernel lists them.
+//!
+//! The GID table is built as Linux rxe presents it: index 0 is the
+//! interface's link-local IPv6 address (or, where it has none, as on
+//! loopback, the `fe80::` address of the device's GUID), then the IPv4
+//! address as `::ffff:a.b.c.d`, then the interface's other IPv6 addresses.
+//! The active MTU follows rxe: the interface MTU less 80 bytes of headers,
+//! rounded down to 256..4096.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use roce_proto::Mtu;
+
+/// A device the user can open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Name (`ibv_get_device_name`).
+    pub name: String,
+    /// The address it binds (port 4791) and sends from.
+    pub addr: IpAddr,
+    /// The interface that holds `addr`, if known.
+    pub interface: Option<String>,
+    /// The GID table, as addresses (index = GID index).
+    pub gids: Vec<IpAddr>,
+    /// Which GIDs are addresses of this host (others, like a link-local
+    /// address made up for loopback, are listed but cannot send).
+    pub bindable: Vec<bool>,
+    /// The port's active MTU.
+    pub active_mtu: Mtu,
+}
+
+impl DeviceInfo {
+    /// The GID index of the device's own address (1 for IPv4, as in rxe).
+    pub fn addr_gid_index(&self) -> usize {
+        self.gids.iter().position(|g| *g == self.addr).unwrap_or(0)
+    }
+
+    /// The node GUID (from the GID table, as `ibv_devinfo` shows it).
+    pub fn node_guid(&self) -> u64 {
+        roce_proto::devattr::node_guid(&self.gids)
+    }
+}
+
+/// Why the device list cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A `NAME=ADDR` entry is malformed.
+    #[error("{origin}: bad device entry {entry:?}: expected NAME=ADDR, e.g. sr0=127.0.0.2")]
+    BadEntry {
+        /// Where it came from.
+        origin: String,
+        /// The entry.
+        entry: String,
+    },
+    /// Two devices have one name.
+    #[error("{origin}: device name {name:?} is given twice")]
+    DuplicateName {
+        /// Where it came from.
+        origin: String,
+        /// The name.
+        name: String,
+    },
+    /// The configuration file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Interfaces cannot be listed.
+    #[error("cannot list network interfaces: {0}")]
+    Interfaces(#[from] nix::Error),
+}
+
+/// One interface address.
+#[derive(Debug, Clone)]
+struct IfAddr {
+    interface: String,
+    addr: IpAddr,
+    up: bool,
+}
+
+fn interface_addrs() -> Result<Vec<IfAddr>, ConfigError> {
+    let mut out = Vec::new();
+    for a in nix::ifaddrs::getifaddrs()? {
+        let Some(sa) = a.address else { continue };
+        let addr = if let Some(v4) = sa.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        let up = a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP);
+        out.push(IfAddr { interface: a.interface_name, addr, up });
+    }
+    Ok(out)
+}
+
+/// rxe's active MTU for an interface MTU: less `RXE_MAX_HDR_LENGTH` (80),
+/// rounded down to an IB MTU.
+pub fn active_mtu_for(if_mtu: u32) -> Mtu {
+    match if_mtu.saturating_sub(80) {
+        0..512 => Mtu::Mtu256,
+        512..1024 => Mtu::Mtu512,
+        1024..2048 => Mtu::Mtu1024,
+        2048..4096 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+fn interface_mtu(interface: &str) -> Option<u32> {
+    std::fs::read_to_string(Path::new("/sys/class/net").join(interface).join("mtu")).ok()?.trim().parse().ok()
+}
+
+fn is_link_local(a: &IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// The `fe80::` address of an EUI-64 GUID (what rxe's GID 0 is for a MAC).
+fn link_local_of(guid: u64) -> Ipv6Addr {
+    let g = guid.to_be_bytes();
+    let mut o = [0u8; 16];
+    o[0] = 0xfe;
+    o[1] = 0x80;
+    o[8..].copy_from_slice(&g);
+    o[8] ^= 0x02;
+    Ipv6Addr::from(o)
+}
+
+/// Builds the device for `addr`, looked up among the host's interfaces.
+fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
+    let interface = ifaddrs.iter().find(|i| i.addr == addr).map(|i| i.interface.clone()).or_else(|| {
+        // 127.0.0.2 and friends are loopback addresses without being listed.
+        let lo = match addr {
+            IpAddr::V4(v) => v.is_loopback(),
+            IpAddr::V6(v) => v.is_loopback(),
+        };
+        lo.then(|| ifaddrs.iter().find(|i| i.addr.is_loopback()).map(|i| i.interface.clone())).flatten()
+    });
+    let same_if: Vec<IpAddr> = match &interface {
+        Some(n) => ifaddrs.iter().filter(|i| &i.interface == n).map(|i| i.addr).collect(),
+        None => Vec::new(),
+    };
+    let mut gids = Vec::new();
+    let mut bindable = Vec::new();
+    match same_if.iter().find(|a| is_link_local(a)) {
+        Some(ll) => {
+            gids.push(*ll);
+            // Binding a link-local address needs its scope; the device sends
+            // from its own address.
+            bindable.push(false);
+        }
+        None => {
+            let guid = roce_proto::devattr::node_guid(&[addr]);
+            gids.push(IpAddr::V6(link_local_of(guid)));
+            bindable.push(false);
+        }
+    }
+    if !gids.contains(&addr) {
+        gids.push(addr);
+        bindable.push(true);
+    }
+    for a in same_if {
+        if matches!(a, IpAddr::V6(_)) && !is_link_local(&a) && !gids.contains(&a) && addr.is_ipv4() {
+            gids.push(a);
+            bindable.push(false);
+        }
+    }
+    let mtu = interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
+    DeviceInfo { name, addr, interface, gids, bindable, active_mtu: active_mtu_for(mtu) }
+}
+
+fn parse_entries(origin: &str, entries: impl Iterator<Item = String>) -> Result<Vec<(String, IpAddr)>, ConfigError> {
+    let mut out: Vec<(String, IpAddr)> = Vec::new();
+    for entry in entries {
+        let bad = || ConfigError::BadEntry { origin: origin.to_string(), entry: entry.clone() };
+        let (name, addr) = entry.split_once('=').ok_or_else(bad)?;
+        let (name, addr) = (name.trim(), addr.trim());
+        let valid_name = !name.is_empty() && name.len() <= 63 && name.chars().all(|c| c.is_ascii_graphic());
+        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+        if !valid_name {
+            return Err(bad());
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(ConfigError::DuplicateName { origin: origin.to_string(), name: name.to_string() });
+        }
+        out.push((name.to_string(), addr));
+    }
+    Ok(out)
+}
+
+/// Parses `SOFTROCE_DEVICES` syntax: `NAME=ADDR` entries separated by commas.
+pub fn parse_device_list(origin: &str, s: &str) -> Result<Vec<(String, IpAddr)>, ConfigError> {
+    parse_entries(origin, s.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from))
+}
+
+/// Parses a configuration file's text: `NAME = ADDR` lines, `#` comments.
+pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<(String, IpAddr)>, ConfigError> {
+    let lines = text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty());
+    parse_entries(origin, lines.map(String::from))
+}
+
+fn config_file() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SOFTROCE_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    let candidates =
+        xdg.map(|x| x.join("softroce/devices")).into_iter().chain([PathBuf::from("/etc/softroce/devices")]);
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The devices this process can open (see the module docs for the order
+/// of sources).
+pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
+    let ifaddrs = interface_addrs()?;
+    let named = if let Ok(list) = std::env::var("SOFTROCE_DEVICES") {
+        Some(parse_device_list("SOFTROCE_DEVICES", &list)?)
+    } else if let Some(path) = config_file() {
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        Some(parse_config_file(&path.display().to_string(), &text)?)
+    } else {
+        None
+    };
+    if let Some(named) = named {
+        return Ok(named.into_iter().map(|(n, a)| device_for(n, a, &ifaddrs)).collect());
+    }
+    let mut out: Vec<DeviceInfo> = Vec::new();
+    for i in ifaddrs.iter().filter(|i| i.up && i.addr.is_ipv4()) {
+        let name = format!("softroce_{}", i.interface);
+        if out.iter().any(|d| d.name == name) {
+            continue;
+        }
+        out.push(device_for(name, i.addr, &ifaddrs));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn rxe_active_mtu() {
+        // rxe-devinfo: a 1500-byte NIC gives active_mtu 1024; loopback 65536 gives 4096.
+        assert_eq!(active_mtu_for(1500), Mtu::Mtu1024);
+        assert_eq!(active_mtu_for(9000), Mtu::Mtu4096);
+        assert_eq!(active_mtu_for(65536), Mtu::Mtu4096);
+        assert_eq!(active_mtu_for(4176), Mtu::Mtu4096);
+        assert_eq!(active_mtu_for(4175), Mtu::Mtu2048);
+        assert_eq!(active_mtu_for(576), Mtu::Mtu256);
+    }
+
+    #[test]
+    fn device_lists_parse_and_reject_with_reasons() {
+        let l = parse_device_list("env", "a=127.0.0.2, b = 127.0.0.3 ,").unwrap();
+        assert_eq!(l, [("a".into(), "127.0.0.2".parse().unwrap()), ("b".into(), "127.0.0.3".parse().unwrap())]);
+        let e = parse_device_list("env", "a=127.0.0.300").unwrap_err().to_string();
+        assert!(e.contains("a=127.0.0.300") && e.contains("NAME=ADDR"), "{e}");
+        assert!(matches!(parse_device_list("env", "a=::1,a=::2"), Err(ConfigError::DuplicateName { .. })));
+        assert!(parse_device_list("env", "=1.2.3.4").is_err());
+        let f = parse_config_file("f", "# devices\nsr0 = 10.0.0.1  # eth0\n\nsr1=fe80::1\n").unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[1].1, "fe80::1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn gid_table_is_ordered_as_rxe_orders_it() {
+        let ifs = vec![
+            IfAddr { interface: "eth0".into(), addr: "10.77.0.2".parse().unwrap(), up: true },
+            IfAddr { interface: "eth0".into(), addr: "fe80::5054:ff:fe77:2".parse().unwrap(), up: true },
+            IfAddr { interface: "eth0".into(), addr: "2001:db8::2".parse().unwrap(), up: true },
+            IfAddr { interface: "lo".into(), addr: "127.0.0.1".parse().unwrap(), up: true },
+        ];
+        let d = device_for("sr0".into(), "10.77.0.2".parse().unwrap(), &ifs);
+        let want: Vec<IpAddr> =
+            ["fe80::5054:ff:fe77:2", "10.77.0.2", "2001:db8::2"].iter().map(|s| s.parse().unwrap()).collect();
+        assert_eq!(d.gids, want);
+        assert_eq!(d.addr_gid_index(), 1, "the IPv4 GID is index 1, as with rxe");
+        assert_eq!(d.interface.as_deref(), Some("eth0"));
+        // 127.0.0.2 is on loopback though not listed; GID 0 is made from the GUID.
+        let d = device_for("lo2".into(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), &ifs);
+        assert_eq!(d.interface.as_deref(), Some("lo"));
+        assert_eq!(d.gids.len(), 2);
+        assert!(is_link_local(&d.gids[0]));
+        assert_eq!(d.gids[1], IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(d.bindable, [false, true]);
+    }
+
+    #[test]
+    fn this_host_has_a_loopback_device() {
+        // Zero configuration: loopback always has 127.0.0.1 (unless the
+        // environment names devices).
+        if std::env::var_os("SOFTROCE_DEVICES").is_some() || config_file().is_some() {
+            return;
+        }
+        let d = devices().unwrap();
+        let lo = d.iter().find(|d| d.addr == IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a loopback device");
+        assert_eq!(lo.name, format!("softroce_{}", lo.interface.as_deref().unwrap()));
+        assert_eq!(lo.active_mtu, Mtu::Mtu4096, "loopback MTU 65536");
+        assert_eq!(lo.addr_gid_index(), 1);
+    }
+}

@@ -1,0 +1,313 @@
+//! The I/O driver: moves packets between the engine (`roce_proto::Device`)
+//! and the UDP socket, runs the engine's timers, and routes completion and
+//! async events to their file descriptors.
+//!
+//! Progress is made in [`Shared::progress`], under the device lock: receive
+//! everything waiting (one `recvmmsg` per batch, GRO super-datagrams split),
+//! hand each packet to the engine, run due timers, then pull every packet the
+//! engine has to send into a batch (equal-size runs leave as one GSO send)
+//! and flush it. By default a driver thread per context calls it whenever the
+//! socket is readable, a timer is due or a verb posted work (it sleeps in
+//! `poll(2)` otherwise); with [`Progress::Inline`] there is no thread and the
+//! application's own calls (`poll_cq`, `post_send`, ...) make progress.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use roce_proto::mem::OwnedBuffer;
+use roce_proto::{AsyncEvent, Device};
+use roce_udp::{Interest, RecvBatch, SendBatch, Socket, Waker, wait};
+use roce_wire::{ICRC_LEN, Ipv4IdFixup};
+
+use crate::channel::EventQueue;
+use crate::config::DeviceInfo;
+use crate::faults::{Fate, Faults, Held};
+use crate::tap::{PORT, Tap};
+
+/// Who makes progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// A driver thread per context (default): completions arrive while the
+    /// application computes, and blocking waits work.
+    #[default]
+    Thread,
+    /// No thread: progress happens inside the application's verbs calls
+    /// (`poll_cq` when the CQ is empty, `post_send`, `Context::progress`).
+    /// Lowest latency when the application polls; nothing moves while it
+    /// does not.
+    Inline,
+}
+
+/// Packets per `recvmmsg` / `sendmmsg` batch.
+const BATCH: usize = 64;
+/// Room for one packet: 4096 bytes of payload plus headers and ICRC.
+const MAX_PACKET: usize = 4096 + 128;
+
+/// Counters of the driver (besides the engine's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Packets received and handed to the engine.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// UDP messages sent (a GSO send counts once).
+    pub tx_messages: u64,
+    /// Packets the kernel refused for good (e.g. no route); the engine's
+    /// retransmission covers them, as for a loss on the wire.
+    pub tx_failed: u64,
+    /// Times the socket's send buffer was full (packets stayed queued).
+    pub tx_would_block: u64,
+    /// Progress passes.
+    pub passes: u64,
+}
+
+/// Device state behind the lock.
+pub(crate) struct State {
+    pub(crate) dev: Device,
+    rx: RecvBatch,
+    tx: SendBatch<'static>,
+    fixup: Option<Ipv4IdFixup>,
+    pub(crate) channels: HashMap<u32, Arc<EventQueue<u32>>>,
+    pub(crate) faults: Option<Faults>,
+    pub(crate) tap: Option<Tap>,
+    /// Owned memory of deregistered regions that a responder may still
+    /// read or write; freed once [`Device::memory_in_use`] says so.
+    pub(crate) graveyard: Vec<OwnedBuffer>,
+    pub(crate) stats: DriverStats,
+    /// Packets still queued after a flush (the socket had no room).
+    tx_pending: bool,
+    scratch: Vec<u8>,
+}
+
+impl State {
+    pub(crate) fn new(dev: Device, faults: Option<Faults>, tap: Option<Tap>) -> State {
+        State {
+            dev,
+            rx: RecvBatch::new(BATCH),
+            tx: SendBatch::new(BATCH, BATCH * MAX_PACKET),
+            fixup: None,
+            channels: HashMap::new(),
+            faults,
+            tap,
+            graveyard: Vec::new(),
+            stats: DriverStats::default(),
+            tx_pending: false,
+            scratch: Vec::with_capacity(MAX_PACKET),
+        }
+    }
+}
+
+/// What the context, its objects and the driver thread share.
+pub(crate) struct Shared {
+    pub(crate) info: DeviceInfo,
+    pub(crate) sock: Socket,
+    pub(crate) state: Mutex<State>,
+    pub(crate) waker: Waker,
+    pub(crate) stop: AtomicBool,
+    pub(crate) mode: Progress,
+    pub(crate) async_events: EventQueue<AsyncEvent>,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent engine state
+        // (the engine never panics mid-update by design): keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the device, routes the events it raised, and gets the
+    /// driver going if `kick` (new work to send).
+    pub(crate) fn with_dev<R>(&self, kick: bool, f: impl FnOnce(&mut Device) -> R) -> R {
+        let mut st = self.lock();
+        let r = f(&mut st.dev);
+        self.route_events(&mut st);
+        if kick {
+            match self.mode {
+                Progress::Thread => {
+                    drop(st);
+                    let _ = self.waker.wake();
+                }
+                Progress::Inline => {
+                    let _ = self.progress(&mut st);
+                }
+            }
+        }
+        r
+    }
+
+    /// Completion events to their channels, async events to their queue.
+    pub(crate) fn route_events(&self, st: &mut State) {
+        while let Some(cq) = st.dev.poll_comp_event() {
+            if let Some(ch) = st.channels.get(&cq) {
+                ch.push(cq);
+            }
+        }
+        while let Some(e) = st.dev.poll_event() {
+            self.async_events.push(e);
+        }
+    }
+
+    /// One progress pass; returns when the next timer is due.
+    pub(crate) fn progress(&self, st: &mut State) -> io::Result<Option<Instant>> {
+        st.stats.passes += 1;
+        let now = Instant::now();
+        self.receive(st, now)?;
+        if st.dev.poll_timeout().is_some_and(|t| t <= now) {
+            st.dev.handle_timeout(now);
+        }
+        self.transmit(st, now)?;
+        self.route_events(st);
+        if !st.graveyard.is_empty() {
+            let dev = &st.dev;
+            st.graveyard.retain(|b| dev.memory_in_use(b.addr() as usize, b.len()));
+        }
+        let held = st.faults.as_ref().and_then(Faults::next_release);
+        let next = [st.dev.poll_timeout(), held].into_iter().flatten().min();
+        Ok(next)
+    }
+
+    fn receive(&self, st: &mut State, now: Instant) -> io::Result<()> {
+        let State { dev, rx, faults, tap, stats, scratch, .. } = st;
+        // Held (reordered) packets whose time came.
+        if let Some(f) = faults.as_mut() {
+            while f.held.front().is_some_and(|h| h.release <= now) {
+                let h = f.held.pop_front().expect("front checked");
+                dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
+            }
+        }
+        loop {
+            let n = self.sock.recv(rx)?;
+            if n == 0 {
+                return Ok(());
+            }
+            for seg in rx.segments() {
+                stats.rx_packets += 1;
+                if let Some(t) = tap.as_mut() {
+                    t.write(seg.src, seg.src_port, seg.dst, PORT, None, seg.data)?;
+                }
+                let Some(f) = faults.as_mut() else {
+                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                    continue;
+                };
+                match f.fate(seg.data.len()) {
+                    Fate::Deliver => dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data),
+                    Fate::Drop => {}
+                    Fate::Duplicate => {
+                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                    }
+                    Fate::Hold => f.held.push_back(Held {
+                        release: now + f.spec.reorder_delay,
+                        src: seg.src,
+                        src_port: seg.src_port,
+                        dst: seg.dst,
+                        data: seg.data.to_vec(),
+                    }),
+                    Fate::Corrupt { bit } => {
+                        scratch.clear();
+                        scratch.extend_from_slice(seg.data);
+                        scratch[bit / 8] ^= 1 << (bit % 8);
+                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, scratch);
+                    }
+                }
+                // A reordered packet is overtaken by this one, then released.
+                if let Some(h) = f.held.front()
+                    && h.release > now
+                    && f.held.len() > 8
+                {
+                    let h = f.held.pop_front().expect("front checked");
+                    dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
+                }
+            }
+            if n < BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
+        let State { dev, tx, fixup, tap, stats, tx_pending, .. } = st;
+        if *tx_pending {
+            self.flush(tx, stats, tx_pending)?;
+            if *tx_pending {
+                return Ok(());
+            }
+        }
+        loop {
+            if !tx.has_room(MAX_PACKET) || tx.spare().len() < MAX_PACKET {
+                self.flush(tx, stats, tx_pending)?;
+                if *tx_pending {
+                    return Ok(());
+                }
+            }
+            let Some(t) = dev.poll_transmit(now, tx.spare()) else { break };
+            let dst = SocketAddr::new(t.dst, PORT);
+            let q = match tx.commit(dst, t.len) {
+                Ok(q) => q,
+                Err(_) => unreachable!("room was checked"),
+            };
+            if let Some(pkt) = tx.last_mut() {
+                if q.gso_index != 0 && t.dst.is_ipv4() {
+                    // The kernel gives the k-th GSO segment IPv4 ID k: fix the
+                    // ICRC computed for ID 0, for peers that check the ID.
+                    let f = match fixup {
+                        Some(f) if f.roce_len() == pkt.len() => *f,
+                        _ => *fixup.insert(Ipv4IdFixup::new(pkt.len())),
+                    };
+                    if pkt.len() >= ICRC_LEN {
+                        let _ = f.apply(pkt, q.gso_index);
+                    }
+                }
+                if let Some(tp) = tap.as_mut() {
+                    let id = t.dst.is_ipv4().then_some(q.gso_index);
+                    tp.write(t.src, t.src_port, t.dst, PORT, id, pkt)?;
+                }
+            }
+        }
+        self.flush(tx, stats, tx_pending)?;
+        if let Some(tp) = tap.as_mut() {
+            tp.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self, tx: &mut SendBatch<'static>, stats: &mut DriverStats, pending: &mut bool) -> io::Result<()> {
+        if tx.is_empty() {
+            *pending = false;
+            return Ok(());
+        }
+        let f = tx.flush(&self.sock)?;
+        stats.tx_packets += f.packets as u64;
+        stats.tx_messages += f.messages as u64;
+        stats.tx_failed += f.failed as u64;
+        if f.pending > 0 {
+            stats.tx_would_block += 1;
+        }
+        *pending = f.pending > 0;
+        Ok(())
+    }
+
+    /// The driver thread: progress, then sleep until the socket is readable
+    /// (or writable with packets pending), a timer is due, or a verb wakes it.
+    pub(crate) fn run(self: Arc<Shared>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let (next, pending) = {
+                let mut st = self.lock();
+                let next = match self.progress(&mut st) {
+                    Ok(n) => n,
+                    Err(_) => Some(Instant::now() + Duration::from_millis(1)),
+                };
+                (next, st.tx_pending)
+            };
+            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            let interest = if pending { Interest::BOTH } else { Interest::READABLE };
+            let _ = wait(&[(self.sock.as_fd(), interest)], Some(&self.waker), timeout);
+            self.waker.reset();
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Errors of the softroce API, each with what the user can do about it.
+
+use std::path::PathBuf;
+
+/// An error of the softroce API.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The device list could not be made.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// No device has this name.
+    #[error("no softroce device {name:?} (devices: {known:?}); name one with SOFTROCE_DEVICES=NAME=ADDR")]
+    NoSuchDevice {
+        /// The name asked for.
+        name: String,
+        /// The devices there are.
+        known: Vec<String>,
+    },
+    /// The device's address and port cannot be bound.
+    #[error(transparent)]
+    Bind(#[from] roce_udp::BindError),
+    /// A verb was refused (the C API's errno).
+    #[error(transparent)]
+    Verb(#[from] roce_proto::VerbError),
+    /// An environment variable is malformed.
+    #[error("{var}: {msg}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
+    /// `SOFTROCE_FAULTS` is malformed.
+    #[error(transparent)]
+    Faults(#[from] crate::faults::FaultSpecError),
+    /// The pcap file cannot be written.
+    #[error("SOFTROCE_PCAP: cannot write {path}: {source}")]
+    Pcap {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A range outside a memory region.
+    #[error("{len} bytes at offset {offset} are outside the {size}-byte memory region")]
+    OutOfBounds {
+        /// Offset asked for.
+        offset: usize,
+        /// Length asked for.
+        len: usize,
+        /// The region's size.
+        size: usize,
+    },
+    /// A system call failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}

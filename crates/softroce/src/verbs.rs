@@ -1,0 +1,707 @@
+//! The verbs objects: protection domains, memory regions and windows,
+//! completion queues and channels, queue pairs, SRQs and address handles.
+//! Each holds what it depends on (a QP its CQs and PD), so Rust's drop
+//! order destroys them in the order verbs requires.
+
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use roce_proto::mem::{OwnedBuffer, Region};
+use roce_proto::mr::{MwBindInfo, MwType};
+use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags};
+use roce_proto::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc};
+
+use crate::channel::EventQueue;
+use crate::context::Context;
+use crate::error::Error;
+
+/// A protection domain (`ibv_pd`).
+#[derive(Debug, Clone)]
+pub struct Pd(Arc<PdInner>);
+
+#[derive(Debug)]
+struct PdInner {
+    ctx: Context,
+    handle: u32,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.ctx.shared().with_dev(false, |d| d.dealloc_pd(h));
+    }
+}
+
+impl Context {
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd, Error> {
+        let handle = self.shared().with_dev(false, |d| d.alloc_pd())?;
+        Ok(Pd(Arc::new(PdInner { ctx: self.clone(), handle })))
+    }
+
+    /// Creates a completion queue of at least `cqe` entries whose events
+    /// (once armed with [`Cq::req_notify`]) go to `channel`.
+    pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq, Error> {
+        let s = self.shared();
+        let mut st = s.lock();
+        let handle = st.dev.create_cq(cqe)?;
+        if let Some(ch) = channel {
+            st.channels.insert(handle, ch.queue.clone());
+        }
+        drop(st);
+        Ok(Cq(Arc::new(CqInner { ctx: self.clone(), handle, channel: channel.cloned() })))
+    }
+
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    pub fn create_comp_channel(&self) -> Result<CompChannel, Error> {
+        Ok(CompChannel { queue: Arc::new(EventQueue::new()?), _ctx: self.clone() })
+    }
+}
+
+impl Pd {
+    fn ctx(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    /// The handle the engine knows it by.
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    /// Registers `len` bytes of zeroed memory the region owns, for `access`.
+    /// Its I/O virtual address is the memory's address, as with `ibv_reg_mr`.
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr, Error> {
+        let buf = OwnedBuffer::new(len);
+        // SAFETY: `buf` moves into the Mr, which deregisters it before it
+        // drops, and keeps it alive past that while a responder still holds
+        // a grant (see MrInner::drop).
+        #[allow(unsafe_code)]
+        let region = unsafe { buf.region() };
+        let pd = self.0.handle;
+        let key = self.ctx().shared().with_dev(false, |d| d.reg_mr(pd, buf.addr(), region, access))?;
+        Ok(Mr(Arc::new(MrInner {
+            pd: self.clone(),
+            key,
+            addr: buf.addr(),
+            len,
+            region: Some(region),
+            buf: std::sync::Mutex::new(Some(buf)),
+        })))
+    }
+
+    /// Registers caller memory, as `ibv_reg_mr` does.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay valid for reads and writes, and must
+    /// not be accessed in ways that race with the device (remote writes,
+    /// receives, READ results land there at any time), until the returned
+    /// region is dropped and no remote access can be in flight.
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr_raw(&self, addr: *mut u8, len: usize, access: AccessFlags) -> Result<Mr, Error> {
+        // SAFETY: the caller's promise above.
+        let region = unsafe { Region::new(addr, len) }.ok_or(Error::OutOfBounds { offset: 0, len, size: 0 })?;
+        let pd = self.0.handle;
+        let key = self.ctx().shared().with_dev(false, |d| d.reg_mr(pd, addr as u64, region, access))?;
+        Ok(Mr(Arc::new(MrInner {
+            pd: self.clone(),
+            key,
+            addr: addr as u64,
+            len,
+            region: None,
+            buf: std::sync::Mutex::new(None),
+        })))
+    }
+
+    /// Allocates a memory window (`ibv_alloc_mw`).
+    pub fn alloc_mw(&self, ty: MwType) -> Result<Mw, Error> {
+        let pd = self.0.handle;
+        let key = self.ctx().shared().with_dev(false, |d| d.alloc_mw(pd, ty))?;
+        Ok(Mw { pd: self.clone(), key: std::sync::atomic::AtomicU32::new(key), ty })
+    }
+
+    /// Creates a shared receive queue of `max_wr` WRs with `max_sge` SGEs each.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq, Error> {
+        let pd = self.0.handle;
+        let handle = self.ctx().shared().with_dev(false, |d| d.create_srq(pd, max_wr, max_sge))?;
+        Ok(Srq(Arc::new(SrqInner { pd: self.clone(), handle })))
+    }
+
+    /// Creates an address handle for UD sends to `dest`.
+    pub fn create_ah(&self, dest: IpAddr) -> Result<Ah, Error> {
+        let pd = self.0.handle;
+        let sgid_index = self.ctx().device().addr_gid_index() as u8;
+        let attr = AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 };
+        let handle = self.ctx().shared().with_dev(false, |d| d.create_ah(pd, attr))?;
+        Ok(Ah(Arc::new(AhInner { pd: self.clone(), handle })))
+    }
+
+    /// Creates a queue pair in RESET.
+    pub fn create_qp(&self, init: QpInit<'_>) -> Result<Qp, Error> {
+        let attr = QpInitAttr {
+            qp_type: init.qp_type,
+            pd: self.0.handle,
+            send_cq: init.send_cq.0.handle,
+            recv_cq: init.recv_cq.0.handle,
+            srq: init.srq.map(|s| s.0.handle),
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let qpn = self.ctx().shared().with_dev(false, |d| d.create_qp(attr))?;
+        Ok(Qp(Arc::new(QpInner {
+            pd: self.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            _send_cq: init.send_cq.clone(),
+            _recv_cq: init.recv_cq.clone(),
+            _srq: init.srq.cloned(),
+        })))
+    }
+}
+
+/// A registered memory region (`ibv_mr`).
+#[derive(Debug, Clone)]
+pub struct Mr(Arc<MrInner>);
+
+#[derive(Debug)]
+struct MrInner {
+    pd: Pd,
+    key: u32,
+    addr: u64,
+    len: usize,
+    /// The owned memory, as the engine sees it (`None` for caller memory).
+    region: Option<Region>,
+    /// Owns that memory (behind a mutex only to be `Sync`; it is touched
+    /// once, when the region goes).
+    buf: std::sync::Mutex<Option<OwnedBuffer>>,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        let s = self.pd.ctx().shared();
+        let mut st = s.lock();
+        let _ = st.dev.dereg_mr(self.key);
+        if let Some(b) = self.buf.get_mut().unwrap_or_else(|e| e.into_inner()).take()
+            && st.dev.memory_in_use(b.addr() as usize, b.len())
+        {
+            // A responder still reads or writes it: free it when it is done.
+            st.graveyard.push(b);
+        }
+    }
+}
+
+impl Mr {
+    /// L_Key.
+    pub fn lkey(&self) -> u32 {
+        self.0.key
+    }
+
+    /// R_Key (equal to the L_Key, as in rxe).
+    pub fn rkey(&self) -> u32 {
+        self.0.key
+    }
+
+    /// Start address (the I/O virtual address remote peers use).
+    pub fn addr(&self) -> u64 {
+        self.0.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// An SGE for `len` bytes at `offset` of the region.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge { addr: self.0.addr + offset as u64, length: len, lkey: self.0.key }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), Error> {
+        if offset.checked_add(len).is_none_or(|e| e > self.0.len) {
+            return Err(Error::OutOfBounds { offset, len, size: self.0.len });
+        }
+        Ok(())
+    }
+
+    fn owned(&self) -> Result<Region, Error> {
+        self.0.region.ok_or(Error::Verb(roce_proto::VerbError::Invalid("caller memory: access it directly")))
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region (owned regions).
+    /// Taken under the device lock, so it never races the device.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        self.check(offset, dst.len())?;
+        let r = self.owned()?;
+        // The lock excludes the device, which touches the memory only under it.
+        let _st = self.0.pd.ctx().shared().lock();
+        r.read(offset as u64, dst).map_err(|_| Error::OutOfBounds { offset, len: dst.len(), size: self.0.len })
+    }
+
+    /// Copies `src` into the region at `offset` (owned regions), under the
+    /// device lock.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        self.check(offset, src.len())?;
+        let r = self.owned()?;
+        let _st = self.0.pd.ctx().shared().lock();
+        r.write(offset as u64, src).map_err(|_| Error::OutOfBounds { offset, len: src.len(), size: self.0.len })
+    }
+
+    /// A copy of `len` bytes at `offset`.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>, Error> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v)?;
+        Ok(v)
+    }
+}
+
+/// A memory window (`ibv_mw`).
+#[derive(Debug)]
+pub struct Mw {
+    pd: Pd,
+    key: std::sync::atomic::AtomicU32,
+    ty: MwType,
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        let k = self.rkey();
+        let _ = self.pd.ctx().shared().with_dev(false, |d| d.dealloc_mw(k));
+    }
+}
+
+impl Mw {
+    /// The window's current R_Key.
+    pub fn rkey(&self) -> u32 {
+        self.key.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Window type.
+    pub fn mw_type(&self) -> MwType {
+        self.ty
+    }
+
+    /// Binds a type 1 window over `len` bytes at `offset` of `mr` through
+    /// `qp` (`ibv_bind_mw`): posts a BIND_MW WR and returns the new R_Key,
+    /// valid once that WR completes.
+    pub fn bind(
+        &self,
+        qp: &Qp,
+        wr_id: u64,
+        mr: &Mr,
+        offset: usize,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<u32, Error> {
+        let info = MwBindInfo { mr_key: mr.lkey(), addr: mr.addr() + offset as u64, length: len, access };
+        let (qpn, key) = (qp.0.qpn, self.rkey());
+        let new = qp.ctx().shared().with_dev(true, |d| d.bind_mw(qpn, key, wr_id, SendFlags::SIGNALED, info))?;
+        self.key.store(new, std::sync::atomic::Ordering::Release);
+        Ok(new)
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+#[derive(Debug, Clone)]
+pub struct Cq(Arc<CqInner>);
+
+#[derive(Debug)]
+struct CqInner {
+    ctx: Context,
+    handle: u32,
+    channel: Option<CompChannel>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let mut st = self.ctx.shared().lock();
+        st.channels.remove(&h);
+        let _ = st.dev.destroy_cq(h);
+    }
+}
+
+impl Cq {
+    /// The handle the engine knows it by (what channel events carry).
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    /// Pops up to `out.len()` completions, oldest first (`ibv_poll_cq`).
+    /// With [`crate::Progress::Inline`] an empty CQ first makes progress.
+    pub fn poll(&self, out: &mut [Wc]) -> Result<usize, Error> {
+        let s = self.0.ctx.shared();
+        let mut st = s.lock();
+        let n = st.dev.poll_cq(self.0.handle, out)?;
+        if n > 0 || s.mode != crate::Progress::Inline {
+            return Ok(n);
+        }
+        s.progress(&mut st)?;
+        Ok(st.dev.poll_cq(self.0.handle, out)?)
+    }
+
+    /// Arms the CQ: the next completion (or next solicited one) makes its
+    /// channel readable once (`ibv_req_notify_cq`).
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+        let h = self.0.handle;
+        Ok(self.0.ctx.shared().with_dev(false, |d| d.req_notify_cq(h, solicited_only))?)
+    }
+
+    /// Polls until `out` has at least one completion or `timeout` passes,
+    /// sleeping on the channel in between when there is one; returns how
+    /// many were polled (0 on timeout).
+    pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(0);
+            }
+            match &self.0.channel {
+                Some(ch) => {
+                    self.req_notify(false)?;
+                    // A completion between the poll and the arm is found by the next poll.
+                    let n = self.poll(out)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    let _ = ch.get_event(Some(deadline - now))?;
+                }
+                None => std::thread::sleep(Duration::from_micros(20).min(deadline - now)),
+            }
+        }
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`): a file descriptor that is
+/// readable while a CQ event waits, for poll/epoll/`AsyncFd`.
+#[derive(Debug, Clone)]
+pub struct CompChannel {
+    queue: Arc<EventQueue<u32>>,
+    _ctx: Context,
+}
+
+impl CompChannel {
+    /// The next CQ event: the handle of the CQ that fired
+    /// (`ibv_get_cq_event`), waiting up to `timeout` (`None`: forever).
+    /// The CQ must be re-armed for the next event.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u32>, Error> {
+        Ok(self.queue.pop_wait(timeout)?)
+    }
+
+    /// The next CQ event if one waits, without blocking.
+    pub fn try_get_event(&self) -> Option<u32> {
+        self.queue.try_pop()
+    }
+}
+
+impl AsFd for CompChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.queue.as_fd()
+    }
+}
+
+impl AsRawFd for CompChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.queue.as_raw_fd()
+    }
+}
+
+/// A shared receive queue (`ibv_srq`).
+#[derive(Debug, Clone)]
+pub struct Srq(Arc<SrqInner>);
+
+#[derive(Debug)]
+struct SrqInner {
+    pd: Pd,
+    handle: u32,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_srq(h));
+    }
+}
+
+impl Srq {
+    /// Posts a receive.
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let h = self.0.handle;
+        Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.post_srq_recv(h, wr))?)
+    }
+
+    /// Arms the limit event: `SrqLimitReached` when fewer than `limit` WRs remain.
+    pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
+        let h = self.0.handle;
+        Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.set_srq_limit(h, limit))?)
+    }
+}
+
+/// An address handle (`ibv_ah`) for UD sends.
+#[derive(Debug, Clone)]
+pub struct Ah(Arc<AhInner>);
+
+#[derive(Debug)]
+struct AhInner {
+    pd: Pd,
+    handle: u32,
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        let h = self.handle;
+        let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_ah(h));
+    }
+}
+
+impl Ah {
+    /// The handle to put in [`roce_proto::UdDest::ah`].
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+}
+
+/// What a QP is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: &'a Cq,
+    /// Where receive completions go.
+    pub recv_cq: &'a Cq,
+    /// Receive from this SRQ instead of the QP's own queue.
+    pub srq: Option<&'a Srq>,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Every send WR completes (as if SIGNALED).
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInit<'a> {
+    /// An RC QP with `depth` send and receive WRs of up to 4 SGEs and 256
+    /// inline bytes.
+    pub fn rc(send_cq: &'a Cq, recv_cq: &'a Cq, depth: u32) -> QpInit<'a> {
+        QpInit {
+            qp_type: QpType::Rc,
+            send_cq,
+            recv_cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: depth,
+                max_recv_wr: depth,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 256,
+            },
+            sq_sig_all: false,
+        }
+    }
+
+    /// The same with another transport.
+    pub fn with_type(mut self, qp_type: QpType) -> QpInit<'a> {
+        self.qp_type = qp_type;
+        self
+    }
+}
+
+/// What the peer needs to connect to a QP: exchanged out of band, as
+/// rdma-core's examples do (`LID:QPN:PSN:GID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN it will send.
+    pub psn: u32,
+    /// Its address (GID).
+    pub gid: IpAddr,
+}
+
+/// Transport settings of [`Qp::connect_with`], with rdma-core's usual values
+/// as defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    /// Path MTU (default: the port's active MTU).
+    pub mtu: Option<Mtu>,
+    /// Remote access the QP grants (default: READ, WRITE and atomics).
+    pub access: AccessFlags,
+    /// Retransmit timeout exponent (4.096 us x 2^timeout; 14 = 67 ms).
+    pub timeout: u8,
+    /// Retries after timeouts or sequence NAKs.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u8,
+    /// RNR timer code the responder sends (12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomics issued and accepted.
+    pub max_rd_atomic: u8,
+    /// Q_Key (UD).
+    pub qkey: u32,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            mtu: None,
+            access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            qkey: 0x1111_1111,
+        }
+    }
+}
+
+/// A queue pair (`ibv_qp`).
+#[derive(Debug, Clone)]
+pub struct Qp(Arc<QpInner>);
+
+#[derive(Debug)]
+struct QpInner {
+    pd: Pd,
+    qpn: u32,
+    qp_type: QpType,
+    _send_cq: Cq,
+    _recv_cq: Cq,
+    _srq: Option<Srq>,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let q = self.qpn;
+        let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_qp(q));
+    }
+}
+
+impl Qp {
+    fn ctx(&self) -> &Context {
+        self.0.pd.ctx()
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.0.qpn
+    }
+
+    /// Transport.
+    pub fn qp_type(&self) -> QpType {
+        self.0.qp_type
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        let q = self.0.qpn;
+        self.ctx().shared().with_dev(false, |d| d.qp(q).map_or(QpState::Err, |qp| qp.state()))
+    }
+
+    /// `ibv_modify_qp` with explicit attributes and mask.
+    pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<(), Error> {
+        let q = self.0.qpn;
+        Ok(self.ctx().shared().with_dev(true, |d| d.modify_qp(q, attr, mask))?)
+    }
+
+    /// What the peer needs to connect to this QP, with `psn` as the first
+    /// PSN this QP will send.
+    pub fn endpoint(&self, psn: u32) -> QpEndpoint {
+        QpEndpoint { qpn: self.0.qpn, psn: psn & 0xff_ffff, gid: self.ctx().device().addr }
+    }
+
+    /// RESET -> INIT -> RTR -> RTS to `remote` with default settings; this
+    /// QP sends from PSN `local_psn` (what [`Qp::endpoint`] told the peer).
+    pub fn connect(&self, local_psn: u32, remote: &QpEndpoint) -> Result<(), Error> {
+        self.connect_with(local_psn, remote, &ConnectOptions::default())
+    }
+
+    /// [`Qp::connect`] with explicit settings. A UD QP ignores `remote`.
+    pub fn connect_with(&self, local_psn: u32, remote: &QpEndpoint, o: &ConnectOptions) -> Result<(), Error> {
+        let info = self.ctx().device().clone();
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: o.access,
+            pkey_index: 0,
+            port_num: 1,
+            qkey: o.qkey,
+            ..QpAttr::default()
+        };
+        let ty = self.0.qp_type;
+        let init = match ty {
+            QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
+            _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
+        };
+        self.modify(&a, init)?;
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = o.mtu.unwrap_or(info.active_mtu);
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.max_dest_rd_atomic = o.max_rd_atomic;
+        a.min_rnr_timer = o.min_rnr_timer;
+        let sgid_index = info.addr_gid_index() as u8;
+        a.ah_attr = AhAttr { dest: remote.gid, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 };
+        let rtr = match ty {
+            QpType::Rc => M(M::STATE.0
+                | M::AV.0
+                | M::PATH_MTU.0
+                | M::DEST_QPN.0
+                | M::RQ_PSN.0
+                | M::MAX_DEST_RD_ATOMIC.0
+                | M::MIN_RNR_TIMER.0),
+            QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
+            QpType::Ud => M::STATE,
+        };
+        self.modify(&a, rtr)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = local_psn & 0xff_ffff;
+        a.timeout = o.timeout;
+        a.retry_cnt = o.retry_cnt;
+        a.rnr_retry = o.rnr_retry;
+        a.max_rd_atomic = o.max_rd_atomic;
+        let rts = match ty {
+            QpType::Rc => {
+                M(M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0)
+            }
+            _ => M(M::STATE.0 | M::SQ_PSN.0),
+        };
+        self.modify(&a, rts)
+    }
+
+    /// Moves the QP to ERR: every outstanding WR completes with `WR_FLUSH_ERR`.
+    pub fn to_error(&self) -> Result<(), Error> {
+        self.modify(&QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, M::STATE)
+    }
+
+    /// Posts a send WR (`ibv_post_send`).
+    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), Error> {
+        let q = self.0.qpn;
+        Ok(self.ctx().shared().with_dev(true, |d| d.post_send(q, wr))?)
+    }
+
+    /// Posts several send WRs under one lock and one wake-up; stops at the
+    /// first refused, returning how many were posted with the error.
+    pub fn post_send_batch(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, Error)> {
+        let q = self.0.qpn;
+        self.ctx().shared().with_dev(true, |d| {
+            for (i, wr) in wrs.iter().enumerate() {
+                d.post_send(q, wr).map_err(|e| (i, Error::from(e)))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts a receive WR (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let q = self.0.qpn;
+        Ok(self.ctx().shared().with_dev(false, |d| d.post_recv(q, wr))?)
+    }
+}
