@@ -39,6 +39,11 @@ impl<W: Write> PcapWriter<W> {
         self.out.write_all(frame)
     }
 
+    /// Flushes buffered frames to the output.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flushes and returns the output.
     pub fn into_inner(mut self) -> io::Result<W> {
         self.out.flush()?;
