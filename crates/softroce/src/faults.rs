@@ -10,7 +10,7 @@
 //! | `drop` | probability a received packet is discarded |
 //! | `dup` | probability it is handled twice |
 //! | `reorder` | probability it is held back and handed over after the next packets (up to `reorder_ms`, default 1 ms) |
-//! | `corrupt` | probability one random bit of it is flipped (the ICRC check then drops it, counted as `drop_icrc`) |
+//! | `corrupt` | probability one random bit of it is flipped, outside the BTH's FECN/BECN byte that the ICRC does not cover (the ICRC check then drops it, counted as `drop_icrc`) |
 //! | `seed` | seed of the fault generator (default 1): the same traffic sees the same faults |
 //!
 //! Faults act where the driver hands packets to the engine; packets the
@@ -161,7 +161,13 @@ impl Faults {
         } else if r < s.drop + s.dup + s.reorder {
             Fate::Hold
         } else if r < s.drop + s.dup + s.reorder + s.corrupt && len > 0 {
-            Fate::Corrupt { bit: self.rng.random_range(0..len * 8) }
+            // Not BTH byte 4 (FECN, BECN, reserved): switches may change it,
+            // so the ICRC leaves it out and a flip there is no corruption.
+            let mut bit = self.rng.random_range(0..len * 8);
+            if bit / 8 == 4 {
+                bit = (bit + 8) % (len * 8);
+            }
+            Fate::Corrupt { bit }
         } else {
             Fate::Deliver
         };

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use softroce::config::DeviceInfo;
 use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags,
-    SendWr, Wc, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
+    Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 const MEM: usize = 40 << 20;
