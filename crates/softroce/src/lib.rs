@@ -33,6 +33,8 @@
 
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
+mod async_cq;
 mod channel;
 pub mod config;
 mod context;
@@ -42,6 +44,8 @@ pub mod faults;
 pub mod tap;
 mod verbs;
 
+#[cfg(feature = "tokio")]
+pub use async_cq::AsyncCq;
 pub use config::DeviceInfo;
 pub use context::{Context, Options, devices};
 pub use driver::{DriverStats, Progress};
