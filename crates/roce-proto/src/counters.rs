@@ -5,7 +5,8 @@
 pub struct Counters {
     /// Packets sent.
     pub sent_pkts: u64,
-    /// Packets received and accepted.
+    /// Packets received that passed the header, ICRC and QP checks, requests
+    /// and responses alike, duplicates included (rxe counts in `rxe_rcv`).
     pub rcvd_pkts: u64,
     /// Duplicate requests received.
     pub duplicate_request: u64,

@@ -627,6 +627,7 @@ impl Device {
             self.counters.drop_malformed += 1;
             return;
         }
+        self.counters.rcvd_pkts += 1;
         let mut ctx = ctx!(self, now);
         match p.info().direction() {
             Direction::Request => qp.responder_handle(&mut ctx, &p, Origin { src, dst }),

@@ -95,7 +95,6 @@ impl Qp {
             return;
         }
         self.resp.nak_sent = false;
-        ctx.counters.rcvd_pkts += 1;
         match self.execute(ctx, p) {
             Verdict::Done => {}
             Verdict::Nak(code) => {
@@ -478,7 +477,6 @@ impl Qp {
             ctx.counters.drop_no_qp += 1;
             return;
         };
-        ctx.counters.rcvd_pkts += 1;
         let data = p.payload();
         let grh = grh_bytes(origin, data.len());
         let total = (GRH_LEN + data.len()) as u64;

@@ -366,11 +366,15 @@ fn a_fixed_udp_source_port_is_used_and_covered_by_the_icrc() {
     assert_eq!(p.completions(A).len(), 1);
     assert_eq!(p.completions(B)[0].byte_len, 3000);
     assert_eq!(p.dev[B].counters().drop_icrc, 0);
+    // rxe's rcvd_pkts: every packet that passed the checks, responses too.
+    assert_eq!((p.dev[B].counters().rcvd_pkts, p.dev[A].counters().rcvd_pkts), (3, 1));
+    assert_eq!((p.dev[A].counters().sent_pkts, p.dev[B].counters().sent_pkts), (3, 1));
     // Delivered with another source port, the same bytes fail the ICRC.
     let mut k = p.log[0].clone();
     k.src_port = 4792;
     p.deliver(&k);
     assert_eq!(p.dev[B].counters().drop_icrc, 1);
+    assert_eq!(p.dev[B].counters().rcvd_pkts, 3, "a dropped packet is not counted as received");
 }
 
 #[test]
