@@ -6,22 +6,41 @@
 //! queues, as the verbs API promises. No kernel module, no root, no RDMA
 //! hardware; wire compatible with Linux rxe and RoCE NICs.
 //!
-//! ```no_run
-//! use softroce::{Context, QpInit, AccessFlags, SendFlags, Payload, SendWr, WrOpcode, Wc};
+//! Two devices on loopback addresses in one process, an RC connection
+//! between them, and a SEND (this example runs as a test):
 //!
-//! let ctx = Context::open("softroce_lo")?;
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(64, None)?;
-//! let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
-//! let qp = pd.create_qp(QpInit::rc(&cq, &cq, 64))?;
-//! // Exchange qp.endpoint(psn) with the peer out of band, then:
-//! # let peer = qp.endpoint(0);
-//! qp.connect(0, &peer)?;
-//! let sge = [mr.sge(0, 4096)];
-//! qp.post_send(&SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge)))?;
-//! let mut wc = [Wc::new(0, softroce::WcStatus::Success, softroce::WcOpcode::Send, 0); 16];
-//! let n = cq.wait(&mut wc, std::time::Duration::from_secs(1))?;
-//! # let _ = n;
+//! ```
+//! use std::time::Duration;
+//! use softroce::config::DeviceInfo;
+//! use softroce::{AccessFlags, Context, Options, Payload, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
+//!
+//! // Devices are normally found with no configuration (`softroce::devices()`,
+//! // `Context::open("softroce_lo")`); here two are made on 127.0.0.61/.62.
+//! let dev = |last: u8| {
+//!     let addr = std::net::IpAddr::from([127, 0, 0, last]);
+//!     DeviceInfo { name: format!("doc{last}"), addr, interface: None, gids: vec![addr], bindable: vec![true],
+//!                  active_mtu: softroce::Mtu::Mtu4096 }
+//! };
+//! let (a, b) = (Context::open_with(&dev(61), Options::default())?, Context::open_with(&dev(62), Options::default())?);
+//! let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
+//! let (ca, cb) = (a.create_cq(16, None)?, b.create_cq(16, None)?);
+//! let ma = pa.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! let mb = pb.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! let qa = pa.create_qp(QpInit::rc(&ca, &ca, 16))?;
+//! let qb = pb.create_qp(QpInit::rc(&cb, &cb, 16))?;
+//! // What rdma-core's examples swap over TCP: QPN, first PSN and GID.
+//! let (ea, eb) = (qa.endpoint(100), qb.endpoint(200));
+//! qa.connect(100, &eb)?;
+//! qb.connect(200, &ea)?;
+//!
+//! qb.post_recv(&RecvWr { wr_id: 1, sg_list: &[mb.sge(0, 4096)] })?;
+//! ma.write(0, b"hello, RDMA")?;
+//! qa.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&[ma.sge(0, 11)])))?;
+//!
+//! let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4];
+//! assert_eq!(cb.wait(&mut wc, Duration::from_secs(5))?, 1);
+//! assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (1, WcStatus::Success, 11));
+//! assert_eq!(mb.to_vec(0, 11)?, b"hello, RDMA");
 //! # Ok::<(), softroce::Error>(())
 //! ```
 //!
