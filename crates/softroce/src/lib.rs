@@ -76,4 +76,4 @@ pub use roce_proto::mr::{MwBindInfo, MwType};
 pub use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 pub use roce_proto::wr::MwBind;
 pub use roce_proto::{AsyncEvent, Mtu, Payload, QpAttr, QpCap, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};
-pub use verbs::{Ah, CompChannel, ConnectOptions, Cq, Mr, Mw, Pd, Qp, QpEndpoint, QpInit, Srq};
+pub use verbs::{Ah, CompChannel, ConnectOptions, Cq, Mr, Mw, Pd, Qp, QpEndpoint, QpInit, Srq, ToInit, ToRtr, ToRts};

@@ -564,6 +564,45 @@ impl Default for ConnectOptions {
     }
 }
 
+/// The RESET -> INIT transition's attributes ([`Qp::to_init`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToInit {
+    /// Remote access the QP allows (RC, UC).
+    pub access: AccessFlags,
+    /// Q_Key (UD).
+    pub qkey: u32,
+}
+
+/// The INIT -> RTR transition's attributes ([`Qp::to_rtr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToRtr {
+    /// The peer QP.
+    pub remote: QpEndpoint,
+    /// Our GID index to send from.
+    pub sgid_index: u8,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// READ/atomic requests this QP answers at once.
+    pub max_dest_rd_atomic: u8,
+    /// RNR timer code sent in RNR NAKs.
+    pub min_rnr_timer: u8,
+}
+
+/// The RTR -> RTS transition's attributes ([`Qp::to_rts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToRts {
+    /// First PSN sent.
+    pub sq_psn: u32,
+    /// Retransmit timeout exponent.
+    pub timeout: u8,
+    /// Retries after timeouts or sequence NAKs.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u8,
+    /// READ/atomic requests outstanding.
+    pub max_rd_atomic: u8,
+}
+
 /// A queue pair (`ibv_qp`).
 #[derive(Debug, Clone)]
 pub struct Qp(Arc<QpInner>);
@@ -627,29 +666,55 @@ impl Qp {
     /// [`Qp::connect`] with explicit settings. A UD QP ignores `remote`.
     pub fn connect_with(&self, local_psn: u32, remote: &QpEndpoint, o: &ConnectOptions) -> Result<(), Error> {
         let info = self.ctx().device().clone();
-        let mut a = QpAttr {
+        self.to_init(&ToInit { access: o.access, qkey: o.qkey })?;
+        self.to_rtr(&ToRtr {
+            remote: *remote,
+            sgid_index: info.addr_gid_index() as u8,
+            mtu: o.mtu.unwrap_or(info.active_mtu),
+            max_dest_rd_atomic: o.max_rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
+        })?;
+        self.to_rts(&ToRts {
+            sq_psn: local_psn,
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            max_rd_atomic: o.max_rd_atomic,
+        })
+    }
+
+    /// RESET -> INIT: the attributes that transition requires for this QP
+    /// type (P_Key index 0 and port 1 are implied; UD takes the Q_Key, RC
+    /// and UC the remote access flags).
+    pub fn to_init(&self, t: &ToInit) -> Result<(), Error> {
+        let a = QpAttr {
             qp_state: QpState::Init,
-            qp_access_flags: o.access,
+            qp_access_flags: t.access,
             pkey_index: 0,
             port_num: 1,
-            qkey: o.qkey,
+            qkey: t.qkey,
             ..QpAttr::default()
         };
-        let ty = self.0.qp_type;
-        let init = match ty {
+        let mask = match self.0.qp_type {
             QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
             _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
         };
-        self.modify(&a, init)?;
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = o.mtu.unwrap_or(info.active_mtu);
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.max_dest_rd_atomic = o.max_rd_atomic;
-        a.min_rnr_timer = o.min_rnr_timer;
-        let sgid_index = info.addr_gid_index() as u8;
-        a.ah_attr = AhAttr { dest: remote.gid, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 };
-        let rtr = match ty {
+        self.modify(&a, mask)
+    }
+
+    /// INIT -> RTR: the path to the peer and what the responder accepts.
+    pub fn to_rtr(&self, t: &ToRtr) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: t.mtu,
+            dest_qp_num: t.remote.qpn,
+            rq_psn: t.remote.psn & 0xff_ffff,
+            max_dest_rd_atomic: t.max_dest_rd_atomic,
+            min_rnr_timer: t.min_rnr_timer,
+            ah_attr: AhAttr { dest: t.remote.gid, sgid_index: t.sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 },
+            ..QpAttr::default()
+        };
+        let mask = match self.0.qp_type {
             QpType::Rc => M(M::STATE.0
                 | M::AV.0
                 | M::PATH_MTU.0
@@ -660,20 +725,27 @@ impl Qp {
             QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
             QpType::Ud => M::STATE,
         };
-        self.modify(&a, rtr)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = local_psn & 0xff_ffff;
-        a.timeout = o.timeout;
-        a.retry_cnt = o.retry_cnt;
-        a.rnr_retry = o.rnr_retry;
-        a.max_rd_atomic = o.max_rd_atomic;
-        let rts = match ty {
+        self.modify(&a, mask)
+    }
+
+    /// RTR -> RTS: the requester's timers and its first PSN.
+    pub fn to_rts(&self, t: &ToRts) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: t.sq_psn & 0xff_ffff,
+            timeout: t.timeout,
+            retry_cnt: t.retry_cnt,
+            rnr_retry: t.rnr_retry,
+            max_rd_atomic: t.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        let mask = match self.0.qp_type {
             QpType::Rc => {
                 M(M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0)
             }
             _ => M(M::STATE.0 | M::SQ_PSN.0),
         };
-        self.modify(&a, rts)
+        self.modify(&a, mask)
     }
 
     /// Moves the QP to ERR: every outstanding WR completes with `WR_FLUSH_ERR`.

@@ -271,3 +271,30 @@ fn softroce_faults_are_survived_and_counted() {
     assert!(cx.completer_retry_err > 0, "losses were repaired by retransmission");
     assert_eq!(cx.drop_icrc + cy.drop_icrc, fx.corrupted + fy.corrupted, "every corruption caught by the ICRC");
 }
+
+#[test]
+fn typed_transitions_go_in_order_and_refuse_skips() {
+    let ctx = Context::open_with(&device("tt", 14), Options::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 8)).unwrap();
+    let rts = softroce::ToRts { sq_psn: 1, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
+    let err = qp.to_rts(&rts).unwrap_err();
+    assert!(matches!(err, softroce::Error::Verb(roce_proto::VerbError::Modify(_))), "{err}");
+    assert_eq!(qp.state(), softroce::QpState::Reset);
+    qp.to_init(&softroce::ToInit { access: AccessFlags::REMOTE_WRITE, qkey: 0 }).unwrap();
+    assert_eq!(qp.state(), softroce::QpState::Init);
+    let remote = qp.endpoint(3);
+    let rtr = softroce::ToRtr {
+        remote,
+        sgid_index: 1,
+        mtu: softroce::Mtu::Mtu1024,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+    };
+    qp.to_rtr(&rtr).unwrap();
+    qp.to_rts(&rts).unwrap();
+    assert_eq!(qp.state(), softroce::QpState::Rts);
+    qp.to_error().unwrap();
+    assert_eq!(qp.state(), softroce::QpState::Err);
+}
