@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod perf;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
 #[derive(Parser)]
@@ -34,12 +35,19 @@ enum Command {
         #[arg(long, value_parser = parse_mtu)]
         mtu: Option<usize>,
     },
+    /// perftest's bandwidth and latency tests over softroce
+    /// (`ib_{send,write,read,atomic}_{bw,lat}` options and tables).
+    ///
+    /// `softroce perf write-bw --loopback --baseline` runs both ends here
+    /// and prints the ratio to plain UDP sockets beside each row.
+    Perf(perf::PerfArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
+        Command::Perf(args) => perf::run(&args),
     }
 }
 

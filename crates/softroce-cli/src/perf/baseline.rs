@@ -1,0 +1,202 @@
+//! The baseline measured in the same run: the same traffic over plain UDP
+//! sockets on loopback, with the same batching allowed (`sendmmsg` with
+//! GSO, `recvmmsg` with GRO) and the same packet sizes as the RoCEv2 packets
+//! (BTH, RETH on a message's first packet, ICRC), but no RDMA processing at
+//! all: what the machine itself can do. Latency is a UDP ping-pong of
+//! equally sized datagrams with blocking receives.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use roce_udp::{Interest, RecvBatch, SendBatch, Socket, wait};
+
+use super::PerfError;
+
+const BTH: usize = 12;
+const RETH: usize = 16;
+const ICRC: usize = 4;
+
+/// The UDP payload sizes of one RoCEv2 message of `size` bytes at `mtu`
+/// (`first_ext`: extended header bytes on the first packet, e.g. RETH).
+pub fn packet_sizes(size: usize, mtu: usize, first_ext: usize) -> Vec<usize> {
+    let n = size.div_ceil(mtu).max(1);
+    (0..n)
+        .map(|i| {
+            let payload = (size - i * mtu).min(mtu);
+            BTH + if i == 0 { first_ext } else { 0 } + payload.next_multiple_of(4) + ICRC
+        })
+        .collect()
+}
+
+/// Goodput in bytes (of message payload) per second of `msgs` messages of
+/// `size` bytes over UDP with at most `depth` messages in flight.
+pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<f64, PerfError> {
+    let rx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
+    let tx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
+    let rx = Socket::bind_addr(SocketAddr::new(rx_addr, 0))?;
+    let tx = Socket::bind_addr(SocketAddr::new(tx_addr, 0))?;
+    let rx_to = rx.local_addr();
+    let tx_back = tx.local_addr();
+    let sizes = packet_sizes(size, mtu, RETH);
+    let per_msg = sizes.len() as u64;
+    let total_pkts = per_msg * msgs as u64;
+    let received = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    // The receiver: counts packets, reports its count back every 16
+    // packets (the RDMA ACK's part), stops when all arrived or told to.
+    let (r2, d2) = (received.clone(), done.clone());
+    let receiver = std::thread::spawn(move || -> Result<(u64, Duration), PerfError> {
+        let mut batch = RecvBatch::new(64);
+        let mut count = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        let mut since_ack = 0u64;
+        while count < total_pkts && !d2.load(Ordering::Relaxed) {
+            let n = rx.recv(&mut batch)?;
+            if n == 0 {
+                if since_ack > 0 {
+                    rx.send_to(&count.to_le_bytes(), tx_back)?;
+                    since_ack = 0;
+                }
+                wait(&[(rx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(5)))?;
+                continue;
+            }
+            for seg in batch.segments() {
+                let _ = seg.data.len();
+                count += 1;
+                since_ack += 1;
+            }
+            first.get_or_insert_with(Instant::now);
+            last = Instant::now();
+            r2.store(count, Ordering::Relaxed);
+            if since_ack >= 16 {
+                rx.send_to(&count.to_le_bytes(), tx_back)?;
+                since_ack = 0;
+            }
+        }
+        rx.send_to(&count.to_le_bytes(), tx_back)?;
+        Ok((count, last.duration_since(first.unwrap_or(last))))
+    });
+    let mut batch = SendBatch::new(64, 64 * 4200);
+    let payload = vec![0x5au8; 4200];
+    let mut acked = 0u64;
+    let mut sent = 0u64;
+    let window = (depth as u64 * per_msg).max(per_msg);
+    let mut ack_buf = RecvBatch::with_slot_size(16, 64);
+    let mut stalled_since = Instant::now();
+    while sent < total_pkts {
+        while sent < total_pkts && sent - acked.min(sent) < window {
+            let sz = sizes[(sent % per_msg) as usize];
+            if batch.push(rx_to, &payload[..sz]).is_err() {
+                flush(&mut batch, &tx)?;
+                continue;
+            }
+            sent += 1;
+        }
+        flush(&mut batch, &tx)?;
+        let before = acked;
+        while tx.recv(&mut ack_buf)? > 0 {
+            for seg in ack_buf.segments() {
+                if let Ok(b) = <[u8; 8]>::try_from(seg.data) {
+                    acked = acked.max(u64::from_le_bytes(b));
+                }
+            }
+        }
+        if acked == before {
+            // A datagram the kernel dropped is never acknowledged: after a
+            // while, stop waiting for it.
+            if stalled_since.elapsed() > Duration::from_millis(5) {
+                acked = sent;
+                stalled_since = Instant::now();
+            } else {
+                wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
+            }
+        } else {
+            stalled_since = Instant::now();
+        }
+    }
+    flush(&mut batch, &tx)?;
+    // Let the last packets arrive, then stop the receiver.
+    let t = Instant::now();
+    while received.load(Ordering::Relaxed) < total_pkts && t.elapsed() < Duration::from_millis(200) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done.store(true, Ordering::Relaxed);
+    let (count, span) = receiver.join().map_err(|_| PerfError::Baseline("receiver thread panicked".into()))??;
+    let msgs_in = count / per_msg;
+    let secs = span.as_secs_f64().max(1e-9);
+    Ok(msgs_in as f64 * size as f64 / secs)
+}
+
+fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
+    loop {
+        let f = batch.flush(sock)?;
+        if f.pending == 0 {
+            return Ok(());
+        }
+        wait(&[(sock.as_fd(), Interest::WRITABLE)], None, Some(Duration::from_millis(10)))?;
+    }
+}
+
+/// Median one-way latency (round trip / 2, or the round trip when
+/// `round_trip`) in microseconds of a UDP ping-pong: `req` bytes out,
+/// `resp` bytes back, blocking receives.
+pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<f64, PerfError> {
+    let a = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 4), 0))?;
+    let b = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 5), 0))?;
+    let (a_addr, b_addr) = (a.local_addr()?, b.local_addr()?);
+    a.set_read_timeout(Some(Duration::from_secs(5)))?;
+    b.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; 65536];
+        let out = vec![0u8; resp];
+        for _ in 0..iters + 10 {
+            b.recv(&mut buf)?;
+            b.send_to(&out, a_addr)?;
+        }
+        Ok(())
+    });
+    let out = vec![0u8; req];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters + 10 {
+        let t = Instant::now();
+        a.send_to(&out, b_addr)?;
+        a.recv(&mut buf)?;
+        if i >= 10 {
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            samples.push(if round_trip { us } else { us / 2.0 });
+        }
+    }
+    echo.join().map_err(|_| PerfError::Baseline("echo thread panicked".into()))??;
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// RoCEv2 sizes of a latency test's request and response datagrams.
+pub fn lat_sizes(op: super::Op, size: usize) -> (usize, usize) {
+    use super::Op;
+    match op {
+        Op::Send => (BTH + size.next_multiple_of(4) + ICRC, BTH + size.next_multiple_of(4) + ICRC),
+        Op::Write => (BTH + RETH + size.next_multiple_of(4) + ICRC, BTH + RETH + size.next_multiple_of(4) + ICRC),
+        Op::Read => (BTH + RETH + ICRC, BTH + 4 + size.next_multiple_of(4) + ICRC),
+        Op::Atomic => (BTH + 28 + ICRC, BTH + 4 + 8 + ICRC),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_sizes_follow_the_roce_layout() {
+        assert_eq!(packet_sizes(65536, 4096, RETH).len(), 16);
+        assert_eq!(packet_sizes(65536, 4096, RETH)[0], 12 + 16 + 4096 + 4);
+        assert_eq!(packet_sizes(65536, 4096, RETH)[1], 12 + 4096 + 4);
+        assert_eq!(packet_sizes(8, 4096, RETH), [12 + 16 + 8 + 4]);
+        assert_eq!(packet_sizes(0, 4096, 0), [16]);
+    }
+}

@@ -1,0 +1,462 @@
+//! `softroce perf`: perftest's tests (`ib_{send,write,read,atomic}_{bw,lat}`)
+//! over softroce, with perftest's main options and tables; `--loopback`
+//! runs both ends in this process with no configuration, and `--baseline`
+//! measures the same traffic over plain UDP sockets in the same run and
+//! prints the ratio beside each row.
+
+mod baseline;
+mod plot;
+mod rdma;
+pub mod report;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use report::{BwRow, LatRow, RULE};
+
+/// Which perftest test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Test {
+    /// `ib_send_bw`.
+    SendBw,
+    /// `ib_write_bw`.
+    WriteBw,
+    /// `ib_read_bw`.
+    ReadBw,
+    /// `ib_atomic_bw`.
+    AtomicBw,
+    /// `ib_send_lat`.
+    SendLat,
+    /// `ib_write_lat`.
+    WriteLat,
+    /// `ib_read_lat`.
+    ReadLat,
+    /// `ib_atomic_lat`.
+    AtomicLat,
+}
+
+/// The operation a test moves data with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// SEND / receive.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// FETCH_AND_ADD.
+    Atomic,
+}
+
+impl Test {
+    fn op(self) -> Op {
+        match self {
+            Test::SendBw | Test::SendLat => Op::Send,
+            Test::WriteBw | Test::WriteLat => Op::Write,
+            Test::ReadBw | Test::ReadLat => Op::Read,
+            Test::AtomicBw | Test::AtomicLat => Op::Atomic,
+        }
+    }
+
+    fn is_bw(self) -> bool {
+        matches!(self, Test::SendBw | Test::WriteBw | Test::ReadBw | Test::AtomicBw)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Test::SendBw => "Send BW Test",
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::AtomicBw => "Atomic FETCH_AND_ADD BW Test",
+            Test::SendLat => "Send Latency Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::AtomicLat => "Atomic FETCH_AND_ADD Latency Test",
+        }
+    }
+}
+
+/// `softroce perf` options (perftest's names).
+#[derive(Debug, Args)]
+pub struct PerfArgs {
+    /// The test.
+    #[arg(value_enum)]
+    test: Test,
+    /// Run as the client of the server on HOST (without it: the server).
+    host: Option<String>,
+    /// Device to use (default: the first, or 127.0.0.2/3 with --loopback).
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port of the device (softroce devices have one).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// GID index (default: the IPv4 GID, 1).
+    #[arg(short = 'x', long = "gid-index")]
+    gid_index: Option<usize>,
+    /// Message size (default 65536 for bandwidth tests, 2 for latency).
+    #[arg(short = 's', long = "size")]
+    size: Option<usize>,
+    /// Iterations (default 5000 for bandwidth tests, 1000 for latency).
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<usize>,
+    /// Run sizes 2 to 2^23.
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// QPs.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: usize,
+    /// Connection type (RC only).
+    #[arg(short = 'c', long = "connection", default_value = "RC")]
+    connection: String,
+    /// Send queue depth (default 128 for bandwidth tests, 1 for latency).
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<usize>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration")]
+    duration: Option<u64>,
+    /// Do not fail on CPU frequency warnings (accepted for perftest compatibility).
+    #[arg(short = 'F', long = "CPU-freq")]
+    cpu_freq: bool,
+    /// Report bandwidth in Gbit/s.
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Path MTU (256..4096; default: the port's active MTU).
+    #[arg(short = 'm', long = "mtu")]
+    mtu: Option<usize>,
+    /// Send messages up to this size inline.
+    #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
+    inline_size: usize,
+    /// QP timeout exponent (4.096 us x 2^N).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    qp_timeout: u8,
+    /// Signal every N-th send (CQ moderation).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    cq_mod: usize,
+    /// Both ends in this process on 127.0.0.2 and 127.0.0.3: no configuration.
+    #[arg(long)]
+    loopback: bool,
+    /// Also measure the same traffic over plain UDP sockets and print the ratio.
+    #[arg(long)]
+    baseline: bool,
+    /// With -a: draw bandwidth and latency against message size into this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Print the counters (rxe names) at the end.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// Resolved settings of a run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub op: Op,
+    pub iters: usize,
+    pub tx_depth: usize,
+    pub rx_depth: usize,
+    pub cq_mod: usize,
+    pub qps: usize,
+    pub inline_size: usize,
+    pub qp_timeout: u8,
+    pub mtu: Option<softroce::Mtu>,
+    pub duration: Option<Duration>,
+}
+
+/// Why a perf run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// softroce refused.
+    #[error(transparent)]
+    Softroce(#[from] softroce::Error),
+    /// Socket or file trouble.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The UDP baseline could not be measured.
+    #[error("baseline: {0}")]
+    Baseline(String),
+    /// A socket for the baseline could not be bound.
+    #[error(transparent)]
+    Bind(#[from] roce_udp::BindError),
+    /// A work completion failed.
+    #[error("a work completion failed: {0}")]
+    Completion(String),
+    /// The peer's exchange message is malformed.
+    #[error("malformed exchange message from the peer: {0:?}")]
+    Exchange(String),
+    /// Options that do not go together.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl PerfArgs {
+    fn settings(&self) -> Result<Settings, PerfError> {
+        if self.connection != "RC" {
+            return Err(PerfError::Usage(format!("connection type {} is not supported: use RC", self.connection)));
+        }
+        if self.qps == 0 || self.qps > 1024 {
+            return Err(PerfError::Usage("-q must be 1..=1024".into()));
+        }
+        let bw = self.test.is_bw();
+        let mtu = match self.mtu {
+            None => None,
+            Some(m) => Some(
+                (1..=5)
+                    .filter_map(softroce::Mtu::from_raw)
+                    .find(|x| x.bytes() == m)
+                    .ok_or_else(|| PerfError::Usage(format!("-m {m}: not 256, 512, 1024, 2048 or 4096")))?,
+            ),
+        };
+        Ok(Settings {
+            op: self.test.op(),
+            iters: self.iters.unwrap_or(if bw { 5000 } else { 1000 }).max(1),
+            tx_depth: self.tx_depth.unwrap_or(if bw { 128 } else { 1 }).clamp(1, 8192),
+            rx_depth: 512,
+            cq_mod: self.cq_mod.max(1),
+            qps: self.qps,
+            inline_size: self.inline_size.min(256),
+            qp_timeout: self.qp_timeout,
+            mtu,
+            duration: self.duration.map(Duration::from_secs),
+        })
+    }
+
+    fn sizes(&self) -> Vec<usize> {
+        if self.all {
+            let top = if self.test.op() == Op::Atomic { 3 } else { 23 };
+            (1..=top).map(|k| 1usize << k).filter(|s| self.test.op() != Op::Atomic || *s == 8).collect()
+        } else if self.test.op() == Op::Atomic {
+            vec![8]
+        } else {
+            vec![self.size.unwrap_or(if self.test.is_bw() { 65536 } else { 2 })]
+        }
+    }
+}
+
+/// Runs `softroce perf`.
+pub fn run(args: &PerfArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softroce perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn banner(args: &PerfArgs, s: &Settings, dev: &str, mtu: usize, gid: usize) {
+    println!("{RULE}");
+    println!("                    {}", args.test.title());
+    println!(" Dual-port       : OFF\t\tDevice         : {dev}");
+    println!(" Number of qps   : {}\t\tTransport type : IB", s.qps);
+    println!(" Connection type : RC\t\tUsing SRQ      : OFF");
+    if args.test.is_bw() {
+        println!(" TX depth        : {}", s.tx_depth);
+        println!(" CQ Moderation   : {}", s.cq_mod);
+    }
+    println!(" Mtu             : {mtu}[B]");
+    println!(" Link type       : Ethernet");
+    println!(" GID index       : {gid}");
+    println!(" Max inline data : {}[B]", s.inline_size);
+    println!(" rdma_cm QPs\t : OFF");
+    println!(" Data ex. method : Ethernet");
+    println!("{RULE}");
+}
+
+fn addresses(side: &str, r: &rdma::Remote) {
+    let q = &r.qps[0];
+    println!(
+        " {side} address: LID 0000 QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
+        q.qpn, q.psn, r.rkey, r.addr
+    );
+    let gid = match q.gid {
+        std::net::IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v) => v.octets(),
+    };
+    println!(" GID: {}", gid.iter().map(|b| format!("{b:02}")).collect::<Vec<_>>().join(":"));
+}
+
+fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
+    let s = args.settings()?;
+    if args.plot.is_some() && !args.all {
+        return Err(PerfError::Usage("--plot needs -a (all sizes)".into()));
+    }
+    if args.baseline && !args.loopback {
+        return Err(PerfError::Usage("--baseline runs the UDP baseline on loopback: use it with --loopback".into()));
+    }
+    let sizes = args.sizes();
+    let region = sizes.iter().max().copied().unwrap_or(8).max(64) * 2 + 128;
+    let tty = std::io::stderr().is_terminal();
+    let mut rows: Vec<(BwRow, Option<f64>)> = Vec::new();
+    let mut lat_rows: Vec<(LatRow, Option<f64>)> = Vec::new();
+    if args.loopback {
+        let a = rdma::End::open(&rdma::loopback_device(2), &s, region)?;
+        let b = rdma::End::open(&rdma::loopback_device(3), &s, region)?;
+        let (ra, rb) = (a.remote(0x1234), b.remote(0x5678));
+        a.connect(&s, 0x1234, &rb)?;
+        b.connect(&s, 0x5678, &ra)?;
+        let mtu = s.mtu.unwrap_or(a.ctx.device().active_mtu).bytes();
+        banner(args, &s, &a.ctx.device().name, mtu, args.gid_index.unwrap_or(1));
+        addresses("local", &ra);
+        addresses("remote", &rb);
+        println!("{RULE}");
+        println!(
+            "{}",
+            if args.test.is_bw() {
+                report::bw_header(args.report_gbits, args.baseline)
+            } else {
+                report::lat_header(args.baseline)
+            }
+        );
+        for &size in &sizes {
+            if args.test.is_bw() {
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let row = std::thread::scope(|sc| -> Result<BwRow, PerfError> {
+                    let recv = (s.op == Op::Send).then(|| {
+                        let (b, s, stop) = (&b, &s, &stop);
+                        let expected = if s.duration.is_some() { usize::MAX } else { s.iters * s.qps };
+                        sc.spawn(move || {
+                            rdma::bw_receiver(b, s, size, expected, &|| stop.load(std::sync::atomic::Ordering::Relaxed))
+                        })
+                    });
+                    let mut progress = |bytes: u64, t: Duration| {
+                        if tty && s.duration.is_some() {
+                            eprint!(
+                                "\r {:.2} MiB/sec after {:.0} s   ",
+                                bytes as f64 / t.as_secs_f64() / 1048576.0,
+                                t.as_secs_f64()
+                            );
+                        }
+                    };
+                    let r = rdma::bw_client(&a, &s, &rb, size, &mut progress);
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(h) = recv {
+                        h.join().map_err(|_| PerfError::Usage("receiver thread panicked".into()))??;
+                    }
+                    if tty && s.duration.is_some() {
+                        eprintln!();
+                    }
+                    r
+                })?;
+                let base = if args.baseline {
+                    let size = if s.op == Op::Atomic { 8 } else { size };
+                    Some(baseline::bw(size, mtu, row.iters.min(s.iters.max(1000)), s.tx_depth)?)
+                } else {
+                    None
+                };
+                println!("{}", report::bw_line(&row, args.report_gbits, base));
+                rows.push((row, base));
+            } else {
+                let samples = std::thread::scope(|sc| -> Result<Vec<f64>, PerfError> {
+                    let (bref, sref, ra2) = (&b, &s, ra);
+                    let server = sc.spawn(move || rdma::lat_run(bref, sref, &ra2, size, false));
+                    let r = rdma::lat_run(&a, &s, &rb, size, true);
+                    server.join().map_err(|_| PerfError::Usage("server thread panicked".into()))??;
+                    r
+                })?;
+                let row = LatRow::from_samples(size, samples);
+                let base = if args.baseline {
+                    let (req, resp) = baseline::lat_sizes(s.op, size);
+                    Some(baseline::lat(req, resp, s.iters, matches!(s.op, Op::Read | Op::Atomic))?)
+                } else {
+                    None
+                };
+                println!("{}", report::lat_line(&row, base));
+                lat_rows.push((row, base));
+            }
+            std::io::stdout().flush()?;
+        }
+        println!("{RULE}");
+        if args.stats {
+            print_stats("client", &a.ctx);
+            print_stats("server", &b.ctx);
+        }
+    } else {
+        two_hosts(args, &s, &sizes, region)?;
+    }
+    if let Some(path) = &args.plot {
+        plot::write(path, args.test.title(), &rows, &lat_rows)?;
+        println!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_stats(who: &str, ctx: &softroce::Context) {
+    let c = ctx.counters();
+    println!(" {who} counters:");
+    for (name, v) in c.iter() {
+        println!("   {name:<24} {v}");
+    }
+}
+
+/// Server and client on two hosts (or two processes), perftest style.
+fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> Result<(), PerfError> {
+    let devices = softroce::devices()?;
+    let info = match &args.device {
+        Some(d) => devices.iter().find(|x| &x.name == d).cloned(),
+        None => devices.first().cloned(),
+    }
+    .ok_or_else(|| PerfError::Usage("no softroce device: name one with -d or SOFTROCE_DEVICES".into()))?;
+    let me = rdma::End::open(&info, s, region)?;
+    let mine = me.remote(rand_psn());
+    let mut stream = match &args.host {
+        None => rdma::accept(args.port)?,
+        Some(h) => std::net::TcpStream::connect((h.as_str(), args.port))?,
+    };
+    let peer = rdma::exchange(&mut stream, &mine)?;
+    me.connect(s, mine.qps[0].psn, &peer)?;
+    let mtu = s.mtu.unwrap_or(info.active_mtu).bytes();
+    banner(args, s, &info.name, mtu, args.gid_index.unwrap_or(info.addr_gid_index()));
+    addresses("local", &mine);
+    addresses("remote", &peer);
+    println!("{RULE}");
+    let client = args.host.is_some();
+    println!(
+        "{}",
+        if args.test.is_bw() { report::bw_header(args.report_gbits, false) } else { report::lat_header(false) }
+    );
+    for &size in sizes {
+        // Both sides are ready for this size before traffic starts.
+        sync(&mut stream)?;
+        if args.test.is_bw() {
+            if client {
+                let row = rdma::bw_client(&me, s, &peer, size, &mut |_, _| {})?;
+                println!("{}", report::bw_line(&row, args.report_gbits, None));
+                sync(&mut stream)?;
+            } else {
+                if s.op == Op::Send {
+                    rdma::bw_receiver(&me, s, size, s.iters * s.qps, &|| false)?;
+                }
+                sync(&mut stream)?;
+            }
+        } else {
+            let samples = rdma::lat_run(&me, s, &peer, size, client)?;
+            if client {
+                println!("{}", report::lat_line(&LatRow::from_samples(size, samples), None));
+            }
+        }
+    }
+    println!("{RULE}");
+    if args.stats {
+        print_stats(if client { "client" } else { "server" }, &me.ctx);
+    }
+    Ok(())
+}
+
+fn sync(stream: &mut std::net::TcpStream) -> Result<(), PerfError> {
+    use std::io::Read;
+    stream.write_all(b"S")?;
+    let mut b = [0u8; 1];
+    stream.read_exact(&mut b)?;
+    Ok(())
+}
+
+fn rand_psn() -> u32 {
+    use std::hash::BuildHasher;
+    (std::collections::hash_map::RandomState::new().hash_one(std::process::id()) & 0xff_ffff) as u32
+}

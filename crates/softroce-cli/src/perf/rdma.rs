@@ -1,0 +1,336 @@
+//! The softroce side of a perf test: two ends (in one process with
+//! `--loopback`, or server and client across the network), the QPs, and
+//! the traffic loops of perftest's tests.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use softroce::config::DeviceInfo;
+use softroce::{
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
+    Wc, WcOpcode, WcStatus, WrOpcode,
+};
+
+use super::report::BwRow;
+use super::{Op, PerfError, Settings};
+
+/// One end: a context, a CQ, QPs and one region.
+pub struct End {
+    pub ctx: Context,
+    pub cq: Cq,
+    pub qps: Vec<Qp>,
+    pub mr: Mr,
+}
+
+/// What each side tells the other.
+#[derive(Debug, Clone, Copy)]
+pub struct Remote {
+    pub qps: [QpEndpoint; 1],
+    pub rkey: u32,
+    pub addr: u64,
+}
+
+/// A device on 127.0.0.`last` (the `--loopback` ends).
+pub fn loopback_device(last: u8) -> DeviceInfo {
+    let addr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last));
+    DeviceInfo {
+        name: format!("softroce_lo{last}"),
+        addr,
+        interface: Some("lo".into()),
+        gids: vec!["fe80::1".parse().expect("literal"), addr],
+        bindable: vec![false, true],
+        active_mtu: softroce::Mtu::Mtu4096,
+    }
+}
+
+impl End {
+    pub fn open(info: &DeviceInfo, s: &Settings, region: usize) -> Result<End, PerfError> {
+        let ctx = Context::open_with(info, Options::from_env()?)?;
+        let pd = ctx.alloc_pd()?;
+        let depth = s.tx_depth.max(s.rx_depth) as u32 + 1;
+        let cq = ctx.create_cq((depth * s.qps as u32 * 2).min(32_767), None)?;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let mr = pd.reg_mr(region.max(64), access)?;
+        let mut qps = Vec::new();
+        for _ in 0..s.qps {
+            let mut init = QpInit::rc(&cq, &cq, depth);
+            init.cap.max_inline_data = s.inline_size as u32;
+            qps.push(pd.create_qp(init)?);
+        }
+        Ok(End { ctx, cq, qps, mr })
+    }
+
+    pub fn remote(&self, psn: u32) -> Remote {
+        Remote { qps: [self.qps[0].endpoint(psn)], rkey: self.mr.rkey(), addr: self.mr.addr() }
+    }
+
+    pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<(), PerfError> {
+        let o = ConnectOptions { mtu: s.mtu, timeout: s.qp_timeout, ..ConnectOptions::default() };
+        for qp in &self.qps {
+            qp.connect_with(psn, &peer.qps[0], &o)?;
+        }
+        Ok(())
+    }
+}
+
+/// `qpn psn gid rkey addr` over TCP, as perftest's Ethernet exchange does.
+pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfError> {
+    let q = &mine.qps[0];
+    writeln!(stream, "{} {} {} {} {}", q.qpn, q.psn, q.gid, mine.rkey, mine.addr)?;
+    let mut line = String::new();
+    BufReader::new(stream.try_clone()?).read_line(&mut line)?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let bad = || PerfError::Exchange(line.trim().to_string());
+    if f.len() != 5 {
+        return Err(bad());
+    }
+    let qp = QpEndpoint {
+        qpn: f[0].parse().map_err(|_| bad())?,
+        psn: f[1].parse().map_err(|_| bad())?,
+        gid: f[2].parse().map_err(|_| bad())?,
+    };
+    Ok(Remote { qps: [qp], rkey: f[3].parse().map_err(|_| bad())?, addr: f[4].parse().map_err(|_| bad())? })
+}
+
+/// Server: accept one client on `port`.
+pub fn accept(port: u16) -> Result<TcpStream, PerfError> {
+    let l = TcpListener::bind(("0.0.0.0", port))?;
+    Ok(l.accept()?.0)
+}
+
+fn empty_wc() -> [Wc; 64] {
+    [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 64]
+}
+
+fn check(w: &Wc) -> Result<(), PerfError> {
+    if w.status == WcStatus::Success { Ok(()) } else { Err(PerfError::Completion(format!("{w:?}"))) }
+}
+
+/// The requester side of a bandwidth test: keeps `tx_depth` WRs in flight
+/// per QP, signals every `cq_mod`-th, until `iters` messages (or the
+/// duration) are done. Returns the row.
+pub fn bw_client(
+    e: &End,
+    s: &Settings,
+    peer: &Remote,
+    size: usize,
+    progress: &mut dyn FnMut(u64, Duration),
+) -> Result<BwRow, PerfError> {
+    let op = s.op;
+    let opcode = match op {
+        Op::Send => WrOpcode::Send,
+        Op::Write => WrOpcode::RdmaWrite,
+        Op::Read => WrOpcode::RdmaRead,
+        Op::Atomic => WrOpcode::AtomicFetchAndAdd,
+    };
+    let size = if op == Op::Atomic { 8 } else { size };
+    let depth = if matches!(op, Op::Read | Op::Atomic) { s.tx_depth.min(16) } else { s.tx_depth };
+    let cq_mod = s.cq_mod.min(depth).max(1);
+    let deadline = s.duration.map(|d| Instant::now() + d);
+    let iters = if deadline.is_some() { usize::MAX } else { s.iters };
+    let inline = s.inline_size >= size && op != Op::Read && op != Op::Atomic && size > 0;
+    let sge = [e.mr.sge(0, size as u32)];
+    let mut wc = empty_wc();
+    let mut posted = vec![0usize; e.qps.len()];
+    let mut done = vec![0usize; e.qps.len()];
+    let mut total_done = 0usize;
+    let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(depth);
+    let t0 = Instant::now();
+    let mut last_report = t0;
+    let mut peak: f64 = 0.0;
+    let mut window = (t0, 0usize);
+    let mut stop = false;
+    loop {
+        for (q, qp) in e.qps.iter().enumerate() {
+            wrs.clear();
+            while posted[q] - done[q] < depth && posted[q] < iters && !stop {
+                let i = posted[q];
+                let signaled = (i + 1).is_multiple_of(cq_mod) || i + 1 == iters;
+                let mut flags = if signaled { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+                if inline {
+                    flags = SendFlags(flags.0 | SendFlags::INLINE.0);
+                }
+                let mut wr = SendWr::new(((q as u64) << 48) | i as u64, opcode, flags, Payload::Sges(&sge));
+                wr.remote_addr = peer.addr;
+                wr.rkey = peer.rkey;
+                wr.compare_add = 1;
+                wrs.push(wr);
+                posted[q] += 1;
+            }
+            if !wrs.is_empty() {
+                qp.post_send_batch(&wrs).map_err(|(_, e)| e)?;
+            }
+        }
+        if total_done >= iters.saturating_mul(e.qps.len()) || (stop && posted == done) {
+            break;
+        }
+        let n = e.cq.poll(&mut wc)?;
+        for w in &wc[..n] {
+            check(w)?;
+            let q = (w.wr_id >> 48) as usize;
+            let i = (w.wr_id & 0xffff_ffff_ffff) as usize;
+            let newly = i + 1 - done[q];
+            done[q] = i + 1;
+            total_done += newly;
+        }
+        if n == 0 {
+            std::thread::yield_now();
+        }
+        let now = Instant::now();
+        if now.duration_since(window.0) >= Duration::from_millis(100) {
+            let bytes = (total_done - window.1) * size;
+            peak = peak.max(bytes as f64 / now.duration_since(window.0).as_secs_f64());
+            window = (now, total_done);
+        }
+        if now.duration_since(last_report) >= Duration::from_secs(1) {
+            progress((total_done * size) as u64, now - t0);
+            last_report = now;
+        }
+        if let Some(d) = deadline
+            && now >= d
+        {
+            stop = true;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let avg = (total_done * size) as f64 / secs;
+    Ok(BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs })
+}
+
+/// The responder side of a SEND bandwidth test: keeps `rx_depth` receives
+/// posted per QP until `expected` messages arrived (or `stop` says so).
+pub fn bw_receiver(
+    e: &End,
+    s: &Settings,
+    size: usize,
+    expected: usize,
+    stop: &dyn Fn() -> bool,
+) -> Result<usize, PerfError> {
+    let sge = [e.mr.sge(0, size as u32)];
+    let mut posted = vec![0usize; e.qps.len()];
+    let mut got = 0usize;
+    let mut wc = empty_wc();
+    let post = |q: usize, qp: &Qp, posted: &mut Vec<usize>| -> Result<(), PerfError> {
+        qp.post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
+        posted[q] += 1;
+        Ok(())
+    };
+    for (q, qp) in e.qps.iter().enumerate() {
+        for _ in 0..s.rx_depth.min(expected.max(1)) {
+            post(q, qp, &mut posted)?;
+        }
+    }
+    while got < expected && !stop() {
+        let n = e.cq.wait(&mut wc, Duration::from_millis(50))?;
+        for w in &wc[..n] {
+            check(w)?;
+            got += 1;
+            let q = w.wr_id as usize;
+            if posted[q] < expected {
+                post(q, &e.qps[q], &mut posted)?;
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// One side of a latency test. SEND: ping-pong (the server answers each
+/// receive); WRITE: ping-pong of WRITEs, each side polling its memory for
+/// the peer's next value; READ and atomics: the client alone, one at a
+/// time. Returns the client's samples in microseconds (one-way for SEND and
+/// WRITE, round trip for READ and atomics, as perftest reports).
+pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) -> Result<Vec<f64>, PerfError> {
+    let mut samples = Vec::with_capacity(s.iters);
+    let mut wc = empty_wc();
+    let qp = &e.qps[0];
+    let size = if s.op == Op::Atomic { 8 } else { size.max(1) };
+    let inline = s.inline_size >= size && matches!(s.op, Op::Send | Op::Write);
+    let flags = if inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
+    let sge = [e.mr.sge(0, size as u32)];
+    let rsge = [e.mr.sge(size.next_multiple_of(64), size as u32)];
+    let wait_for = |kind: WcOpcode, wc: &mut [Wc; 64]| -> Result<(), PerfError> {
+        loop {
+            let n = e.cq.wait(&mut wc[..1], Duration::from_secs(10))?;
+            if n == 0 {
+                return Err(PerfError::Completion("no completion within 10 s".into()));
+            }
+            check(&wc[0])?;
+            if wc[0].opcode == kind {
+                return Ok(());
+            }
+        }
+    };
+    match s.op {
+        Op::Send => {
+            qp.post_recv(&RecvWr { wr_id: 0, sg_list: &rsge })?;
+            for _ in 0..s.iters {
+                let t = Instant::now();
+                if client {
+                    qp.post_send(&SendWr::new(1, WrOpcode::Send, flags, Payload::Sges(&sge)))?;
+                    wait_for(WcOpcode::Recv, &mut wc)?;
+                    qp.post_recv(&RecvWr { wr_id: 0, sg_list: &rsge })?;
+                    samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+                } else {
+                    wait_for(WcOpcode::Recv, &mut wc)?;
+                    qp.post_recv(&RecvWr { wr_id: 0, sg_list: &rsge })?;
+                    qp.post_send(&SendWr::new(1, WrOpcode::Send, flags, Payload::Sges(&sge)))?;
+                }
+            }
+            // Collect the send completions left.
+            let _ = e.cq.poll(&mut wc);
+        }
+        Op::Write => {
+            // Each WRITE carries the iteration number in its last byte: the
+            // peer spins on its memory for it, as perftest's write_lat does.
+            let last = size - 1;
+            let mut buf = [0u8; 1];
+            for i in 0..s.iters {
+                let tag = (i % 255) as u8 + 1;
+                let t = Instant::now();
+                let mut wr = SendWr::new(i as u64, WrOpcode::RdmaWrite, flags, Payload::Sges(&sge));
+                (wr.remote_addr, wr.rkey) = (peer.addr, peer.rkey);
+                let await_tag = |buf: &mut [u8; 1]| -> Result<(), PerfError> {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    loop {
+                        e.mr.read(last, buf)?;
+                        if buf[0] == tag {
+                            return Ok(());
+                        }
+                        if Instant::now() > deadline {
+                            return Err(PerfError::Completion("the peer's WRITE did not arrive".into()));
+                        }
+                        std::hint::spin_loop();
+                    }
+                };
+                if client {
+                    e.mr.write(last, &[tag])?;
+                    qp.post_send(&wr)?;
+                    await_tag(&mut buf)?;
+                    samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+                } else {
+                    await_tag(&mut buf)?;
+                    qp.post_send(&wr)?;
+                }
+                wait_for(WcOpcode::RdmaWrite, &mut wc)?;
+            }
+        }
+        Op::Read | Op::Atomic if client => {
+            let opcode = if s.op == Op::Read { WrOpcode::RdmaRead } else { WrOpcode::AtomicFetchAndAdd };
+            let kind = if s.op == Op::Read { WcOpcode::RdmaRead } else { WcOpcode::FetchAdd };
+            for i in 0..s.iters {
+                let t = Instant::now();
+                let mut wr = SendWr::new(i as u64, opcode, SendFlags::SIGNALED, Payload::Sges(&sge));
+                (wr.remote_addr, wr.rkey, wr.compare_add) = (peer.addr, peer.rkey, 1);
+                qp.post_send(&wr)?;
+                wait_for(kind, &mut wc)?;
+                samples.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Op::Read | Op::Atomic => {}
+    }
+    Ok(samples)
+}
