@@ -47,6 +47,22 @@ pub struct Ctx<'a> {
     pub comp_events: &'a mut VecDeque<u32>,
     /// CQs that overran during this call (their QPs go to ERR afterwards).
     pub overrun: &'a mut Vec<u32>,
+    /// When set, roles building a packet leave its payload in registered
+    /// memory and list the pieces here instead of copying them behind the
+    /// headers (scatter-gather sends).
+    /// (Moved in and out for the call, so the list keeps its capacity.)
+    pub gather: Option<Vec<Piece>>,
+}
+
+/// A piece of a packet's payload still in registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// The memory.
+    pub region: crate::mem::Region,
+    /// Offset of the piece in it.
+    pub offset: u64,
+    /// Length.
+    pub len: usize,
 }
 
 impl Ctx<'_> {

@@ -109,6 +109,39 @@ pub struct DeviceConfig {
     pub udp_src_port: Option<u16>,
 }
 
+/// A scatter-gather datagram to send (see [`Device::poll_transmit_gather`]):
+/// the UDP payload is the head in the caller's buffer, the pieces, `pad_len`
+/// zero bytes, then the ICRC: `icrc`, after absorbing the pieces and the
+/// pad, finished and written little-endian.
+#[derive(Clone)]
+pub struct TransmitGather {
+    /// Our address.
+    pub src: IpAddr,
+    /// The peer's address (port 4791).
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// Bytes of the buffer that start the packet.
+    pub head_len: usize,
+    /// Zero bytes after the pieces.
+    pub pad_len: usize,
+    /// Whole UDP payload length, ICRC included.
+    pub len: usize,
+    /// The ICRC so far (IP/UDP pseudo-header and the head absorbed).
+    pub icrc: IcrcHasher,
+}
+
+impl std::fmt::Debug for TransmitGather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransmitGather")
+            .field("dst", &self.dst)
+            .field("head_len", &self.head_len)
+            .field("pad_len", &self.pad_len)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// A datagram to send: UDP payload `buf[..len]` from `src:src_port` to `dst:4791`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
@@ -183,6 +216,7 @@ macro_rules! ctx {
             events: &mut $d.events,
             comp_events: &mut $d.comp_events,
             overrun: &mut $d.overrun,
+            gather: None,
         }
     };
 }
@@ -638,9 +672,71 @@ impl Device {
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (out, src, src_port, hasher) = self.next_packet(now, buf, None)?;
+        let total = out.len + roce_wire::ICRC_LEN;
+        let icrc = hasher.finish_over(&buf[..out.len]).ok()?;
+        buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
+        Some(Transmit { src, dst: out.dst, src_port, len: total })
+    }
+
+    /// Like [`Device::poll_transmit`], but leaves payload that is in
+    /// registered memory there: `buf` receives the headers (and any inline
+    /// payload), `pieces` lists the payload, and the caller sends
+    /// `buf[..head_len]`, the pieces, `pad_len` zero bytes and the ICRC as
+    /// one datagram (scatter-gather: no copy of the payload). The returned
+    /// hasher has absorbed the headers; the caller adds the pieces and the pad
+    /// and finishes it (see [`TransmitGather`]).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        pieces: &mut Vec<crate::ctx::Piece>,
+    ) -> Option<TransmitGather> {
+        pieces.clear();
+        let (out, src, src_port, mut icrc) = self.next_packet(now, buf, Some(pieces))?;
+        let head = &buf[..out.head_len];
+        let mut bth = [0u8; roce_wire::bth::LEN];
+        bth.copy_from_slice(&head[..roce_wire::bth::LEN]);
+        icrc.update_bth(&bth);
+        icrc.update(&head[roce_wire::bth::LEN..]);
+        let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
+        Some(TransmitGather {
+            src,
+            dst: out.dst,
+            src_port,
+            head_len: out.head_len,
+            pad_len: out.len - out.head_len - in_pieces,
+            len: out.len + roce_wire::ICRC_LEN,
+            icrc,
+        })
+    }
+
+    /// The next packet of the next QP with work (round robin from the QP
+    /// after the last one that sent; each is tried at most once per call; no
+    /// allocation per packet), and an ICRC hasher set up for it. With
+    /// `gather`, payload in registered memory is listed there, not copied.
+    fn next_packet(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mut gather: Option<&mut Vec<crate::ctx::Piece>>,
+    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcHasher)> {
+        // The list moves into the roles' context and back, keeping its capacity.
+        let mut pieces = gather.as_deref_mut().map(std::mem::take);
+        let r = self.next_packet_from(now, buf, &mut pieces);
+        if let (Some(g), Some(p)) = (gather, pieces) {
+            *g = p;
+        }
+        r
+    }
+
+    fn next_packet_from(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        pieces: &mut Option<Vec<crate::ctx::Piece>>,
+    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcHasher)> {
         self.now = Some(now);
-        // Round robin from the QP after the last one that sent; each QP with
-        // work is tried at most once per call. No allocation per packet.
         let mut cursor = self.tx_cursor;
         for _ in 0..self.qps.len() {
             let qpn = self
@@ -652,7 +748,12 @@ impl Device {
             cursor = qpn.wrapping_add(1);
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             let mut ctx = ctx!(self, now);
+            ctx.gather = pieces.take().map(|mut l| {
+                l.clear();
+                l
+            });
             let out = qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf));
+            *pieces = ctx.gather.take();
             let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
             self.after_call();
             let Some(out) = out else { continue };
@@ -662,11 +763,8 @@ impl Device {
                 (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(s, d),
                 (s, d) => IpContext::V6 { src: to_v6(s), dst: to_v6(d) },
             };
-            let total = out.len + roce_wire::ICRC_LEN;
             let ctx = IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT };
-            let icrc = IcrcHasher::new(&ctx, total).finish_over(&buf[..out.len]).ok()?;
-            buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
-            return Some(Transmit { src, dst: out.dst, src_port, len: total });
+            return Some((out, src, src_port, IcrcHasher::new(&ctx, out.len + roce_wire::ICRC_LEN)));
         }
         None
     }

@@ -24,6 +24,7 @@ pub mod wr;
 
 pub use attr::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr};
 pub use ctx::AsyncEvent;
-pub use device::{Device, DeviceConfig, Limits, Transmit, VerbError};
+pub use ctx::Piece;
+pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};
 pub use mem::Region;
 pub use wr::{Payload, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};

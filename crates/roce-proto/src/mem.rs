@@ -107,6 +107,22 @@ impl Region {
         Ok(())
     }
 
+    /// The `len` bytes at `offset` as a slice, for scatter-gather sends that
+    /// hand registered memory to the kernel instead of copying it.
+    ///
+    /// # Safety
+    /// For as long as the slice lives, the region must stay registered and
+    /// valid and nothing may write those bytes (the device writes registered
+    /// memory only through `&mut self` calls, so a caller that holds the
+    /// device exclusively across the slice's life and whose application
+    /// keeps verbs' rule not to touch buffers of WRs in flight meets this).
+    pub unsafe fn as_slice<'a>(&self, offset: u64, len: usize) -> Result<&'a [u8], MemError> {
+        let start = self.check(offset, len)?;
+        // SAFETY: bounds checked; validity and the absence of writers are
+        // the caller's promise above.
+        Ok(unsafe { core::slice::from_raw_parts(self.base.as_ptr().add(start), len) })
+    }
+
     /// Copies `src` to `offset`.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), MemError> {
         let start = self.check(offset, src.len())?;

@@ -17,8 +17,12 @@ use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 /// through pad (the device appends the ICRC), for `dst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing {
-    /// Bytes written, without the ICRC.
+    /// Packet length without the ICRC.
     pub len: usize,
+    /// Bytes of it written into the buffer: all of them, or with a gather
+    /// sink only the headers (the payload is in the sink's pieces, the pad
+    /// is the sender's to add).
+    pub head_len: usize,
     /// Destination address.
     pub dst: IpAddr,
     /// Index of the source GID.
@@ -244,15 +248,29 @@ impl Qp {
         if buf.len() < total + roce_wire::ICRC_LEN {
             return None;
         }
-        // Gather the payload.
-        let dst_buf = &mut buf[hlen..hlen + plen];
+        // The payload: copied behind the headers, or (with a gather sink and
+        // registered memory) listed as pieces for a scatter-gather send.
+        let mut head_len = total;
         if w.is_inline {
             let off = w.offset as usize;
-            dst_buf.copy_from_slice(&w.inline[off..off + plen]);
-        } else if gather(ctx, pd, &w.sges, w.offset, dst_buf).is_err() {
-            return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+            buf[hlen..hlen + plen].copy_from_slice(&w.inline[off..off + plen]);
+            buf[hlen + plen..total].fill(0);
+        } else if let Some(mut sink) = ctx.gather.take() {
+            let r = walk_sges(ctx, pd, &w.sges, w.offset, plen, AccessFlags::EMPTY, |g, _, n| {
+                sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
+                Ok(())
+            });
+            ctx.gather = Some(sink);
+            if r.is_err() {
+                return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+            }
+            head_len = hlen;
+        } else {
+            if gather(ctx, pd, &w.sges, w.offset, &mut buf[hlen..hlen + plen]).is_err() {
+                return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
+            }
+            buf[hlen + plen..total].fill(0);
         }
-        buf[hlen + plen..total].fill(0);
         let w = self.sq.get_mut(idx);
         // Advance.
         if w.opcode == WrOpcode::RdmaRead {
@@ -287,7 +305,7 @@ impl Qp {
             self.comp.timer = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
         }
         ctx.counters.sent_pkts += 1;
-        Some(Outgoing { len: total, dst, sgid_index: sgid })
+        Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })
     }
 
     /// Ends WQE `idx` with `status` and the QP in error (local errors).

@@ -560,17 +560,25 @@ impl Qp {
         if buf.len() < total + roce_wire::ICRC_LEN {
             return None;
         }
-        if let Some((g, n)) = payload
-            && g.region.read(g.offset, &mut buf[hlen..hlen + n]).is_err()
-        {
-            // The region was checked when the READ arrived; a failure here
-            // means it was deregistered meanwhile: answer nothing more.
-            self.resp.responses.clear();
-            return None;
+        let mut head_len = total;
+        match (payload, ctx.gather.as_mut()) {
+            (Some((g, n)), Some(sink)) => {
+                // The grant was checked when the READ arrived and its memory
+                // outlives it (Device::memory_in_use).
+                sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
+                head_len = hlen;
+            }
+            (Some((g, n)), None) => {
+                if g.region.read(g.offset, &mut buf[hlen..hlen + n]).is_err() {
+                    self.resp.responses.clear();
+                    return None;
+                }
+                buf[hlen + plen..total].fill(0);
+            }
+            (None, _) => buf[hlen + plen..total].fill(0),
         }
-        buf[hlen + plen..total].fill(0);
         ctx.counters.sent_pkts += 1;
-        Some(Outgoing { len: total, dst: self.attr.ah_attr.dest, sgid_index: self.attr.ah_attr.sgid_index })
+        Some(Outgoing { len: total, head_len, dst: self.attr.ah_attr.dest, sgid_index: self.attr.ah_attr.sgid_index })
     }
 }
 

@@ -58,7 +58,9 @@ pub const MAX_GSO_BYTES: usize = 65_507;
 pub struct SendBatch<'a> {
     arena: Vec<u8>,
     used: usize,
-    packets: Vec<Pkt<'a>>,
+    packets: Vec<Pkt>,
+    /// Borrowed payload pieces of all queued packets, in order.
+    pieces: Vec<&'a [u8]>,
     msgs: Vec<OutMsg>,
     next_msg: usize,
     max_packets: usize,
@@ -69,12 +71,18 @@ pub struct SendBatch<'a> {
     scratch: sys::SendScratch,
 }
 
-/// A queued packet: `arena[off..off + head]`, then `tail`.
+/// A queued packet: `arena[off..off + head]`, then `pieces[first..first +
+/// count]` (borrowed), then `arena[trail..trail + trail_len]`.
 #[derive(Clone, Copy, Debug)]
-struct Pkt<'a> {
+struct Pkt {
     off: usize,
     head: usize,
-    tail: &'a [u8],
+    first: usize,
+    count: usize,
+    trail: usize,
+    trail_len: usize,
+    /// Total length.
+    len: usize,
 }
 
 /// Where a queued packet went.
@@ -155,6 +163,7 @@ impl<'a> SendBatch<'a> {
             arena: vec![0; bytes],
             used: 0,
             packets: Vec::with_capacity(packets),
+            pieces: Vec::with_capacity(packets * 4),
             msgs: Vec::with_capacity(packets),
             next_msg: 0,
             max_packets: packets,
@@ -200,7 +209,7 @@ impl<'a> SendBatch<'a> {
     /// Queues a copy of `packet` for `dst`.
     pub fn push(&mut self, dst: SocketAddr, packet: &[u8]) -> Result<Queued, BatchFull> {
         let off = self.copy_in(packet)?;
-        Ok(self.enqueue(dst, off, packet.len(), &[]))
+        Ok(self.enqueue(dst, off, packet.len(), &[], 0, 0))
     }
 
     /// Queues `header || payload` for `dst`: the header is copied, the
@@ -208,7 +217,25 @@ impl<'a> SendBatch<'a> {
     /// until the packet is flushed.
     pub fn push_parts(&mut self, dst: SocketAddr, header: &[u8], payload: &'a [u8]) -> Result<Queued, BatchFull> {
         let off = self.copy_in(header)?;
-        Ok(self.enqueue(dst, off, header.len(), payload))
+        Ok(self.enqueue(dst, off, header.len(), &[payload], 0, 0))
+    }
+
+    /// Queues `header || pieces... || trailer` for `dst`: header and trailer
+    /// (e.g. a RoCE packet's pad and ICRC) are copied, the pieces are sent
+    /// from where they are, so they must live until the packet is flushed.
+    pub fn push_gather(
+        &mut self,
+        dst: SocketAddr,
+        header: &[u8],
+        pieces: &[&'a [u8]],
+        trailer: &[u8],
+    ) -> Result<Queued, BatchFull> {
+        if !self.has_room(header.len() + trailer.len()) {
+            return Err(BatchFull);
+        }
+        let off = self.copy_in(header)?;
+        let trail = self.copy_in(trailer)?;
+        Ok(self.enqueue(dst, off, header.len(), pieces, trail, trailer.len()))
     }
 
     /// The free buffer to write the next packet into, then
@@ -228,7 +255,7 @@ impl<'a> SendBatch<'a> {
         assert!(len <= self.arena.len() - self.used, "SendBatch::commit: {len} bytes exceed spare()");
         let off = self.used;
         self.used += len;
-        Ok(self.enqueue(dst, off, len, &[]))
+        Ok(self.enqueue(dst, off, len, &[], 0, 0))
     }
 
     /// The copied bytes of the packet queued last (its header, for
@@ -237,6 +264,13 @@ impl<'a> SendBatch<'a> {
     pub fn last_mut(&mut self) -> Option<&mut [u8]> {
         let p = *self.packets.last()?;
         Some(&mut self.arena[p.off..p.off + p.head])
+    }
+
+    /// The copied trailer of the packet queued last
+    /// ([`push_gather`](SendBatch::push_gather)), to patch after queueing.
+    pub fn last_trailer_mut(&mut self) -> Option<&mut [u8]> {
+        let p = *self.packets.last()?;
+        Some(&mut self.arena[p.trail..p.trail + p.trail_len])
     }
 
     /// Copies `bytes` into the arena; returns where.
@@ -251,10 +285,20 @@ impl<'a> SendBatch<'a> {
     }
 
     /// Records a packet and adds it to the open GSO run or starts a message.
-    fn enqueue(&mut self, dst: SocketAddr, off: usize, head: usize, tail: &'a [u8]) -> Queued {
-        let len = head + tail.len();
+    fn enqueue(
+        &mut self,
+        dst: SocketAddr,
+        off: usize,
+        head: usize,
+        pieces: &[&'a [u8]],
+        trail: usize,
+        trail_len: usize,
+    ) -> Queued {
+        let len = head + pieces.iter().map(|p| p.len()).sum::<usize>() + trail_len;
         let index = self.packets.len();
-        self.packets.push(Pkt { off, head, tail });
+        let first = self.pieces.len();
+        self.pieces.extend_from_slice(pieces);
+        self.packets.push(Pkt { off, head, first, count: pieces.len(), trail, trail_len, len });
         let unsent = self.msgs.len() > self.next_msg;
         if let Some(m) = self.msgs.last_mut().filter(|_| unsent && !self.gso_off)
             && !m.closed
@@ -287,10 +331,14 @@ impl<'a> SendBatch<'a> {
         self.failures.clear();
         let mut out = Flushed::default();
         while self.next_msg < self.msgs.len() {
-            let (arena, packets) = (&self.arena, &self.packets);
+            let (arena, packets, pieces) = (&self.arena, &self.packets, &self.pieces);
             let parts = |i: usize| {
                 let p = &packets[i];
-                [&arena[p.off..p.off + p.head], p.tail]
+                (
+                    &arena[p.off..p.off + p.head],
+                    &pieces[p.first..p.first + p.count],
+                    &arena[p.trail..p.trail + p.trail_len],
+                )
             };
             let r = sys::send_mmsg(socket.as_fd(), &mut self.scratch, &self.msgs[self.next_msg..], parts);
             self.stats.calls += 1;
@@ -347,7 +395,7 @@ impl<'a> SendBatch<'a> {
         let m = self.msgs[at];
         let packets = &self.packets;
         let singles = (m.first..m.first + m.count).map(|i| {
-            let len = packets[i].head + packets[i].tail.len();
+            let len = packets[i].len;
             OutMsg { dst: m.dst, first: i, count: 1, segment: len, bytes: len, closed: true }
         });
         self.msgs.splice(at..=at, singles);
@@ -356,6 +404,7 @@ impl<'a> SendBatch<'a> {
     /// Forgets every packet and buffer use.
     fn reset(&mut self) {
         self.packets.clear();
+        self.pieces.clear();
         self.msgs.clear();
         self.next_msg = 0;
         self.used = 0;
@@ -386,15 +435,26 @@ impl<'a> SendBatch<'a> {
             return Err(Box::new(self));
         }
         let SendBatch {
-            arena, mut packets, msgs, max_packets, max_segments, gso_off, failures, stats, scratch, ..
+            arena,
+            packets,
+            mut pieces,
+            msgs,
+            max_packets,
+            max_segments,
+            gso_off,
+            failures,
+            stats,
+            scratch,
+            ..
         } = self;
-        packets.clear();
+        pieces.clear();
         // Maps an empty vector: no element is touched, the allocation is reused.
-        let packets = packets.into_iter().map(|p| Pkt { off: p.off, head: p.head, tail: &[] }).collect();
+        let pieces = pieces.into_iter().map(|_| -> &'b [u8] { &[] }).collect();
         Ok(SendBatch {
             arena,
             used: 0,
             packets,
+            pieces,
             msgs,
             next_msg: 0,
             max_packets,

@@ -323,7 +323,7 @@ pub(crate) fn send_mmsg<'d>(
     fd: BorrowedFd<'_>,
     s: &mut SendScratch,
     msgs: &[OutMsg],
-    parts: impl Fn(usize) -> [&'d [u8]; 2],
+    parts: impl Fn(usize) -> (&'d [u8], &'d [&'d [u8]], &'d [u8]),
 ) -> io::Result<usize> {
     let n = msgs.len().min(MAX_MMSG);
     #[cfg(test)]
@@ -348,7 +348,8 @@ pub(crate) fn send_mmsg<'d>(
     for (i, m) in msgs[..n].iter().enumerate() {
         let start = s.iovs.len();
         for p in m.first..m.first + m.count {
-            for part in parts(p) {
+            let (head, pieces, trailer) = parts(p);
+            for part in std::iter::once(head).chain(pieces.iter().copied()).chain(std::iter::once(trailer)) {
                 if !part.is_empty() {
                     s.iovs.push(libc::iovec { iov_base: part.as_ptr().cast_mut().cast(), iov_len: part.len() });
                 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use roce_proto::mem::OwnedBuffer;
-use roce_proto::{AsyncEvent, Device};
+use roce_proto::{AsyncEvent, Device, Piece};
 use roce_udp::{Interest, RecvBatch, SendBatch, Socket, Waker, wait};
 use roce_wire::{ICRC_LEN, Ipv4IdFixup};
 
@@ -62,6 +62,9 @@ pub struct DriverStats {
     pub tx_failed: u64,
     /// Times the socket's send buffer was full (packets stayed queued).
     pub tx_would_block: u64,
+    /// Packets dropped because the socket stayed full for 100 ms (the
+    /// transport's retransmission repairs them, as a loss on the wire).
+    pub tx_dropped: u64,
     /// Progress passes.
     pub passes: u64,
 }
@@ -70,7 +73,12 @@ pub struct DriverStats {
 pub(crate) struct State {
     pub(crate) dev: Device,
     rx: RecvBatch,
-    tx: SendBatch<'static>,
+    /// Kept empty between passes: a pass lends it registered memory.
+    tx: Option<SendBatch<'static>>,
+    /// Headers of the packet being built.
+    head: Vec<u8>,
+    /// Its payload, still in registered memory.
+    pieces: Vec<Piece>,
     fixup: Option<Ipv4IdFixup>,
     pub(crate) channels: HashMap<u32, Arc<EventQueue<u32>>>,
     pub(crate) faults: Option<Faults>,
@@ -79,8 +87,6 @@ pub(crate) struct State {
     /// read or write; freed once [`Device::memory_in_use`] says so.
     pub(crate) graveyard: Vec<OwnedBuffer>,
     pub(crate) stats: DriverStats,
-    /// Packets still queued after a flush (the socket had no room).
-    tx_pending: bool,
     scratch: Vec<u8>,
 }
 
@@ -89,14 +95,16 @@ impl State {
         State {
             dev,
             rx: RecvBatch::new(BATCH),
-            tx: SendBatch::new(BATCH, BATCH * MAX_PACKET),
+            // Headers and trailers only: payloads are sent from where they are.
+            tx: Some(SendBatch::new(BATCH, BATCH * 512)),
+            head: vec![0; MAX_PACKET],
+            pieces: Vec::with_capacity(8),
             fixup: None,
             channels: HashMap::new(),
             faults,
             tap,
             graveyard: Vec::new(),
             stats: DriverStats::default(),
-            tx_pending: false,
             scratch: Vec::with_capacity(MAX_PACKET),
         }
     }
@@ -231,82 +239,114 @@ impl Shared {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
-        let State { dev, tx, fixup, tap, stats, tx_pending, .. } = st;
-        if *tx_pending {
-            self.flush(tx, stats, tx_pending)?;
-            if *tx_pending {
-                return Ok(());
+        let State { dev, tx: slot, head, pieces, fixup, tap, stats, scratch, .. } = st;
+        let Some(empty) = slot.take() else { return Ok(()) };
+        // This pass's batch borrows registered memory until it is flushed.
+        let mut tx: SendBatch<'_> = match empty.recycle() {
+            Ok(b) => b,
+            Err(b) => {
+                let mut b = *b;
+                b.clear();
+                b.recycle().unwrap_or_else(|_| SendBatch::new(BATCH, BATCH * 512))
             }
-        }
+        };
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(8);
+        const PAD: [u8; 4] = [0; 4];
+        let mut result = Ok(());
         loop {
-            if !tx.has_room(MAX_PACKET) || tx.spare().len() < MAX_PACKET {
-                self.flush(tx, stats, tx_pending)?;
-                if *tx_pending {
-                    return Ok(());
+            if tx.len() >= BATCH || !tx.has_room(MAX_PACKET) {
+                result = self.flush_all(&mut tx, stats);
+                if result.is_err() {
+                    break;
                 }
             }
-            let Some(t) = dev.poll_transmit(now, tx.spare()) else { break };
+            let Some(t) = dev.poll_transmit_gather(now, head, pieces) else { break };
+            slices.clear();
+            let mut icrc = t.icrc;
+            for p in pieces.iter() {
+                let Some(s) = crate::sg::piece_bytes(p) else { continue };
+                icrc.update(s);
+                slices.push(s);
+            }
+            icrc.update(&PAD[..t.pad_len]);
+            let mut trailer = [0u8; 8];
+            trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.finish().to_le_bytes());
+            let trailer = &trailer[..t.pad_len + ICRC_LEN];
             let dst = SocketAddr::new(t.dst, PORT);
-            let q = match tx.commit(dst, t.len) {
-                Ok(q) => q,
-                Err(_) => unreachable!("room was checked"),
+            let Ok(q) = tx.push_gather(dst, &head[..t.head_len], &slices, trailer) else {
+                // Room was made above; a packet that still does not fit is
+                // lost like one on the wire, and retransmitted.
+                stats.tx_dropped += 1;
+                continue;
             };
-            if let Some(pkt) = tx.last_mut() {
-                if q.gso_index != 0 && t.dst.is_ipv4() {
-                    // The kernel gives the k-th GSO segment IPv4 ID k: fix the
-                    // ICRC computed for ID 0, for peers that check the ID.
-                    let f = match fixup {
-                        Some(f) if f.roce_len() == pkt.len() => *f,
-                        _ => *fixup.insert(Ipv4IdFixup::new(pkt.len())),
-                    };
-                    if pkt.len() >= ICRC_LEN {
-                        let _ = f.apply(pkt, q.gso_index);
-                    }
+            if q.gso_index != 0 && t.dst.is_ipv4() {
+                // The kernel gives the k-th GSO segment IPv4 ID k: fix the
+                // ICRC computed for ID 0, for peers that check the ID.
+                let f = match fixup {
+                    Some(f) if f.roce_len() == t.len => *f,
+                    _ => *fixup.insert(Ipv4IdFixup::new(t.len)),
+                };
+                if let Some(tr) = tx.last_trailer_mut() {
+                    let _ = f.apply(tr, q.gso_index);
                 }
-                if let Some(tp) = tap.as_mut() {
-                    let id = t.dst.is_ipv4().then_some(q.gso_index);
-                    tp.write(t.src, t.src_port, t.dst, PORT, id, pkt)?;
-                }
+            }
+            if let Some(tp) = tap.as_mut() {
+                scratch.clear();
+                scratch.extend_from_slice(&head[..t.head_len]);
+                slices.iter().for_each(|s| scratch.extend_from_slice(s));
+                scratch.extend_from_slice(tx.last_trailer_mut().map_or(trailer, |t| &*t));
+                let id = t.dst.is_ipv4().then_some(q.gso_index);
+                tp.write(t.src, t.src_port, t.dst, PORT, id, scratch)?;
             }
         }
-        self.flush(tx, stats, tx_pending)?;
+        if result.is_ok() {
+            result = self.flush_all(&mut tx, stats);
+        }
+        if !tx.is_empty() {
+            stats.tx_dropped += tx.clear() as u64;
+        }
+        *slot = Some(tx.recycle().unwrap_or_else(|_| SendBatch::new(BATCH, BATCH * 512)));
         if let Some(tp) = tap.as_mut() {
             tp.flush()?;
         }
-        Ok(())
+        result
     }
 
-    fn flush(&self, tx: &mut SendBatch<'static>, stats: &mut DriverStats, pending: &mut bool) -> io::Result<()> {
-        if tx.is_empty() {
-            *pending = false;
-            return Ok(());
-        }
-        let f = tx.flush(&self.sock)?;
-        stats.tx_packets += f.packets as u64;
-        stats.tx_messages += f.messages as u64;
-        stats.tx_failed += f.failed as u64;
-        if f.pending > 0 {
+    /// Sends everything queued; waits (up to 100 ms in all) while the
+    /// socket has no room, then drops what is left (counted).
+    fn flush_all(&self, tx: &mut SendBatch<'_>, stats: &mut DriverStats) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        loop {
+            let f = tx.flush(&self.sock)?;
+            stats.tx_packets += f.packets as u64;
+            stats.tx_messages += f.messages as u64;
+            stats.tx_failed += f.failed as u64;
+            if f.pending == 0 {
+                return Ok(());
+            }
             stats.tx_would_block += 1;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                stats.tx_dropped += tx.clear() as u64;
+                return Ok(());
+            }
+            wait(&[(self.sock.as_fd(), Interest::WRITABLE)], None, Some(left))?;
         }
-        *pending = f.pending > 0;
-        Ok(())
     }
 
     /// The driver thread: progress, then sleep until the socket is readable
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
         while !self.stop.load(Ordering::Acquire) {
-            let (next, pending) = {
+            let next = {
                 let mut st = self.lock();
-                let next = match self.progress(&mut st) {
+                match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
-                };
-                (next, st.tx_pending)
+                }
             };
             let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
-            let interest = if pending { Interest::BOTH } else { Interest::READABLE };
-            let _ = wait(&[(self.sock.as_fd(), interest)], Some(&self.waker), timeout);
+            let _ = wait(&[(self.sock.as_fd(), Interest::READABLE)], Some(&self.waker), timeout);
             self.waker.reset();
         }
     }
