@@ -44,6 +44,8 @@ pub struct Counters {
     pub drop_no_qp: u64,
     /// Packets dropped: wrong opcode for the QP, bad Q_Key, unexpected response.
     pub drop_invalid: u64,
+    /// Work completions added to CQs (drivers watch it to wake waiters).
+    pub completions: u64,
 }
 
 impl Counters {
@@ -70,6 +72,7 @@ impl Counters {
             ("icrc_unchecked", self.icrc_unchecked),
             ("drop_no_qp", self.drop_no_qp),
             ("drop_invalid", self.drop_invalid),
+            ("completions", self.completions),
         ]
         .into_iter()
     }

@@ -79,8 +79,11 @@ impl Ctx<'_> {
         };
         let was_overrun = c.is_overrun();
         match c.push(wc, solicited) {
-            Ok(Notify::Event) => self.comp_events.push_back(cq),
-            Ok(Notify::None) => {}
+            Ok(Notify::Event) => {
+                self.counters.completions += 1;
+                self.comp_events.push_back(cq);
+            }
+            Ok(Notify::None) => self.counters.completions += 1,
             Err(_) => {
                 if !was_overrun {
                     self.events.push_back(AsyncEvent::CqErr(cq));

@@ -34,6 +34,9 @@ pub struct Options {
     pub port: Option<u16>,
     /// Seed of the R_Key generator (`None`: random).
     pub seed: Option<u64>,
+    /// How long `Cq::wait` keeps polling before it sleeps
+    /// (`SOFTROCE_SPIN_US`, default 0: sleep at once, best on few cores).
+    pub spin: Duration,
 }
 
 impl Options {
@@ -51,6 +54,13 @@ impl Options {
                     });
                 }
             };
+        }
+        if let Ok(v) = std::env::var("SOFTROCE_SPIN_US") {
+            let us: u64 = v.parse().map_err(|_| Error::Env {
+                var: "SOFTROCE_SPIN_US",
+                msg: format!("{v:?} is not a number of microseconds"),
+            })?;
+            o.spin = Duration::from_micros(us.min(1_000_000));
         }
         o.pcap = std::env::var_os("SOFTROCE_PCAP").filter(|p| !p.is_empty()).map(PathBuf::from);
         if let Ok(f) = std::env::var("SOFTROCE_FAULTS") {
@@ -137,6 +147,11 @@ impl Context {
             stop: AtomicBool::new(false),
             mode: opts.progress,
             async_events: EventQueue::new()?,
+            cq_waker: Waker::new()?,
+            waiters: std::sync::atomic::AtomicUsize::new(0),
+            driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
+            epoch: std::time::Instant::now(),
+            spin: opts.spin,
         });
         let thread = match opts.progress {
             Progress::Thread => {

@@ -43,6 +43,9 @@ pub enum Progress {
     Inline,
 }
 
+/// The driver thread's longest sleep.
+const TICK: Duration = Duration::from_millis(10);
+
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
 /// Room for one packet: 4096 bytes of payload plus headers and ICRC.
@@ -119,6 +122,16 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Progress,
     pub(crate) async_events: EventQueue<AsyncEvent>,
+    /// Wakes application threads blocked in `Cq::wait` when a pass made
+    /// completions (only while some are blocked).
+    pub(crate) cq_waker: Waker,
+    /// Threads blocked in `Cq::wait`.
+    pub(crate) waiters: std::sync::atomic::AtomicUsize,
+    /// When the driver thread wakes next, in ns since `epoch` (`u64::MAX`: never).
+    pub(crate) driver_deadline: std::sync::atomic::AtomicU64,
+    pub(crate) epoch: Instant,
+    /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
+    pub(crate) spin: Duration,
 }
 
 impl Shared {
@@ -128,24 +141,36 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the device, routes the events it raised, and gets the
-    /// driver going if `kick` (new work to send).
+    /// Runs `f` on the device, routes the events it raised, and if `kick`
+    /// (new work to send) sends it at once from the caller's thread, as a
+    /// doorbell would: no hand-over to the driver thread on the fast path.
+    /// The driver thread is woken only if its sleep would now miss a timer.
     pub(crate) fn with_dev<R>(&self, kick: bool, f: impl FnOnce(&mut Device) -> R) -> R {
         let mut st = self.lock();
         let r = f(&mut st.dev);
         self.route_events(&mut st);
         if kick {
-            match self.mode {
-                Progress::Thread => {
-                    drop(st);
-                    let _ = self.waker.wake();
-                }
-                Progress::Inline => {
-                    let _ = self.progress(&mut st);
-                }
-            }
+            let next = self.progress(&mut st).unwrap_or(None);
+            drop(st);
+            self.nudge_driver(next);
         }
         r
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// Wakes the driver thread if it sleeps past `next`.
+    pub(crate) fn nudge_driver(&self, next: Option<Instant>) {
+        if self.mode != Progress::Thread {
+            return;
+        }
+        if let Some(t) = next
+            && self.nanos(t) < self.driver_deadline.load(Ordering::Acquire)
+        {
+            let _ = self.waker.wake();
+        }
     }
 
     /// Completion events to their channels, async events to their queue.
@@ -163,6 +188,15 @@ impl Shared {
     /// One progress pass; returns when the next timer is due.
     pub(crate) fn progress(&self, st: &mut State) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
+        let made = st.dev.counters().completions;
+        let r = self.progress_pass(st);
+        if st.dev.counters().completions != made && self.waiters.load(Ordering::Acquire) > 0 {
+            let _ = self.cq_waker.wake();
+        }
+        r
+    }
+
+    fn progress_pass(&self, st: &mut State) -> io::Result<Option<Instant>> {
         let now = Instant::now();
         self.receive(st, now)?;
         if st.dev.poll_timeout().is_some_and(|t| t <= now) {
@@ -345,7 +379,13 @@ impl Shared {
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 }
             };
-            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            // Wake at least every TICK: a timer armed meanwhile by a verb on
+            // another thread that is due later than that needs no wake-up
+            // call (see `nudge_driver`), so posting stays free of syscalls.
+            let tick = Instant::now() + TICK;
+            let until = next.map_or(tick, |t| t.min(tick));
+            self.driver_deadline.store(self.nanos(until), Ordering::Release);
+            let timeout = Some(until.saturating_duration_since(Instant::now()));
             let _ = wait(&[(self.sock.as_fd(), Interest::READABLE)], Some(&self.waker), timeout);
             self.waker.reset();
         }

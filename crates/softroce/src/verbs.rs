@@ -51,7 +51,7 @@ impl Context {
             st.channels.insert(handle, ch.queue.clone());
         }
         drop(st);
-        Ok(Cq(Arc::new(CqInner { ctx: self.clone(), handle, channel: channel.cloned() })))
+        Ok(Cq(Arc::new(CqInner { ctx: self.clone(), handle, _channel: channel.cloned() })))
     }
 
     /// Creates a completion channel (`ibv_create_comp_channel`).
@@ -314,7 +314,8 @@ pub struct Cq(Arc<CqInner>);
 struct CqInner {
     ctx: Context,
     handle: u32,
-    channel: Option<CompChannel>,
+    /// Kept open while the CQ lives.
+    _channel: Option<CompChannel>,
 }
 
 impl Drop for CqInner {
@@ -333,16 +334,20 @@ impl Cq {
     }
 
     /// Pops up to `out.len()` completions, oldest first (`ibv_poll_cq`).
-    /// With [`crate::Progress::Inline`] an empty CQ first makes progress.
+    /// An empty CQ first makes progress (receives what has arrived), so an
+    /// application that polls is served without waiting for the driver.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let mut st = s.lock();
         let n = st.dev.poll_cq(self.0.handle, out)?;
-        if n > 0 || s.mode != crate::Progress::Inline {
+        if n > 0 {
             return Ok(n);
         }
-        s.progress(&mut st)?;
-        Ok(st.dev.poll_cq(self.0.handle, out)?)
+        let next = s.progress(&mut st)?;
+        let n = st.dev.poll_cq(self.0.handle, out)?;
+        drop(st);
+        s.nudge_driver(next);
+        Ok(n)
     }
 
     /// Arms the CQ: the next completion (or next solicited one) makes its
@@ -352,31 +357,50 @@ impl Cq {
         Ok(self.0.ctx.shared().with_dev(false, |d| d.req_notify_cq(h, solicited_only))?)
     }
 
-    /// Polls until `out` has at least one completion or `timeout` passes,
-    /// sleeping on the channel in between when there is one; returns how
-    /// many were polled (0 on timeout).
+    /// Polls until `out` has at least one completion or `timeout` passes;
+    /// returns how many were polled (0 on timeout). It polls for the
+    /// context's spin time, then sleeps until a packet arrives, a timer is
+    /// due or another thread made completions, and makes progress itself
+    /// when it wakes: no hand-over between threads on the way to the
+    /// application.
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
+        let s = self.0.ctx.shared();
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            let n = self.poll(out)?;
+            let spin_until = std::time::Instant::now() + s.spin;
+            loop {
+                let n = self.poll(out)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Ok(0);
+                }
+                if now >= spin_until {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            s.waiters.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            // A completion made between the last poll and this point woke
+            // no one: look once more before sleeping.
+            let n = self.poll(out);
+            let next = if matches!(n, Ok(0)) { s.lock().dev.poll_timeout() } else { None };
+            if matches!(n, Ok(0)) {
+                let now = std::time::Instant::now();
+                let until = next.map_or(deadline, |t| t.min(deadline));
+                let _ = roce_udp::wait(
+                    &[(s.sock.as_fd(), roce_udp::Interest::READABLE)],
+                    Some(&s.cq_waker),
+                    Some(until.saturating_duration_since(now)),
+                );
+                s.cq_waker.reset();
+            }
+            s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            let n = n?;
             if n > 0 {
                 return Ok(n);
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Ok(0);
-            }
-            match &self.0.channel {
-                Some(ch) => {
-                    self.req_notify(false)?;
-                    // A completion between the poll and the arm is found by the next poll.
-                    let n = self.poll(out)?;
-                    if n > 0 {
-                        return Ok(n);
-                    }
-                    let _ = ch.get_event(Some(deadline - now))?;
-                }
-                None => std::thread::sleep(Duration::from_micros(20).min(deadline - now)),
             }
         }
     }
