@@ -372,8 +372,10 @@ fn solve_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Result<IcrcCheck, WireErro
 /// per-thread cache saves the ~2,000 field operations per packet.
 fn id_terms(n: usize) -> (u32, u32) {
     use std::cell::RefCell;
+    /// (length, inverse shift, DF term) entries and the next slot to replace.
+    type Cache = ([(usize, u32, u32); 8], usize);
     thread_local! {
-        static CACHE: RefCell<([(usize, u32, u32); 8], usize)> = const { RefCell::new(([(0, 0, 0); 8], 0)) };
+        static CACHE: RefCell<Cache> = const { RefCell::new(([(0, 0, 0); 8], 0)) };
     }
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
