@@ -45,6 +45,8 @@ pub enum Progress {
 
 /// The driver thread's longest sleep.
 const TICK: Duration = Duration::from_millis(10);
+/// Its longest sleep while an application thread drives progress.
+const BLIND_TICK: Duration = Duration::from_millis(1);
 
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
@@ -371,22 +373,31 @@ impl Shared {
     /// The driver thread: progress, then sleep until the socket is readable
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
+        let mut next: Option<Instant> = None;
         while !self.stop.load(Ordering::Acquire) {
-            let next = {
+            // While an application thread waits in `Cq::wait` it watches the
+            // socket and makes progress itself: stay out of its way (no
+            // second wake-up per packet, no fight for the lock) and only run
+            // timers, looking again every BLIND_TICK.
+            let blind = self.waiters.load(Ordering::Acquire) > 0;
+            let due = next.is_some_and(|t| t <= Instant::now());
+            if !blind || due {
                 let mut st = self.lock();
-                match self.progress(&mut st) {
+                next = match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
-                }
-            };
+                };
+            }
             // Wake at least every TICK: a timer armed meanwhile by a verb on
             // another thread that is due later than that needs no wake-up
             // call (see `nudge_driver`), so posting stays free of syscalls.
-            let tick = Instant::now() + TICK;
+            let tick = Instant::now() + if blind { BLIND_TICK } else { TICK };
             let until = next.map_or(tick, |t| t.min(tick));
             self.driver_deadline.store(self.nanos(until), Ordering::Release);
             let timeout = Some(until.saturating_duration_since(Instant::now()));
-            let _ = wait(&[(self.sock.as_fd(), Interest::READABLE)], Some(&self.waker), timeout);
+            let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =
+                if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };
+            let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
         }
     }
