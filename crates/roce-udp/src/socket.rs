@@ -24,7 +24,7 @@ pub enum BindError {
     /// `EADDRNOTAVAIL`: the address is not configured on this host.
     #[error(
         "cannot bind {addr}: it is not an address of this host; use one of this host's addresses \
-         (for example {example} on loopback) or choose another with SOFTROCE_DEVICE",
+         (for example {example} on loopback) or choose another with SOFTROCE_DEVICES=NAME=ADDR",
         example = example_local(addr)
     )]
     AddressNotLocal {
@@ -35,7 +35,7 @@ pub enum BindError {
     #[error(
         "cannot bind {addr}: address and port already in use, perhaps by another softroce or by the \
          kernel's Soft-RoCE driver (rdma_rxe holds UDP port {ROCE_PORT} on all addresses); pick another \
-         address{example} or set SOFTROCE_DEVICE",
+         address{example} or set SOFTROCE_DEVICES=NAME=ADDR",
         example = example_free(addr)
     )]
     PortInUse {

@@ -29,7 +29,7 @@ fn binding_a_port_in_use_names_it() {
     assert!(matches!(err, BindError::PortInUse { addr: a } if a == addr), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains(&addr.to_string()), "{msg}");
-    assert!(msg.contains("rxe") && msg.contains("127.0.0.3") && msg.contains("SOFTROCE_DEVICE"), "{msg}");
+    assert!(msg.contains("rxe") && msg.contains("127.0.0.3") && msg.contains("SOFTROCE_DEVICES=NAME=ADDR"), "{msg}");
     eprintln!("{msg}");
 }
 

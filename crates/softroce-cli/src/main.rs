@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod devinfo;
 mod perf;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
@@ -41,6 +42,17 @@ enum Command {
     /// `softroce perf write-bw --loopback --baseline` runs both ends here
     /// and prints the ratio to plain UDP sockets beside each row.
     Perf(perf::PerfArgs),
+    /// List the softroce devices (as rdma-core's `ibv_devices`).
+    Devices,
+    /// Show a device's attributes (as rdma-core's `ibv_devinfo`).
+    Devinfo {
+        /// Only this device.
+        #[arg(short = 'd', long = "ib-dev")]
+        device: Option<String>,
+        /// All attributes and the GID table.
+        #[arg(short, long)]
+        verbose: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -48,6 +60,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
+        Command::Devices => devinfo::run_devices(),
+        Command::Devinfo { device, verbose } => devinfo::run_devinfo(device.as_deref(), verbose),
     }
 }
 

@@ -295,8 +295,7 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
     let mut rows: Vec<(BwRow, Option<f64>)> = Vec::new();
     let mut lat_rows: Vec<(LatRow, Option<f64>)> = Vec::new();
     if args.loopback {
-        let a = rdma::End::open(&rdma::loopback_device(2), &s, region)?;
-        let b = rdma::End::open(&rdma::loopback_device(3), &s, region)?;
+        let (a, b) = open_loopback_pair(&s, region)?;
         let (ra, rb) = (a.remote(0x1234), b.remote(0x5678));
         a.connect(&s, 0x1234, &rb)?;
         b.connect(&s, 0x5678, &ra)?;
@@ -384,6 +383,24 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
         println!("plot written to {}", path.display());
     }
     Ok(())
+}
+
+/// Two ends on 127.0.0.2 and .3, or the next free pair of loopback
+/// addresses when another run holds those.
+fn open_loopback_pair(s: &Settings, region: usize) -> Result<(rdma::End, rdma::End), PerfError> {
+    let in_use =
+        |e: &PerfError| matches!(e, PerfError::Softroce(softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })));
+    let mut last = Err(PerfError::Usage("no free loopback address pair in 127.0.0.2..=127.0.0.201".into()));
+    for k in 0..100u8 {
+        let pair = rdma::End::open(&rdma::loopback_device(2 + 2 * k), s, region)
+            .and_then(|a| Ok((a, rdma::End::open(&rdma::loopback_device(3 + 2 * k), s, region)?)));
+        match pair {
+            Ok(p) => return Ok(p),
+            Err(e) if in_use(&e) => last = Err(e),
+            Err(e) => return Err(e),
+        }
+    }
+    last
 }
 
 fn print_stats(who: &str, ctx: &softroce::Context) {

@@ -250,8 +250,11 @@ pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) 
     let size = if s.op == Op::Atomic { 8 } else { size.max(1) };
     let inline = s.inline_size >= size && matches!(s.op, Op::Send | Op::Write);
     let flags = if inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
+    // Sends from the first half of the region, receives (SEND) or is
+    // written (WRITE) in the second: sizes of an -a run never collide.
+    let half = e.mr.len() / 2;
     let sge = [e.mr.sge(0, size as u32)];
-    let rsge = [e.mr.sge(size.next_multiple_of(64), size as u32)];
+    let rsge = [e.mr.sge(half, (e.mr.len() - half) as u32)];
     let wait_for = |kind: WcOpcode, wc: &mut [Wc; 64]| -> Result<(), PerfError> {
         loop {
             let n = e.cq.wait(&mut wc[..1], Duration::from_secs(10))?;
@@ -286,13 +289,13 @@ pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) 
         Op::Write => {
             // Each WRITE carries the iteration number in its last byte: the
             // peer spins on its memory for it, as perftest's write_lat does.
-            let last = size - 1;
+            let last = half + size - 1;
             let mut buf = [0u8; 1];
             for i in 0..s.iters {
                 let tag = (i % 255) as u8 + 1;
                 let t = Instant::now();
                 let mut wr = SendWr::new(i as u64, WrOpcode::RdmaWrite, flags, Payload::Sges(&sge));
-                (wr.remote_addr, wr.rkey) = (peer.addr, peer.rkey);
+                (wr.remote_addr, wr.rkey) = (peer.addr + half as u64, peer.rkey);
                 let await_tag = |buf: &mut [u8; 1]| -> Result<(), PerfError> {
                     let deadline = Instant::now() + Duration::from_secs(10);
                     loop {
@@ -307,12 +310,13 @@ pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) 
                     }
                 };
                 if client {
-                    e.mr.write(last, &[tag])?;
+                    e.mr.write(size - 1, &[tag])?;
                     qp.post_send(&wr)?;
                     await_tag(&mut buf)?;
                     samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
                 } else {
                     await_tag(&mut buf)?;
+                    e.mr.write(size - 1, &[tag])?;
                     qp.post_send(&wr)?;
                 }
                 wait_for(WcOpcode::RdmaWrite, &mut wc)?;

@@ -1,0 +1,105 @@
+//! `softroce perf --loopback` as a user runs it: each of perftest's eight
+//! tests briefly, the table parses, `--baseline` adds a readable ratio, and
+//! `-a --plot` writes an SVG; `devices` and `devinfo` list the devices.
+
+use std::process::Command;
+
+fn softroce(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_softroce")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// The data rows of a perftest table: the lines after the header that start
+/// with a number.
+fn rows(out: &str) -> Vec<Vec<String>> {
+    let mut in_table = false;
+    let mut v = Vec::new();
+    for l in out.lines() {
+        if l.trim_start().starts_with("#bytes") {
+            in_table = true;
+            continue;
+        }
+        if in_table && l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit()) {
+            v.push(l.split_whitespace().map(String::from).collect());
+        }
+    }
+    v
+}
+
+#[test]
+fn each_of_the_eight_tests_runs_and_its_table_parses() {
+    for test in ["send-bw", "write-bw", "read-bw", "atomic-bw", "send-lat", "write-lat", "read-lat", "atomic-lat"] {
+        let bw = test.ends_with("-bw");
+        let iters = if bw { "300" } else { "100" };
+        let (ok, out, err) = softroce(&["perf", test, "--loopback", "-n", iters, "-s", "4096"]);
+        assert!(ok, "{test}: {err}\n{out}");
+        assert!(out.contains(if bw { "BW peak[MiB/sec]" } else { "t_typical[usec]" }), "{test}:\n{out}");
+        let r = rows(&out);
+        assert_eq!(r.len(), 1, "{test}: one row\n{out}");
+        let size = if test.starts_with("atomic") { "8" } else { "4096" };
+        assert_eq!(r[0][0], size, "{test}: #bytes");
+        assert_eq!(r[0][1], iters, "{test}: #iterations");
+        let nums: Vec<f64> = r[0][2..].iter().map(|x| x.parse().unwrap()).collect();
+        assert!(nums.iter().all(|x| *x > 0.0), "{test}: positive figures {nums:?}");
+        if !bw {
+            // min <= typical <= max.
+            assert!(nums[0] <= nums[2] && nums[2] <= nums[1], "{test}: {nums:?}");
+        }
+    }
+}
+
+#[test]
+fn baseline_adds_a_ratio_scripts_can_read() {
+    let (ok, out, err) = softroce(&["perf", "write-bw", "--loopback", "--baseline", "-n", "500", "-s", "65536"]);
+    assert!(ok, "{err}\n{out}");
+    let r = rows(&out);
+    let ratio: f64 = r[0].last().unwrap().strip_suffix('x').unwrap().parse().unwrap();
+    let (avg, base): (f64, f64) = (r[0][3].parse().unwrap(), r[0][5].parse().unwrap());
+    assert!(ratio > 0.0 && (ratio - avg / base).abs() < 0.02, "{out}");
+    let (ok, out, _) = softroce(&["perf", "send-lat", "--loopback", "--baseline", "-n", "200", "-s", "8"]);
+    assert!(ok);
+    assert!(rows(&out)[0].last().unwrap().ends_with('x'), "{out}");
+}
+
+#[test]
+fn all_sizes_with_plot_write_an_svg() {
+    let path = std::env::temp_dir().join(format!("softroce-plot-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let (ok, out, err) = softroce(&["perf", "send-lat", "--loopback", "-a", "-n", "20", "--plot", p]);
+    assert!(ok, "{err}");
+    assert_eq!(rows(&out).len(), 23, "sizes 2 to 2^23");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\"") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<polyline").count(), 2, "bandwidth and latency");
+    // Well formed: every tag closed (the elements used are self-closing or paired).
+    assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
+    let (ok, _, err) = softroce(&["perf", "send-lat", "--loopback", "--plot", p]);
+    assert!(!ok && err.contains("--plot needs -a"), "{err}");
+}
+
+#[test]
+fn bad_options_are_refused_with_a_reason() {
+    let (ok, _, err) = softroce(&["perf", "write-bw", "--loopback", "-m", "1500"]);
+    assert!(!ok && err.contains("-m 1500"), "{err}");
+    let (ok, _, err) = softroce(&["perf", "write-bw", "--baseline"]);
+    assert!(!ok && err.contains("--loopback"), "{err}");
+    let (ok, _, err) = softroce(&["perf", "write-bw", "-c", "UD", "--loopback"]);
+    assert!(!ok && err.contains("RC"), "{err}");
+}
+
+#[test]
+fn devices_and_devinfo_list_the_loopback_device() {
+    let env = [("SOFTROCE_DEVICES", "sr_test=127.0.0.77")];
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_softroce")).args(args).envs(env).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    let (ok, out) = run(&["devices"]);
+    assert!(ok);
+    assert!(out.lines().nth(2).unwrap().starts_with("    sr_test         \t"), "{out}");
+    let (ok, out) = run(&["devinfo", "-v", "-d", "sr_test"]);
+    assert!(ok);
+    assert!(out.contains("hca_id:\tsr_test") && out.contains("GID[  1]:\t\t::ffff:127.0.0.77, RoCE v2"), "{out}");
+    let (ok, _) = run(&["devinfo", "-d", "nope"]);
+    assert!(!ok);
+}
