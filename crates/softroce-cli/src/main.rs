@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod devinfo;
 mod perf;
+mod pingpong;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
 #[derive(Parser)]
@@ -42,6 +43,8 @@ enum Command {
     /// `softroce perf write-bw --loopback --baseline` runs both ends here
     /// and prints the ratio to plain UDP sockets beside each row.
     Perf(perf::PerfArgs),
+    /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
+    RcPingpong(pingpong::PingpongArgs),
     /// List the softroce devices (as rdma-core's `ibv_devices`).
     Devices,
     /// Show a device's attributes (as rdma-core's `ibv_devinfo`).
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
         Command::Devices => devinfo::run_devices(),
+        Command::RcPingpong(args) => pingpong::run(&args),
         Command::Devinfo { device, verbose } => devinfo::run_devinfo(device.as_deref(), verbose),
     }
 }

@@ -1,0 +1,87 @@
+//! `softroce rc-pingpong` server and client as two processes, as users run
+//! rdma-core's `ibv_rc_pingpong`: the exchange, the printed addresses and
+//! results, with and without `-g`, with events (`-e`) and data checks (`-c`).
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Kills the server if the test fails before it ends.
+struct Reap(Option<std::process::Child>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn pingpong(server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
+    let bin = env!("CARGO_BIN_EXE_softroce");
+    let port_s = port.to_string();
+    let server = Command::new(bin)
+        .args(["rc-pingpong", "-p", &port_s, "-n", "200", "-s", "2048"])
+        .args(extra)
+        .env("SOFTROCE_DEVICES", format!("srv={server_addr}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Reap(Some(server));
+    // The server listens before the client connects.
+    let mut client = None;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(st) = server.0.as_mut().unwrap().try_wait().unwrap() {
+            let out = server.0.take().unwrap().wait_with_output().unwrap();
+            panic!("the server exited ({st}): {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let out = Command::new(bin)
+            .args(["rc-pingpong", "-p", &port_s, "-n", "200", "-s", "2048"])
+            .args(extra)
+            .arg(server_addr)
+            .env("SOFTROCE_DEVICES", format!("cli={client_addr}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        if err.contains("Connection refused") {
+            continue;
+        }
+        assert!(out.status.success(), "client failed: {err}");
+        client = Some(String::from_utf8_lossy(&out.stdout).to_string());
+        break;
+    }
+    let client = client.expect("the server accepted a connection");
+    let s = server.0.take().unwrap().wait_with_output().unwrap();
+    assert!(s.status.success(), "server failed: {}", String::from_utf8_lossy(&s.stderr));
+    (String::from_utf8_lossy(&s.stdout).to_string(), client)
+}
+
+fn check(out: &str, local: &str, remote: &str) {
+    let l: Vec<&str> = out.lines().collect();
+    assert_eq!(l.len(), 4, "{out}");
+    assert!(l[0].starts_with("  local address:  LID 0x0000, QPN 0x"), "{out}");
+    assert!(l[0].ends_with(local), "{out}");
+    assert!(l[1].starts_with("  remote address:  LID 0x0000, QPN 0x") && l[1].ends_with(remote), "{out}");
+    // "819200 bytes in 0.05 seconds = 131.07 Mbit/sec": 2048 x 200 x 2.
+    let f: Vec<&str> = l[2].split_whitespace().collect();
+    assert_eq!((f[0], f[1], f[2], f[4], f[5], f[7]), ("819200", "bytes", "in", "seconds", "=", "Mbit/sec"), "{out}");
+    assert!(f[6].parse::<f64>().unwrap() > 0.0);
+    let f: Vec<&str> = l[3].split_whitespace().collect();
+    assert_eq!((f[0], f[1], f[7]), ("200", "iters", "usec/iter"), "{out}");
+}
+
+#[test]
+fn two_softroce_pingpongs_talk_with_a_gid() {
+    let (s, c) = pingpong("127.0.0.81", "127.0.0.82", 18601, &["-g", "1"]);
+    check(&s, "GID ::ffff:127.0.0.81", "GID ::ffff:127.0.0.82");
+    check(&c, "GID ::ffff:127.0.0.82", "GID ::ffff:127.0.0.81");
+}
+
+#[test]
+fn without_a_gid_the_tcp_peer_is_used_and_events_and_checks_work() {
+    let (s, c) = pingpong("127.0.0.83", "127.0.0.84", 18602, &["-e", "-c"]);
+    check(&s, "GID ::", "GID ::");
+    check(&c, "GID ::", "GID ::");
+}
