@@ -52,6 +52,9 @@ pub struct PingpongArgs {
     /// Check the received data.
     #[arg(short = 'c', long = "chk")]
     chk: bool,
+    /// Print the counters (rxe names) at the end.
+    #[arg(long)]
+    stats: bool,
 }
 
 /// One side's address as the exchange carries it.
@@ -270,6 +273,11 @@ fn run_inner(a: &PingpongArgs) -> Result<(), Box<dyn std::error::Error>> {
     let usec = secs * 1e6;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / usec);
     println!("{} iters in {secs:.2} seconds = {:.2} usec/iter", a.iters, usec / a.iters as f64);
+    if a.stats {
+        for (name, v) in ctx.counters().iter() {
+            println!("   {name:<24} {v}");
+        }
+    }
     Ok(())
 }
 

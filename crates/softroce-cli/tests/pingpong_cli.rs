@@ -60,7 +60,7 @@ fn pingpong(server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> 
 
 fn check(out: &str, local: &str, remote: &str) {
     let l: Vec<&str> = out.lines().collect();
-    assert_eq!(l.len(), 4, "{out}");
+    assert!(l.len() == 4 || l.len() > 4 && l[4].trim_start().starts_with("sent_pkts"), "{out}");
     assert!(l[0].starts_with("  local address:  LID 0x0000, QPN 0x"), "{out}");
     assert!(l[0].ends_with(local), "{out}");
     assert!(l[1].starts_with("  remote address:  LID 0x0000, QPN 0x") && l[1].ends_with(remote), "{out}");
@@ -74,9 +74,23 @@ fn check(out: &str, local: &str, remote: &str) {
 
 #[test]
 fn two_softroce_pingpongs_talk_with_a_gid() {
-    let (s, c) = pingpong("127.0.0.81", "127.0.0.82", 18601, &["-g", "1"]);
+    let (s, c) = pingpong("127.0.0.81", "127.0.0.82", 18601, &["-g", "1", "--stats"]);
     check(&s, "GID ::ffff:127.0.0.81", "GID ::ffff:127.0.0.82");
     check(&c, "GID ::ffff:127.0.0.82", "GID ::ffff:127.0.0.81");
+    // --stats: rxe's counters; 200 SENDs each way.
+    let counter = |out: &str, name: &str| -> u64 {
+        out.lines()
+            .find_map(|l| {
+                l.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .get(..2)
+                    .filter(|f| f[0] == name)
+                    .map(|f| f[1].parse().unwrap())
+            })
+            .unwrap()
+    };
+    assert_eq!((counter(&s, "rdma_sends"), counter(&s, "rdma_recvs")), (200, 200), "{s}");
+    assert_eq!(counter(&c, "retry_exceeded_err"), 0);
 }
 
 #[test]
