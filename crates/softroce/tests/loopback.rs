@@ -298,3 +298,44 @@ fn typed_transitions_go_in_order_and_refuse_skips() {
     qp.to_error().unwrap();
     assert_eq!(qp.state(), softroce::QpState::Err);
 }
+
+#[test]
+fn ipv6_on_one_device_between_two_of_its_qps() {
+    // ::1 is the only IPv6 loopback address: one device, whose two QPs talk
+    // through its own socket (packets leave and come back over ::1).
+    let addr: IpAddr = "::1".parse().unwrap();
+    let info = DeviceInfo {
+        name: "v6".into(),
+        addr,
+        interface: Some("lo".into()),
+        gids: vec!["fe80::1".parse().unwrap(), addr],
+        bindable: vec![false, true],
+        active_mtu: softroce::Mtu::Mtu1024,
+    };
+    let ctx = match Context::open_with(&info, Options::default()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ipv6 test skipped: {e}");
+            return;
+        }
+    };
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let mr =
+        pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let a = pd.create_qp(QpInit::rc(&cq, &cq, 16)).unwrap();
+    let b = pd.create_qp(QpInit::rc(&cq, &cq, 16)).unwrap();
+    a.connect(1, &b.endpoint(2)).unwrap();
+    b.connect(2, &a.endpoint(1)).unwrap();
+    let data = pattern(5000, 7);
+    mr.write(0, &data).unwrap();
+    let s = [mr.sge(0, 5000)];
+    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&s));
+    (wr.remote_addr, wr.rkey) = (mr.addr() + 10_000, mr.rkey());
+    a.post_send(&wr).unwrap();
+    let end = End { ctx: ctx.clone(), cq: cq.clone(), qp: a.clone(), mr: mr.clone() };
+    assert_eq!(wait_one(&end).status, WcStatus::Success);
+    assert_eq!(mr.to_vec(10_000, 5000).unwrap(), data);
+    let c = ctx.counters();
+    assert!(c.rcvd_pkts >= 5 && c.drop_icrc == 0, "IPv6 ICRCs verify: {c:?}");
+}
