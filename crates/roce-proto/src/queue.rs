@@ -109,13 +109,15 @@ pub struct SendWqe {
 }
 
 impl SendWqe {
-    fn empty(max_sge: usize, max_inline: usize) -> SendWqe {
+    fn empty(max_sge: usize) -> SendWqe {
         SendWqe {
             wr_id: 0,
             opcode: WrOpcode::Send,
             flags: SendFlags::EMPTY,
             sges: Vec::with_capacity(max_sge),
-            inline: Vec::with_capacity(max_inline),
+            // Grown on a slot's first inline post and kept: most QPs never
+            // send inline, and 128 slots x 256 bytes would be a third of a QP.
+            inline: Vec::new(),
             is_inline: false,
             length: 0,
             remote_addr: 0,
@@ -171,7 +173,7 @@ pub struct SendQueue {
 impl SendQueue {
     /// A queue of `depth` WQEs.
     pub fn new(depth: u32, max_sge: u32, max_inline: u32) -> SendQueue {
-        let slots = (0..depth.max(1)).map(|_| SendWqe::empty(max_sge as usize, max_inline as usize)).collect();
+        let slots = (0..depth.max(1)).map(|_| SendWqe::empty(max_sge as usize)).collect();
         SendQueue { slots, consumer: 0, next: 0, high: 0, producer: 0, max_sge, max_inline }
     }
 

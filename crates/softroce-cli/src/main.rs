@@ -9,6 +9,7 @@ mod decode;
 mod devinfo;
 mod perf;
 mod pingpong;
+mod qpmem;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
 #[derive(Parser)]
@@ -45,6 +46,15 @@ enum Command {
     Perf(perf::PerfArgs),
     /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
     RcPingpong(pingpong::PingpongArgs),
+    /// Resident memory per QP at 1, 100 and 10,000 QPs.
+    QpMemory {
+        /// Send and receive queue depth of each QP.
+        #[arg(short = 't', long, default_value_t = 128)]
+        depth: u32,
+        /// QP counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
+        counts: Vec<usize>,
+    },
     /// List the softroce devices (as rdma-core's `ibv_devices`).
     Devices,
     /// Show a device's attributes (as rdma-core's `ibv_devinfo`).
@@ -65,6 +75,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::Devices => devinfo::run_devices(),
         Command::RcPingpong(args) => pingpong::run(&args),
+        Command::QpMemory { depth, counts } => qpmem::run(&counts, depth),
         Command::Devinfo { device, verbose } => devinfo::run_devinfo(device.as_deref(), verbose),
     }
 }

@@ -103,3 +103,15 @@ fn devices_and_devinfo_list_the_loopback_device() {
     let (ok, _) = run(&["devinfo", "-d", "nope"]);
     assert!(!ok);
 }
+
+#[test]
+fn qp_memory_reports_resident_kib_per_qp() {
+    let (ok, out, err) = softroce(&["qp-memory", "--counts", "1,200"]);
+    assert!(ok, "{err}");
+    let lines: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!((lines[1][0], lines[1][1]), ("200", "128"));
+    let per_qp: f64 = lines[1][3].parse().unwrap();
+    // Two queues of 128 WQEs each: tens of KiB, not megabytes.
+    assert!(per_qp > 4.0 && per_qp < 128.0, "{out}");
+}

@@ -385,6 +385,11 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
     Ok(())
 }
 
+/// A device on 127.0.0.`last`, for tools that need one with no configuration.
+pub fn loopback_device_for(last: u8) -> softroce::config::DeviceInfo {
+    rdma::loopback_device(last)
+}
+
 /// Two ends on 127.0.0.2 and .3, or the next free pair of loopback
 /// addresses when another run holds those.
 fn open_loopback_pair(s: &Settings, region: usize) -> Result<(rdma::End, rdma::End), PerfError> {
