@@ -13,6 +13,10 @@ use crate::qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, Qp};
 use crate::queue::{SendWqe, WqeState};
 use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
+/// Payloads up to this size are copied behind the headers even for a
+/// scatter-gather send: an extra iovec costs more than the copy.
+pub const SMALL_PAYLOAD: usize = 256;
+
 /// A packet a role wrote into the caller's buffer: `len` bytes of BTH
 /// through pad (the device appends the ICRC), for `dst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +259,9 @@ impl Qp {
             let off = w.offset as usize;
             buf[hlen..hlen + plen].copy_from_slice(&w.inline[off..off + plen]);
             buf[hlen + plen..total].fill(0);
-        } else if let Some(mut sink) = ctx.gather.take() {
+        } else if plen > SMALL_PAYLOAD
+            && let Some(mut sink) = ctx.gather.take()
+        {
             let r = walk_sges(ctx, pd, &w.sges, w.offset, plen, AccessFlags::EMPTY, |g, _, n| {
                 sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
                 Ok(())

@@ -562,13 +562,13 @@ impl Qp {
         }
         let mut head_len = total;
         match (payload, ctx.gather.as_mut()) {
-            (Some((g, n)), Some(sink)) => {
+            (Some((g, n)), Some(sink)) if n > crate::requester::SMALL_PAYLOAD => {
                 // The grant was checked when the READ arrived and its memory
                 // outlives it (Device::memory_in_use).
                 sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
                 head_len = hlen;
             }
-            (Some((g, n)), None) => {
+            (Some((g, n)), _) => {
                 if g.region.read(g.offset, &mut buf[hlen..hlen + n]).is_err() {
                     self.resp.responses.clear();
                     return None;
