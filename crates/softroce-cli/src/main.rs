@@ -46,6 +46,10 @@ enum Command {
     Perf(perf::PerfArgs),
     /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
     RcPingpong(pingpong::PingpongArgs),
+    /// rdma-core's `ibv_ud_pingpong` over softroce (default size 2048).
+    UdPingpong(pingpong::PingpongArgs),
+    /// rdma-core's `ibv_srq_pingpong` over softroce (`-q` QPs on one SRQ).
+    SrqPingpong(pingpong::PingpongArgs),
     /// Resident memory per QP at 1, 100 and 10,000 QPs.
     QpMemory {
         /// Send and receive queue depth of each QP.
@@ -74,7 +78,9 @@ fn main() -> ExitCode {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
         Command::Devices => devinfo::run_devices(),
-        Command::RcPingpong(args) => pingpong::run(&args),
+        Command::RcPingpong(args) => pingpong::run(&args, pingpong::Kind::Rc),
+        Command::UdPingpong(args) => pingpong::run(&args, pingpong::Kind::Ud),
+        Command::SrqPingpong(args) => pingpong::run(&args, pingpong::Kind::Srq(args.num_qp)),
         Command::QpMemory { depth, counts } => qpmem::run(&counts, depth),
         Command::Devinfo { device, verbose } => devinfo::run_devinfo(device.as_deref(), verbose),
     }

@@ -1,7 +1,9 @@
-//! `softroce rc-pingpong`: rdma-core's `ibv_rc_pingpong` over softroce, with
-//! its options, its out-of-band exchange (a 52-byte `LID:QPN:PSN:GID` text
-//! message each way over TCP, then "done") and its printed results, so a
-//! softroce ping-pong and an rdma-core one on any RoCEv2 device can talk.
+//! `softroce rc-pingpong`, `ud-pingpong` and `srq-pingpong`: rdma-core's
+//! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong` over
+//! softroce, with their options, their out-of-band exchange (a 52-byte
+//! `LID:QPN:PSN:GID` text message per QP each way over TCP, then "done") and
+//! their printed results, so a softroce ping-pong and an rdma-core one on
+//! any RoCEv2 device can talk.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, TcpListener, TcpStream};
@@ -28,9 +30,9 @@ pub struct PingpongArgs {
     /// Port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
-    /// Message size.
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
-    size: usize,
+    /// Message size (default 4096; 2048 for ud-pingpong).
+    #[arg(short = 's', long = "size")]
+    size: Option<usize>,
     /// Path MTU.
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     mtu: usize,
@@ -55,6 +57,9 @@ pub struct PingpongArgs {
     /// Print the counters (rxe names) at the end.
     #[arg(long)]
     stats: bool,
+    /// QPs (`srq-pingpong` only).
+    #[arg(short = 'q', long = "num-qp", default_value_t = 16)]
+    pub num_qp: usize,
 }
 
 /// One side's address as the exchange carries it.
@@ -136,19 +141,89 @@ fn line(who: &str, d: &Dest) -> String {
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
+/// The Q_Key rdma-core's `ibv_ud_pingpong` uses.
+const UD_QKEY: u32 = 0x1111_1111;
+/// Bytes in front of every UD receive: the GRH area.
+const GRH: usize = 40;
 
-/// Runs `softroce rc-pingpong`.
-pub fn run(a: &PingpongArgs) -> ExitCode {
-    match run_inner(a) {
+/// Which of rdma-core's ping-pongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `ibv_rc_pingpong`.
+    Rc,
+    /// `ibv_ud_pingpong`.
+    Ud,
+    /// `ibv_srq_pingpong` with this many QPs.
+    Srq(usize),
+}
+
+/// Runs a ping-pong.
+pub fn run(a: &PingpongArgs, kind: Kind) -> ExitCode {
+    let name = match kind {
+        Kind::Rc => "rc-pingpong",
+        Kind::Ud => "ud-pingpong",
+        Kind::Srq(_) => "srq-pingpong",
+    };
+    match run_inner(a, kind) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("softroce rc-pingpong: {e}");
+            eprintln!("softroce {name}: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run_inner(a: &PingpongArgs) -> Result<(), Box<dyn std::error::Error>> {
+/// The exchange: the client writes its messages, reads the server's and
+/// writes "done"; the server reads, connects (`connect`), writes its own and
+/// reads "done" (rdma-core's `pp_client_exch_dest` / `pp_server_exch_dest`).
+fn exchange(
+    a: &PingpongArgs,
+    local: IpAddr,
+    mine: &[Dest],
+    mut connect: impl FnMut(&[Dest], IpAddr) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<Vec<Dest>, Box<dyn std::error::Error>> {
+    let read_all = |s: &mut TcpStream, n: usize| -> Result<Vec<Dest>, Box<dyn std::error::Error>> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            let mut msg = [0u8; MSG_LEN];
+            s.read_exact(&mut msg)?;
+            v.push(Dest::from_wire(&msg).ok_or("Couldn't read remote address")?);
+        }
+        Ok(v)
+    };
+    match &a.host {
+        Some(h) => {
+            let mut s = connect_from(local, h, a.port)?;
+            for d in mine {
+                s.write_all(&d.to_wire())?;
+            }
+            let rem = read_all(&mut s, mine.len())?;
+            s.write_all(b"done\0")?;
+            connect(&rem, s.peer_addr()?.ip())?;
+            Ok(rem)
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", a.port))?;
+            let (mut s, peer) = l.accept()?;
+            let rem = read_all(&mut s, mine.len())?;
+            connect(&rem, peer.ip())?;
+            for d in mine {
+                s.write_all(&d.to_wire())?;
+            }
+            let mut done = [0u8; 5];
+            s.read_exact(&mut done)?;
+            Ok(rem)
+        }
+    }
+}
+
+/// The peer's address: its GID, or (no GID sent) the TCP peer's address.
+fn peer_addr(d: &Dest, tcp_peer: IpAddr) -> IpAddr {
+    let v6 = Ipv6Addr::from(d.gid);
+    if d.gid == [0; 16] { tcp_peer } else { v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4) }
+}
+
+fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {
     let mtu = (1..=5)
         .filter_map(softroce::Mtu::from_raw)
         .find(|m| m.bytes() == a.mtu)
@@ -158,75 +233,94 @@ fn run_inner(a: &PingpongArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(n) => devices.iter().find(|d| &d.name == n).ok_or(format!("IB device {n} not found"))?,
         None => devices.first().ok_or("No IB devices found")?,
     };
+    let ud = kind == Kind::Ud;
+    let size = a.size.unwrap_or(if ud { 2048 } else { 4096 });
+    if ud && size > info.active_mtu.bytes() {
+        return Err(format!("Requested size larger than port MTU ({})", info.active_mtu.bytes()).into());
+    }
+    let nqp = match kind {
+        Kind::Srq(n) => n.max(1),
+        _ => 1,
+    };
     let ctx = Context::open_with(info, softroce::Options::from_env()?)?;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq((a.rx_depth + 1) as u32, None)?;
-    let mr = pd.reg_mr(a.size.max(1), AccessFlags::LOCAL_WRITE)?;
-    let mut init = QpInit::rc(&cq, &cq, a.rx_depth as u32);
-    init.cap.max_send_wr = 1;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    let qp = pd.create_qp(init)?;
-    let page = 4096;
-    if a.chk && a.host.is_some() {
-        let pat: Vec<u8> = (0..a.size).map(|i| (i / page) as u8).collect();
-        mr.write(0, &pat)?;
-    }
-    let psn = {
-        use std::hash::BuildHasher;
-        (std::collections::hash_map::RandomState::new().hash_one(std::process::id()) & 0xff_ffff) as u32
+    let cq = ctx.create_cq((a.rx_depth + nqp) as u32, None)?;
+    let buf_len = size + if ud { GRH } else { 0 };
+    let mr = pd.reg_mr(buf_len.max(1), AccessFlags::LOCAL_WRITE)?;
+    let srq = match kind {
+        Kind::Srq(_) => Some(pd.create_srq(a.rx_depth as u32, 1)?),
+        _ => None,
     };
+    let mut qps = Vec::new();
+    for _ in 0..nqp {
+        let mut init = QpInit::rc(&cq, &cq, a.rx_depth as u32);
+        init.qp_type = if ud { softroce::QpType::Ud } else { softroce::QpType::Rc };
+        init.srq = srq.as_ref();
+        init.cap.max_send_wr = 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        qps.push(pd.create_qp(init)?);
+    }
+    let page = 4096;
+    let data_at = if ud { GRH } else { 0 };
+    if a.chk && a.host.is_some() {
+        let pat: Vec<u8> = (0..size).map(|i| (i / page) as u8).collect();
+        mr.write(data_at, &pat)?;
+    }
     let gid = match a.gid_idx {
         Some(i) => ctx.query_gid(i).ok_or(format!("no GID at index {i}"))?,
         None => [0; 16],
     };
-    let me = Dest { lid: 0, qpn: qp.qpn(), psn, gid };
-    let opts = ConnectOptions { mtu: Some(mtu), max_rd_atomic: 1, ..ConnectOptions::default() };
-    // The peer's address: its GID, or (no GID sent) the TCP peer's address.
-    let to_endpoint = |d: &Dest, tcp_peer: IpAddr| {
-        let v6 = Ipv6Addr::from(d.gid);
-        let gid = if d.gid == [0; 16] { tcp_peer } else { v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4) };
-        QpEndpoint { qpn: d.qpn, psn: d.psn, gid }
-    };
-    let mut msg = [0u8; MSG_LEN];
-    let rem = match &a.host {
-        Some(h) => {
-            let mut s = connect_from(info.addr, h, a.port)?;
-            s.write_all(&me.to_wire())?;
-            s.read_exact(&mut msg)?;
-            s.write_all(b"done\0")?;
-            let rem = Dest::from_wire(&msg).ok_or("Couldn't read remote address")?;
-            qp.connect_with(psn, &to_endpoint(&rem, s.peer_addr()?.ip()), &opts)?;
-            rem
+    let mine: Vec<Dest> = qps
+        .iter()
+        .map(|qp| {
+            use std::hash::BuildHasher;
+            let psn = (std::collections::hash_map::RandomState::new().hash_one(qp.qpn()) & 0xff_ffff) as u32;
+            Dest { lid: 0, qpn: qp.qpn(), psn, gid }
+        })
+        .collect();
+    let opts = ConnectOptions { mtu: Some(mtu), max_rd_atomic: 1, qkey: UD_QKEY, ..ConnectOptions::default() };
+    let mut ah = None;
+    let rem = exchange(a, info.addr, &mine, |rem, tcp_peer| {
+        for (i, qp) in qps.iter().enumerate() {
+            let r = rem.get(i).ok_or("fewer remote QPs than local ones")?;
+            let peer = QpEndpoint { qpn: r.qpn, psn: r.psn, gid: peer_addr(r, tcp_peer) };
+            qp.connect_with(mine[i].psn, &peer, &opts)?;
         }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", a.port))?;
-            let (mut s, peer) = l.accept()?;
-            s.read_exact(&mut msg)?;
-            let rem = Dest::from_wire(&msg).ok_or("Couldn't read remote address")?;
-            qp.connect_with(psn, &to_endpoint(&rem, peer.ip()), &opts)?;
-            s.write_all(&me.to_wire())?;
-            let mut done = [0u8; 5];
-            s.read_exact(&mut done)?;
-            rem
+        if ud {
+            ah = Some(pd.create_ah(peer_addr(&rem[0], tcp_peer))?);
         }
+        Ok(())
+    })?;
+    for (m, r) in mine.iter().zip(&rem) {
+        println!("{}", line("local", m));
+        println!("{}", line("remote", r));
+    }
+    let rsge = [mr.sge(0, buf_len as u32)];
+    let ssge = [mr.sge(data_at, size as u32)];
+    let post_recv = || match &srq {
+        Some(s) => s.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
+        None => qps[0].post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
     };
-    println!("{}", line("local", &me));
-    println!("{}", line("remote", &rem));
-    let rsge = [mr.sge(0, a.size as u32)];
     let mut routs = 0;
     for _ in 0..a.rx_depth {
-        qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge })?;
+        post_recv()?;
         routs += 1;
     }
-    let send = || qp.post_send(&SendWr::new(SEND_WRID, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&rsge)));
+    let send = |i: usize| {
+        let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&ssge));
+        if let Some(ah) = &ah {
+            wr.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: rem[0].qpn, remote_qkey: UD_QKEY });
+        }
+        qps[i].post_send(&wr)
+    };
     let t0 = Instant::now();
-    let mut pending;
+    let mut pending = vec![RECV_WRID; nqp];
     if a.host.is_some() {
-        send()?;
-        pending = SEND_WRID | RECV_WRID;
-    } else {
-        pending = RECV_WRID;
+        for (i, p) in pending.iter_mut().enumerate() {
+            send(i)?;
+            *p = SEND_WRID | RECV_WRID;
+        }
     }
     let (mut scnt, mut rcnt) = (0usize, 0usize);
     let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 2];
@@ -238,38 +332,34 @@ fn run_inner(a: &PingpongArgs) -> Result<(), Box<dyn std::error::Error>> {
                     format!("Failed status {} ({}) for wr_id {}", w.status.as_str(), w.status as u32, w.wr_id).into()
                 );
             }
+            let q = qps.iter().position(|qp| qp.qpn() == w.qp_num).ok_or("completion for an unknown QP")?;
             match w.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
                     routs -= 1;
-                    if routs <= 1 {
+                    if routs <= nqp {
                         while routs < a.rx_depth {
-                            qp.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge })?;
+                            post_recv()?;
                             routs += 1;
                         }
                     }
-                    if a.chk
-                        && mr
-                            .to_vec(0, a.size)?
-                            .iter()
-                            .enumerate()
-                            .any(|(i, b)| i % page == 0 && *b != (i / page) as u8)
-                    {
+                    let got = mr.to_vec(data_at, size)?;
+                    if a.chk && got.iter().enumerate().any(|(i, b)| i % page == 0 && *b != (i / page) as u8) {
                         return Err("invalid data in page".into());
                     }
                     rcnt += 1;
                 }
                 other => return Err(format!("Completion for unknown wr_id {other}").into()),
             }
-            pending &= !w.wr_id;
-            if scnt < a.iters && pending == 0 {
-                send()?;
-                pending = RECV_WRID | SEND_WRID;
+            pending[q] &= !w.wr_id;
+            if scnt < a.iters && pending[q] == 0 {
+                send(q)?;
+                pending[q] = RECV_WRID | SEND_WRID;
             }
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    let bytes = a.size * a.iters * 2;
+    let bytes = size * a.iters * 2;
     let usec = secs * 1e6;
     println!("{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec", bytes as f64 * 8.0 / usec);
     println!("{} iters in {secs:.2} seconds = {:.2} usec/iter", a.iters, usec / a.iters as f64);

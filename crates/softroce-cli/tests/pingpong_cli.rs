@@ -99,3 +99,61 @@ fn without_a_gid_the_tcp_peer_is_used_and_events_and_checks_work() {
     check(&s, "GID ::", "GID ::");
     check(&c, "GID ::", "GID ::");
 }
+
+fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
+    let bin = env!("CARGO_BIN_EXE_softroce");
+    let port_s = port.to_string();
+    let server = Command::new(bin)
+        .args([cmd, "-p", &port_s, "-n", "100"])
+        .args(extra)
+        .env("SOFTROCE_DEVICES", format!("srv={server_addr}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Reap(Some(server));
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        let out = Command::new(bin)
+            .args([cmd, "-p", &port_s, "-n", "100"])
+            .args(extra)
+            .arg(server_addr)
+            .env("SOFTROCE_DEVICES", format!("cli={client_addr}"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        if err.contains("Connection refused") {
+            continue;
+        }
+        assert!(out.status.success(), "{cmd} client failed: {err}");
+        let s = server.0.take().unwrap().wait_with_output().unwrap();
+        assert!(s.status.success(), "{cmd} server failed: {}", String::from_utf8_lossy(&s.stderr));
+        return (String::from_utf8_lossy(&s.stdout).to_string(), String::from_utf8_lossy(&out.stdout).to_string());
+    }
+    panic!("{cmd}: the server never accepted");
+}
+
+#[test]
+fn ud_pingpong_exchanges_datagrams() {
+    let (s, c) = pingpong_kind("ud-pingpong", "127.0.0.85", "127.0.0.86", 18603, &["-g", "1", "-c"]);
+    for out in [&s, &c] {
+        let l: Vec<&str> = out.lines().collect();
+        assert_eq!(l.len(), 4, "{out}");
+        // 2048 bytes x 100 iterations x 2 directions.
+        assert!(l[2].starts_with("409600 bytes in ") && l[3].starts_with("100 iters in "), "{out}");
+    }
+    assert!(c.lines().next().unwrap().ends_with("GID ::ffff:127.0.0.86"));
+}
+
+#[test]
+fn srq_pingpong_runs_many_qps_on_one_srq() {
+    let (s, c) =
+        pingpong_kind("srq-pingpong", "127.0.0.87", "127.0.0.88", 18604, &["-q", "4", "-s", "1000", "-g", "1"]);
+    for out in [&s, &c] {
+        let l: Vec<&str> = out.lines().collect();
+        // A local and a remote address line per QP, then the results.
+        assert_eq!(l.len(), 2 * 4 + 2, "{out}");
+        assert_eq!(l.iter().filter(|x| x.starts_with("  local address:")).count(), 4);
+        assert!(l[8].starts_with("200000 bytes in ") && l[9].starts_with("100 iters in "), "{out}");
+    }
+}
