@@ -15,6 +15,9 @@ use softroce::{
 use super::report::BwRow;
 use super::{Op, PerfError, Settings};
 
+/// Outstanding READs/atomics per QP, issued and accepted (the device maximum).
+const RD_ATOMIC: u8 = 128;
+
 /// One end: a context, a CQ, QPs and one region.
 pub struct End {
     pub ctx: Context,
@@ -69,7 +72,8 @@ impl End {
     }
 
     pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<(), PerfError> {
-        let o = ConnectOptions { mtu: s.mtu, timeout: s.qp_timeout, ..ConnectOptions::default() };
+        let o =
+            ConnectOptions { mtu: s.mtu, timeout: s.qp_timeout, max_rd_atomic: RD_ATOMIC, ..ConnectOptions::default() };
         for qp in &self.qps {
             qp.connect_with(psn, &peer.qps[0], &o)?;
         }
@@ -128,7 +132,9 @@ pub fn bw_client(
         Op::Atomic => WrOpcode::AtomicFetchAndAdd,
     };
     let size = if op == Op::Atomic { 8 } else { size };
-    let depth = if matches!(op, Op::Read | Op::Atomic) { s.tx_depth.min(16) } else { s.tx_depth };
+    // perftest keeps as many READs/atomics outstanding as the device allows
+    // (`max_qp_rd_atom`, 128 as in rxe).
+    let depth = if matches!(op, Op::Read | Op::Atomic) { s.tx_depth.min(RD_ATOMIC as usize) } else { s.tx_depth };
     let cq_mod = s.cq_mod.min(depth).max(1);
     let deadline = s.duration.map(|d| Instant::now() + d);
     let iters = if deadline.is_some() { usize::MAX } else { s.iters };
@@ -168,7 +174,9 @@ pub fn bw_client(
         if total_done >= iters.saturating_mul(e.qps.len()) || (stop && posted == done) {
             break;
         }
-        let n = e.cq.poll(&mut wc)?;
+        // Waiting (not spinning) leaves the other core to the peer, and the
+        // waiting thread receives the completions' packets itself.
+        let n = e.cq.wait(&mut wc, Duration::from_millis(100))?;
         for w in &wc[..n] {
             check(w)?;
             let q = (w.wr_id >> 48) as usize;
@@ -176,9 +184,6 @@ pub fn bw_client(
             let newly = i + 1 - done[q];
             done[q] = i + 1;
             total_done += newly;
-        }
-        if n == 0 {
-            std::thread::yield_now();
         }
         let now = Instant::now();
         if now.duration_since(window.0) >= Duration::from_millis(100) {
