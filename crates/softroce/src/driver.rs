@@ -152,7 +152,16 @@ impl Shared {
         let r = f(&mut st.dev);
         self.route_events(&mut st);
         if kick {
-            let next = self.progress(&mut st).unwrap_or(None);
+            // Only send: receiving is for whoever waits (or the driver).
+            // Sending can complete WRs (UC, UD, local errors): wake waiters.
+            let made = st.dev.counters().completions;
+            let now = Instant::now();
+            let _ = self.transmit(&mut st, now);
+            self.route_events(&mut st);
+            if st.dev.counters().completions != made && self.waiters.load(Ordering::Acquire) > 0 {
+                let _ = self.cq_waker.wake();
+            }
+            let next = st.dev.poll_timeout();
             drop(st);
             self.nudge_driver(next);
         }
