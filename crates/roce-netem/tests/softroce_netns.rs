@@ -8,7 +8,7 @@
 //! says why it is skipped.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,16 +30,8 @@ const MEM: usize = 3 * PER_OP;
 const OOB_PORT: u16 = 18_515;
 
 fn device(addr: &str) -> DeviceInfo {
-    let addr: IpAddr = addr.parse().unwrap();
-    DeviceInfo {
-        name: "netns".into(),
-        addr,
-        interface: None,
-        gids: vec!["fe80::1".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        // The TUN links have MTU 9000: rxe's rule gives 4096.
-        active_mtu: softroce::config::active_mtu_for(9000),
-    }
+    // The TUN links have MTU 9000: rxe's rule gives 4096.
+    DeviceInfo::on_address("netns", addr.parse().unwrap()).unwrap()
 }
 
 struct End {

@@ -14,15 +14,10 @@ use softroce::{
 };
 
 fn device(last: u8) -> DeviceInfo {
-    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: format!("c{last}"),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::3".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu1024,
-    }
+    let mut d = DeviceInfo::on_address(format!("c{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap();
+    // MTU 1024: the WRITE leaves as runs of equal packets, in GSO sends.
+    d.active_mtu = softroce::Mtu::Mtu1024;
+    d
 }
 
 struct End {

@@ -18,44 +18,9 @@ impl Drop for Reap {
 }
 
 fn pingpong(server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
-    let bin = env!("CARGO_BIN_EXE_softroce");
-    let port_s = port.to_string();
-    let server = Command::new(bin)
-        .args(["rc-pingpong", "-p", &port_s, "-n", "200", "-s", "2048"])
-        .args(extra)
-        .env("SOFTROCE_DEVICES", format!("srv={server_addr}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut server = Reap(Some(server));
-    // The server listens before the client connects.
-    let mut client = None;
-    for _ in 0..100 {
-        std::thread::sleep(Duration::from_millis(50));
-        if let Some(st) = server.0.as_mut().unwrap().try_wait().unwrap() {
-            let out = server.0.take().unwrap().wait_with_output().unwrap();
-            panic!("the server exited ({st}): {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let out = Command::new(bin)
-            .args(["rc-pingpong", "-p", &port_s, "-n", "200", "-s", "2048"])
-            .args(extra)
-            .arg(server_addr)
-            .env("SOFTROCE_DEVICES", format!("cli={client_addr}"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        if err.contains("Connection refused") {
-            continue;
-        }
-        assert!(out.status.success(), "client failed: {err}");
-        client = Some(String::from_utf8_lossy(&out.stdout).to_string());
-        break;
-    }
-    let client = client.expect("the server accepted a connection");
-    let s = server.0.take().unwrap().wait_with_output().unwrap();
-    assert!(s.status.success(), "server failed: {}", String::from_utf8_lossy(&s.stderr));
-    (String::from_utf8_lossy(&s.stdout).to_string(), client)
+    let mut args = vec!["-s", "2048", "-n", "200"];
+    args.extend_from_slice(extra);
+    pingpong_kind("rc-pingpong", server_addr, client_addr, port, &args)
 }
 
 fn check(out: &str, local: &str, remote: &str) {
@@ -100,12 +65,21 @@ fn without_a_gid_the_tcp_peer_is_used_and_events_and_checks_work() {
     check(&c, "GID ::", "GID ::");
 }
 
+/// `extra`, with `-n 100` unless it sets the iterations.
+fn with_iters<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = extra.to_vec();
+    if !v.contains(&"-n") {
+        v.extend(["-n", "100"]);
+    }
+    v
+}
+
 fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
     let bin = env!("CARGO_BIN_EXE_softroce");
     let port_s = port.to_string();
     let server = Command::new(bin)
-        .args([cmd, "-p", &port_s, "-n", "100"])
-        .args(extra)
+        .args([cmd, "-p", &port_s])
+        .args(with_iters(extra))
         .env("SOFTROCE_DEVICES", format!("srv={server_addr}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -115,8 +89,8 @@ fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, ext
     for _ in 0..100 {
         std::thread::sleep(Duration::from_millis(50));
         let out = Command::new(bin)
-            .args([cmd, "-p", &port_s, "-n", "100"])
-            .args(extra)
+            .args([cmd, "-p", &port_s])
+            .args(with_iters(extra))
             .arg(server_addr)
             .env("SOFTROCE_DEVICES", format!("cli={client_addr}"))
             .output()

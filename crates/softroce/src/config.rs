@@ -42,6 +42,13 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// The device `name` on `addr`, exactly as `SOFTROCE_DEVICES=name=addr`
+    /// would make it (GID table and active MTU from the interface holding
+    /// the address; any 127.x.y.z is on loopback).
+    pub fn on_address(name: impl Into<String>, addr: IpAddr) -> Result<DeviceInfo, ConfigError> {
+        Ok(device_for(name.into(), addr, &interface_addrs()?))
+    }
+
     /// The GID index of the device's own address (1 for IPv4, as in rxe).
     pub fn addr_gid_index(&self) -> usize {
         self.gids.iter().position(|g| *g == self.addr).unwrap_or(0)

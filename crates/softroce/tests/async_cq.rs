@@ -12,15 +12,7 @@ use softroce::{
 };
 
 fn device(last: u8) -> DeviceInfo {
-    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: format!("a{last}"),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::4".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu1024,
-    }
+    DeviceInfo::on_address(format!("a{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap()
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -12,15 +12,7 @@ use softroce::{
 };
 
 fn device(name: &str, last: u8) -> DeviceInfo {
-    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: name.into(),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::1".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu4096,
-    }
+    DeviceInfo::on_address(name, IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap()
 }
 
 struct End {

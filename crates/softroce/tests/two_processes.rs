@@ -20,15 +20,7 @@ const MEM: usize = 40 << 20;
 const SIZES: [usize; 9] = [0, 1, 63, 4095, 4096, 4097, 65_536, 1 << 20, 16 << 20];
 
 fn device(last: u8) -> DeviceInfo {
-    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: format!("p{last}"),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::2".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu4096,
-    }
+    DeviceInfo::on_address(format!("p{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap()
 }
 
 struct End {

@@ -386,8 +386,9 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
 }
 
 /// A device on 127.0.0.`last`, for tools that need one with no configuration.
-pub fn loopback_device_for(last: u8) -> softroce::config::DeviceInfo {
-    rdma::loopback_device(last)
+pub fn loopback_device_for(last: u8) -> Result<softroce::config::DeviceInfo, softroce::Error> {
+    let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last));
+    Ok(softroce::config::DeviceInfo::on_address(format!("softroce_lo{last}"), addr)?)
 }
 
 /// Two ends on 127.0.0.2 and .3, or the next free pair of loopback
@@ -397,8 +398,8 @@ fn open_loopback_pair(s: &Settings, region: usize) -> Result<(rdma::End, rdma::E
         |e: &PerfError| matches!(e, PerfError::Softroce(softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })));
     let mut last = Err(PerfError::Usage("no free loopback address pair in 127.0.0.2..=127.0.0.201".into()));
     for k in 0..100u8 {
-        let pair = rdma::End::open(&rdma::loopback_device(2 + 2 * k), s, region)
-            .and_then(|a| Ok((a, rdma::End::open(&rdma::loopback_device(3 + 2 * k), s, region)?)));
+        let pair = rdma::End::open(&rdma::loopback_device(2 + 2 * k)?, s, region)
+            .and_then(|a| Ok((a, rdma::End::open(&rdma::loopback_device(3 + 2 * k)?, s, region)?)));
         match pair {
             Ok(p) => return Ok(p),
             Err(e) if in_use(&e) => last = Err(e),

@@ -35,16 +35,9 @@ pub struct Remote {
 }
 
 /// A device on 127.0.0.`last` (the `--loopback` ends).
-pub fn loopback_device(last: u8) -> DeviceInfo {
+pub fn loopback_device(last: u8) -> Result<DeviceInfo, PerfError> {
     let addr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: format!("softroce_lo{last}"),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::1".parse().expect("literal"), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu4096,
-    }
+    Ok(DeviceInfo::on_address(format!("softroce_lo{last}"), addr).map_err(softroce::Error::from)?)
 }
 
 impl End {

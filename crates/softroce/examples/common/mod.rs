@@ -7,13 +7,6 @@ use softroce::config::DeviceInfo;
 
 /// A device bound to 127.0.0.`last`.
 pub fn loopback_device(last: u8) -> DeviceInfo {
-    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last));
-    DeviceInfo {
-        name: format!("softroce_lo{last}"),
-        addr,
-        interface: Some("lo".into()),
-        gids: vec!["fe80::1".parse().unwrap(), addr],
-        bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu4096,
-    }
+    DeviceInfo::on_address(format!("softroce_lo{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)))
+        .expect("the host's interfaces can be listed")
 }
