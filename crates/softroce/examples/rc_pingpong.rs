@@ -24,7 +24,7 @@ struct Side {
 fn side(last: u8, size: usize) -> Result<Side, softroce::Error> {
     let ctx = Context::open_with(&common::loopback_device(last), Options::from_env()?)?;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(16, None)?;
+    let cq = ctx.create_cq(32, None)?;
     let mr = pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE)?;
     let qp = pd.create_qp(QpInit::rc(&cq, &cq, 16))?;
     Ok(Side { _ctx: ctx, cq, qp, mr })
@@ -40,17 +40,21 @@ fn send(s: &Side, size: usize) -> Result<(), softroce::Error> {
     s.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge)))
 }
 
-/// Waits for the receive (and the send's own completion).
-fn wait(s: &Side, n: usize) -> Result<(), softroce::Error> {
+/// Waits until `s` has seen `recvs` receive and `sends` send completions in
+/// all (completions of either kind may come in any order).
+fn wait(s: &Side, done: &mut (usize, usize), recvs: usize, sends: usize) -> Result<(), softroce::Error> {
     let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4];
-    let mut got = 0;
-    while got < n {
+    while done.0 < recvs || done.1 < sends {
         let k = s.cq.wait(&mut wc, Duration::from_secs(10))?;
         assert!(k > 0, "no completion within 10 s");
         for w in &wc[..k] {
             assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            if w.opcode == WcOpcode::Recv {
+                done.0 += 1;
+            } else {
+                done.1 += 1;
+            }
         }
-        got += k;
     }
     Ok(())
 }
@@ -66,20 +70,28 @@ fn main() -> Result<(), softroce::Error> {
     println!("  remote address: QPN {:#08x}, PSN {:#08x}, GID {}", eb.qpn, eb.psn, eb.gid);
     a.qp.connect(ea.psn, &eb)?;
     b.qp.connect(eb.psn, &ea)?;
+    // Receives are posted ahead, as rdma-core's ping-pong keeps rx_depth of
+    // them: a SEND that finds none is answered with an RNR NAK and retried
+    // only after the responder's RNR timer (0.64 ms here).
+    for _ in 0..8 {
+        post_recv(&a, size)?;
+        post_recv(&b, size)?;
+    }
     let b_thread = std::thread::spawn(move || -> Result<(), softroce::Error> {
-        for _ in 0..iters {
+        let mut done = (0, 0);
+        for i in 1..=iters {
+            wait(&b, &mut done, i, i - 1)?;
             post_recv(&b, size)?;
-            wait(&b, 1)?;
             send(&b, size)?;
-            wait(&b, 1)?;
         }
-        Ok(())
+        wait(&b, &mut done, iters, iters)
     });
     let t0 = Instant::now();
-    for _ in 0..iters {
-        post_recv(&a, size)?;
+    let mut done = (0, 0);
+    for i in 1..=iters {
         send(&a, size)?;
-        wait(&a, 2)?;
+        wait(&a, &mut done, i, i)?;
+        post_recv(&a, size)?;
     }
     let secs = t0.elapsed().as_secs_f64();
     b_thread.join().expect("the responder thread")?;
