@@ -211,6 +211,39 @@ impl Context {
         Ok(())
     }
 
+    /// For applications that watch memory rather than a CQ (the target of
+    /// a peer's RDMA WRITE): makes progress from this thread, and if no
+    /// packet arrived, sleeps until one does, a timer is due, another thread
+    /// made completions, or `timeout` passes. Returns whether packets were
+    /// processed.
+    pub fn progress_wait(&self, timeout: Duration) -> Result<bool, Error> {
+        use std::os::fd::AsFd;
+        let s = self.shared();
+        s.waiters.fetch_add(1, Ordering::AcqRel);
+        let r = (|| -> Result<bool, Error> {
+            let (got, next) = {
+                let mut st = s.lock();
+                let before = st.stats.rx_packets;
+                let next = s.progress(&mut st)?;
+                (st.stats.rx_packets != before, next)
+            };
+            if got {
+                return Ok(true);
+            }
+            let now = std::time::Instant::now();
+            let until = next.map_or(now + timeout, |t| t.min(now + timeout));
+            roce_udp::wait(
+                &[(s.sock.as_fd(), roce_udp::Interest::READABLE)],
+                Some(&s.cq_waker),
+                Some(until.saturating_duration_since(now)),
+            )?;
+            s.cq_waker.reset();
+            Ok(false)
+        })();
+        s.waiters.fetch_sub(1, Ordering::AcqRel);
+        r
+    }
+
     /// The next async event (`ibv_get_async_event`), waiting up to
     /// `timeout` (`None`: forever). Events need no acknowledgement here.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>, Error> {
