@@ -310,14 +310,17 @@ impl IcrcPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4IdFixup {
     roce_len: usize,
-    shift: u32,
+    /// The change each identification bit makes (the map is linear).
+    bits: [u32; 16],
 }
 
 impl Ipv4IdFixup {
     /// For packets of `roce_len` bytes (BTH through ICRC).
     pub fn new(roce_len: usize) -> Ipv4IdFixup {
         let n = LRH_STANDIN.len() + 20 + UDP_LEN + roce_len.saturating_sub(ICRC_LEN);
-        Ipv4IdFixup { roce_len, shift: gf2::x_pow(8 * (n - 14) as u64 + 32) }
+        let shift = gf2::x_pow(8 * (n - 14) as u64 + 32);
+        let bits = std::array::from_fn(|b| gf2::mul(u32::from((1u16 << b).swap_bytes()) << 16, shift));
+        Ipv4IdFixup { roce_len, bits }
     }
 
     /// The packet length this fixup is for.
@@ -328,7 +331,13 @@ impl Ipv4IdFixup {
     /// The value to XOR into an ICRC computed with identification 0 to get
     /// the ICRC with `identification`.
     pub fn delta(&self, identification: u16) -> u32 {
-        gf2::mul(u32::from(identification.swap_bytes()) << 16, self.shift)
+        let mut d = 0;
+        let mut id = identification;
+        while id != 0 {
+            d ^= self.bits[id.trailing_zeros() as usize];
+            id &= id - 1;
+        }
+        d
     }
 
     /// Rewrites the ICRC at the end of `packet` (computed for identification
