@@ -115,3 +115,22 @@ fn qp_memory_reports_resident_kib_per_qp() {
     // Two queues of 128 WQEs each: tens of KiB, not megabytes.
     assert!(per_qp > 4.0 && per_qp < 128.0, "{out}");
 }
+
+#[test]
+fn several_qps_and_duration_mode() {
+    // -q: every QP pair connected to its own peer; iterations add up.
+    for test in ["write-bw", "read-bw", "send-bw"] {
+        let (ok, out, err) = softroce(&["perf", test, "--loopback", "-q", "3", "-n", "200", "-s", "4096"]);
+        assert!(ok, "{test} -q 3: {err}\n{out}");
+        assert_eq!(rows(&out)[0][1], "600", "{test}: 3 QPs x 200\n{out}");
+    }
+    // -D: runs for the duration, then drains; no progress line when stderr
+    // is not a terminal.
+    let t = std::time::Instant::now();
+    let (ok, out, err) = softroce(&["perf", "write-bw", "--loopback", "-D", "1", "-s", "4096"]);
+    assert!(ok, "{err}");
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
+    let iters: u64 = rows(&out)[0][1].parse().unwrap();
+    assert!(iters > 100, "{out}");
+    assert!(err.is_empty(), "silent on a pipe: {err:?}");
+}

@@ -352,7 +352,7 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
                 rows.push((row, base));
             } else {
                 let samples = std::thread::scope(|sc| -> Result<Vec<f64>, PerfError> {
-                    let (bref, sref, ra2) = (&b, &s, ra);
+                    let (bref, sref, ra2) = (&b, &s, ra.clone());
                     let server = sc.spawn(move || rdma::lat_run(bref, sref, &ra2, size, false));
                     let r = rdma::lat_run(&a, &s, &rb, size, true);
                     server.join().map_err(|_| PerfError::Usage("server thread panicked".into()))??;

@@ -26,10 +26,11 @@ pub struct End {
     pub mr: Mr,
 }
 
-/// What each side tells the other.
-#[derive(Debug, Clone, Copy)]
+/// What each side tells the other: every QP (connected pairwise, QP i to
+/// the peer's QP i), and the region.
+#[derive(Debug, Clone)]
 pub struct Remote {
-    pub qps: [QpEndpoint; 1],
+    pub qps: Vec<QpEndpoint>,
     pub rkey: u32,
     pub addr: u64,
 }
@@ -61,36 +62,50 @@ impl End {
     }
 
     pub fn remote(&self, psn: u32) -> Remote {
-        Remote { qps: [self.qps[0].endpoint(psn)], rkey: self.mr.rkey(), addr: self.mr.addr() }
+        Remote { qps: self.qps.iter().map(|q| q.endpoint(psn)).collect(), rkey: self.mr.rkey(), addr: self.mr.addr() }
     }
 
     pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<(), PerfError> {
         let o =
             ConnectOptions { mtu: s.mtu, timeout: s.qp_timeout, max_rd_atomic: RD_ATOMIC, ..ConnectOptions::default() };
-        for qp in &self.qps {
-            qp.connect_with(psn, &peer.qps[0], &o)?;
+        if peer.qps.len() != self.qps.len() {
+            return Err(PerfError::Usage(format!(
+                "the peer has {} QPs, this side {}: use the same -q",
+                peer.qps.len(),
+                self.qps.len()
+            )));
+        }
+        for (qp, theirs) in self.qps.iter().zip(&peer.qps) {
+            qp.connect_with(psn, theirs, &o)?;
         }
         Ok(())
     }
 }
 
-/// `qpn psn gid rkey addr` over TCP, as perftest's Ethernet exchange does.
+/// `rkey addr` then `qpn psn gid` per QP, on one line over TCP (perftest
+/// exchanges the same facts over its Ethernet socket).
 pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfError> {
-    let q = &mine.qps[0];
-    writeln!(stream, "{} {} {} {} {}", q.qpn, q.psn, q.gid, mine.rkey, mine.addr)?;
+    let mut out = format!("{} {}", mine.rkey, mine.addr);
+    for q in &mine.qps {
+        out.push_str(&format!(" {} {} {}", q.qpn, q.psn, q.gid));
+    }
+    writeln!(stream, "{out}")?;
     let mut line = String::new();
     BufReader::new(stream.try_clone()?).read_line(&mut line)?;
     let f: Vec<&str> = line.split_whitespace().collect();
     let bad = || PerfError::Exchange(line.trim().to_string());
-    if f.len() != 5 {
+    if f.len() < 5 || !(f.len() - 2).is_multiple_of(3) {
         return Err(bad());
     }
-    let qp = QpEndpoint {
-        qpn: f[0].parse().map_err(|_| bad())?,
-        psn: f[1].parse().map_err(|_| bad())?,
-        gid: f[2].parse().map_err(|_| bad())?,
-    };
-    Ok(Remote { qps: [qp], rkey: f[3].parse().map_err(|_| bad())?, addr: f[4].parse().map_err(|_| bad())? })
+    let mut qps = Vec::new();
+    for q in f[2..].chunks(3) {
+        qps.push(QpEndpoint {
+            qpn: q[0].parse().map_err(|_| bad())?,
+            psn: q[1].parse().map_err(|_| bad())?,
+            gid: q[2].parse().map_err(|_| bad())?,
+        });
+    }
+    Ok(Remote { qps, rkey: f[0].parse().map_err(|_| bad())?, addr: f[1].parse().map_err(|_| bad())? })
 }
 
 /// Server: accept one client on `port`.
@@ -190,8 +205,29 @@ pub fn bw_client(
         }
         if let Some(d) = deadline
             && now >= d
+            && !stop
         {
+            // Time is up: one last signaled WR per QP completes every
+            // unsignaled one before it, so the run can drain.
             stop = true;
+            for (q, qp) in e.qps.iter().enumerate() {
+                let mut wr = SendWr::new(
+                    ((q as u64) << 48) | posted[q] as u64,
+                    opcode,
+                    SendFlags::SIGNALED,
+                    Payload::Sges(&sge),
+                );
+                wr.remote_addr = peer.addr;
+                wr.rkey = peer.rkey;
+                wr.compare_add = 1;
+                if posted[q] - done[q] >= depth {
+                    // No room: the next completion frees some; try again.
+                    stop = false;
+                    continue;
+                }
+                qp.post_send(&wr)?;
+                posted[q] += 1;
+            }
         }
     }
     let secs = t0.elapsed().as_secs_f64();
