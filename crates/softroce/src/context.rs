@@ -217,7 +217,6 @@ impl Context {
     /// made completions, or `timeout` passes. Returns whether packets were
     /// processed.
     pub fn progress_wait(&self, timeout: Duration) -> Result<bool, Error> {
-        use std::os::fd::AsFd;
         let s = self.shared();
         s.waiters.fetch_add(1, Ordering::AcqRel);
         let r = (|| -> Result<bool, Error> {
@@ -231,13 +230,7 @@ impl Context {
                 return Ok(true);
             }
             let now = std::time::Instant::now();
-            let until = next.map_or(now + timeout, |t| t.min(now + timeout));
-            roce_udp::wait(
-                &[(s.sock.as_fd(), roce_udp::Interest::READABLE)],
-                Some(&s.cq_waker),
-                Some(until.saturating_duration_since(now)),
-            )?;
-            s.cq_waker.reset();
+            s.sleep_on_socket(next.map_or(now + timeout, |t| t.min(now + timeout)))?;
             Ok(false)
         })();
         s.waiters.fetch_sub(1, Ordering::AcqRel);

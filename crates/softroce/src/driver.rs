@@ -158,14 +158,33 @@ impl Shared {
             let now = Instant::now();
             let _ = self.transmit(&mut st, now);
             self.route_events(&mut st);
-            if st.dev.counters().completions != made && self.waiters.load(Ordering::Acquire) > 0 {
-                let _ = self.cq_waker.wake();
-            }
+            self.wake_waiters_if_made(st.dev.counters().completions, made);
             let next = st.dev.poll_timeout();
             drop(st);
             self.nudge_driver(next);
         }
         r
+    }
+
+    /// Wakes threads sleeping in [`Shared::sleep_on_socket`] if completions
+    /// were made (`now` differs from `before`) and someone sleeps.
+    fn wake_waiters_if_made(&self, now: u64, before: u64) {
+        if now != before && self.waiters.load(Ordering::Acquire) > 0 {
+            let _ = self.cq_waker.wake();
+        }
+    }
+
+    /// An application thread's sleep (it is counted in `waiters` by the
+    /// caller): until a packet arrives, another thread made completions, or
+    /// `until`, whichever is first.
+    pub(crate) fn sleep_on_socket(&self, until: Instant) -> io::Result<()> {
+        let r = wait(
+            &[(self.sock.as_fd(), Interest::READABLE)],
+            Some(&self.cq_waker),
+            Some(until.saturating_duration_since(Instant::now())),
+        );
+        self.cq_waker.reset();
+        r.map(|_| ())
     }
 
     fn nanos(&self, t: Instant) -> u64 {
@@ -201,9 +220,7 @@ impl Shared {
         st.stats.passes += 1;
         let made = st.dev.counters().completions;
         let r = self.progress_pass(st);
-        if st.dev.counters().completions != made && self.waiters.load(Ordering::Acquire) > 0 {
-            let _ = self.cq_waker.wake();
-        }
+        self.wake_waiters_if_made(st.dev.counters().completions, made);
         r
     }
 

@@ -388,14 +388,7 @@ impl Cq {
             let n = self.poll(out);
             let next = if matches!(n, Ok(0)) { s.lock().dev.poll_timeout() } else { None };
             if matches!(n, Ok(0)) {
-                let now = std::time::Instant::now();
-                let until = next.map_or(deadline, |t| t.min(deadline));
-                let _ = roce_udp::wait(
-                    &[(s.sock.as_fd(), roce_udp::Interest::READABLE)],
-                    Some(&s.cq_waker),
-                    Some(until.saturating_duration_since(now)),
-                );
-                s.cq_waker.reset();
+                let _ = s.sleep_on_socket(next.map_or(deadline, |t| t.min(deadline)));
             }
             s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             let n = n?;

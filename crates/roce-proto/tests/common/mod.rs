@@ -92,6 +92,19 @@ pub struct Pair {
 
 pub const MEM: usize = 1 << 20;
 
+/// A test QP: one CQ for both queues, 256 WRs of 4 SGEs, 256 inline bytes.
+fn qp_init(s: Setup, pd: u32, cq: u32, srq: Option<u32>) -> QpInitAttr {
+    QpInitAttr {
+        qp_type: s.qp_type,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        cap: QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 },
+        sq_sig_all: s.sq_sig_all,
+    }
+}
+
 impl Pair {
     pub fn new(s: Setup) -> Pair {
         let addr = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
@@ -127,23 +140,7 @@ impl Pair {
             if i == B && s.srq_on_b {
                 srq = Some(dev[i].create_srq(pd[i], 8, 2).unwrap());
             }
-            qpn[i] = dev[i]
-                .create_qp(QpInitAttr {
-                    qp_type: s.qp_type,
-                    pd: pd[i],
-                    send_cq: cq[i],
-                    recv_cq: cq[i],
-                    srq: if i == B { srq } else { None },
-                    cap: QpCap {
-                        max_send_wr: 256,
-                        max_recv_wr: 256,
-                        max_send_sge: 4,
-                        max_recv_sge: 4,
-                        max_inline_data: 256,
-                    },
-                    sq_sig_all: s.sq_sig_all,
-                })
-                .unwrap();
+            qpn[i] = dev[i].create_qp(qp_init(s, pd[i], cq[i], if i == B { srq } else { None })).unwrap();
         }
         let mut p = Pair {
             dev,
@@ -171,23 +168,8 @@ impl Pair {
     pub fn add_pair(&mut self, s: Setup) -> [u32; 2] {
         let mut qpn = [0; 2];
         for (i, q) in qpn.iter_mut().enumerate() {
-            *q = self.dev[i]
-                .create_qp(QpInitAttr {
-                    qp_type: s.qp_type,
-                    pd: self.pd[i],
-                    send_cq: self.cq[i],
-                    recv_cq: self.cq[i],
-                    srq: if i == B { self.srq } else { None },
-                    cap: QpCap {
-                        max_send_wr: 256,
-                        max_recv_wr: 256,
-                        max_send_sge: 4,
-                        max_recv_sge: 4,
-                        max_inline_data: 256,
-                    },
-                    sq_sig_all: s.sq_sig_all,
-                })
-                .unwrap();
+            let srq = if i == B { self.srq } else { None };
+            *q = self.dev[i].create_qp(qp_init(s, self.pd[i], self.cq[i], srq)).unwrap();
         }
         for i in 0..2 {
             self.connect(qpn, i, s);
