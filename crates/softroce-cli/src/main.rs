@@ -10,6 +10,7 @@ mod devinfo;
 mod perf;
 mod pingpong;
 mod qpmem;
+mod run;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
 #[derive(Parser)]
@@ -59,6 +60,15 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
         counts: Vec<usize>,
     },
+    /// Run an unmodified libibverbs program (ibv_rc_pingpong, ib_write_bw,
+    /// qperf, pyverbs...) over softroce.
+    ///
+    /// Puts softroce's libibverbs.so.1 first on the library path. Two
+    /// processes on one host need two addresses: `--loopback` gives each run
+    /// its own free 127.0.0.x.
+    /// Example: `softroce run --loopback -- ibv_rc_pingpong -g 1` and, beside
+    /// it, `softroce run --loopback -- ibv_rc_pingpong -g 1 127.0.0.1`.
+    Run(run::RunArgs),
     /// List the softroce devices (as rdma-core's `ibv_devices`).
     Devices,
     /// Show a device's attributes (as rdma-core's `ibv_devinfo`).
@@ -77,6 +87,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
+        Command::Run(args) => run::run(&args),
         Command::Devices => devinfo::run_devices(),
         Command::RcPingpong(args) => pingpong::run(&args, pingpong::Kind::Rc),
         Command::UdPingpong(args) => pingpong::run(&args, pingpong::Kind::Ud),

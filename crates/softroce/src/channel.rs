@@ -21,7 +21,10 @@ pub(crate) struct EventQueue<T> {
 
 impl<T> EventQueue<T> {
     pub(crate) fn new() -> io::Result<EventQueue<T>> {
-        let fd = eventfd(0, EventfdFlags::SEMAPHORE | EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        // Blocking, so an application that wants `ibv_get_cq_event` not to
+        // block can say so with O_NONBLOCK (rdma-core's convention); reads
+        // happen only while the count is known to be positive.
+        let fd = eventfd(0, EventfdFlags::SEMAPHORE | EventfdFlags::CLOEXEC)?;
         Ok(EventQueue { queue: Mutex::new(VecDeque::new()), fd })
     }
 
@@ -36,8 +39,13 @@ impl<T> EventQueue<T> {
     /// Takes the oldest event if one waits.
     pub(crate) fn try_pop(&self) -> Option<T> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            return None;
+        }
         let mut buf = [0u8; 8];
-        // Semaphore mode: each read takes one from the count.
+        // Semaphore mode: each read takes one from the count, which equals
+        // the queue's length (both change under the lock), so this read
+        // never blocks.
         match rustix::io::read(&self.fd, &mut buf) {
             Ok(8) => q.pop_front(),
             _ => None,

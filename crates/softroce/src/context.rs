@@ -108,7 +108,30 @@ pub fn devices() -> Result<Vec<DeviceInfo>, Error> {
     Ok(config::devices()?)
 }
 
+/// A reference to a [`Context`] that does not keep it open.
+#[derive(Clone, Debug, Default)]
+pub struct WeakContext(std::sync::Weak<Owner>);
+
+impl WeakContext {
+    /// The context, if something still keeps it open.
+    pub fn upgrade(&self) -> Option<Context> {
+        self.0.upgrade().map(|owner| Context { owner })
+    }
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner").field("device", &self.shared.info.name).finish()
+    }
+}
+
 impl Context {
+    /// A reference that does not keep the device open (it stays open while
+    /// this context or any object made from it lives).
+    pub fn downgrade(&self) -> WeakContext {
+        WeakContext(Arc::downgrade(&self.owner))
+    }
+
     /// Opens the device called `name` with options from the environment.
     pub fn open(name: &str) -> Result<Context, Error> {
         let all = devices()?;

@@ -67,7 +67,7 @@ mod verbs;
 #[cfg(feature = "tokio")]
 pub use async_cq::AsyncCq;
 pub use config::DeviceInfo;
-pub use context::{Context, Options, devices};
+pub use context::{Context, Options, WeakContext, devices};
 pub use driver::{DriverStats, Progress};
 pub use error::Error;
 pub use faults::{FaultSpec, FaultStats};
@@ -76,5 +76,5 @@ pub use roce_proto::devattr::{DeviceAttr, PortAttr};
 pub use roce_proto::mr::{MwBindInfo, MwType};
 pub use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 pub use roce_proto::wr::MwBind;
-pub use roce_proto::{AsyncEvent, Mtu, Payload, QpAttr, QpCap, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};
+pub use roce_proto::{AhAttr, AsyncEvent, Mtu, Payload, QpAttr, QpCap, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};
 pub use verbs::{Ah, CompChannel, ConnectOptions, Cq, Mr, Mw, Pd, Qp, QpEndpoint, QpInit, Srq, ToInit, ToRtr, ToRts};

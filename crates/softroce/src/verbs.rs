@@ -65,6 +65,11 @@ impl Pd {
         &self.0.ctx
     }
 
+    /// The context it was allocated from.
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
     /// The handle the engine knows it by.
     pub fn handle(&self) -> u32 {
         self.0.handle
@@ -88,6 +93,7 @@ impl Pd {
             len,
             region: Some(region),
             buf: std::sync::Mutex::new(Some(buf)),
+            deregistered: Default::default(),
         })))
     }
 
@@ -111,6 +117,7 @@ impl Pd {
             len,
             region: None,
             buf: std::sync::Mutex::new(None),
+            deregistered: Default::default(),
         })))
     }
 
@@ -130,9 +137,13 @@ impl Pd {
 
     /// Creates an address handle for UD sends to `dest`.
     pub fn create_ah(&self, dest: IpAddr) -> Result<Ah, Error> {
-        let pd = self.0.handle;
         let sgid_index = self.ctx().device().addr_gid_index() as u8;
-        let attr = AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 };
+        self.create_ah_with(AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 })
+    }
+
+    /// Creates an address handle with every GRH field given (`ibv_create_ah`).
+    pub fn create_ah_with(&self, attr: AhAttr) -> Result<Ah, Error> {
+        let pd = self.0.handle;
         let handle = self.ctx().shared().with_dev(false, |d| d.create_ah(pd, attr))?;
         Ok(Ah(Arc::new(AhInner { pd: self.clone(), handle })))
     }
@@ -175,13 +186,17 @@ struct MrInner {
     /// Owns that memory (behind a mutex only to be `Sync`; it is touched
     /// once, when the region goes).
     buf: std::sync::Mutex<Option<OwnedBuffer>>,
+    /// Set by [`Mr::deregister`]: the key is gone (and may be reused).
+    deregistered: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
         let s = self.pd.ctx().shared();
         let mut st = s.lock();
-        let _ = st.dev.dereg_mr(self.key);
+        if !self.deregistered.load(std::sync::atomic::Ordering::Acquire) {
+            let _ = st.dev.dereg_mr(self.key);
+        }
         if let Some(b) = self.buf.get_mut().unwrap_or_else(|e| e.into_inner()).take()
             && st.dev.memory_in_use(b.addr() as usize, b.len())
         {
@@ -192,6 +207,37 @@ impl Drop for MrInner {
 }
 
 impl Mr {
+    /// Deregisters the region now (`ibv_dereg_mr`), reporting why it cannot
+    /// be (memory windows still bound: the region stays registered). For
+    /// caller memory ([`Pd::reg_mr_raw`]) it returns only once no responder
+    /// holds a grant into the memory any more (a READ still being answered),
+    /// so the caller may free it: rxe's MR references keep pinned pages for
+    /// the same reason. Afterwards the keys are invalid.
+    pub fn deregister(&self) -> Result<(), Error> {
+        use std::sync::atomic::Ordering;
+        let s = self.0.pd.ctx().shared();
+        {
+            let mut st = s.lock();
+            if self.0.deregistered.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            st.dev.dereg_mr(self.0.key)?;
+            self.0.deregistered.store(true, Ordering::Release);
+        }
+        if self.0.region.is_none() {
+            let (addr, len) = (self.0.addr as usize, self.0.len);
+            while s.lock().dev.memory_in_use(addr, len) {
+                // The grant goes when the response is sent or the QP fails;
+                // the driver (or this loop) makes that progress.
+                let mut st = s.lock();
+                s.progress(&mut st)?;
+                drop(st);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        Ok(())
+    }
+
     /// L_Key.
     pub fn lkey(&self) -> u32 {
         self.0.key
@@ -299,8 +345,14 @@ impl Mw {
         access: AccessFlags,
     ) -> Result<u32, Error> {
         let info = MwBindInfo { mr_key: mr.lkey(), addr: mr.addr() + offset as u64, length: len, access };
+        self.bind_with(qp, wr_id, SendFlags::SIGNALED, info)
+    }
+
+    /// [`Mw::bind`] with the bind described by keys and addresses, as
+    /// `ibv_bind_mw` passes it.
+    pub fn bind_with(&self, qp: &Qp, wr_id: u64, flags: SendFlags, info: MwBindInfo) -> Result<u32, Error> {
         let (qpn, key) = (qp.0.qpn, self.rkey());
-        let new = qp.ctx().shared().with_dev(true, |d| d.bind_mw(qpn, key, wr_id, SendFlags::SIGNALED, info))?;
+        let new = qp.ctx().shared().with_dev(true, |d| d.bind_mw(qpn, key, wr_id, flags, info))?;
         self.key.store(new, std::sync::atomic::Ordering::Release);
         Ok(new)
     }
@@ -478,6 +530,13 @@ impl Drop for AhInner {
     fn drop(&mut self) {
         let h = self.handle;
         let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_ah(h));
+    }
+}
+
+impl Srq {
+    /// The handle the engine knows it by (what SRQ events carry).
+    pub fn handle(&self) -> u32 {
+        self.0.handle
     }
 }
 

@@ -1,0 +1,161 @@
+//! `softroce run`: runs an unmodified libibverbs program over softroce.
+//!
+//! The program finds softroce's `libibverbs.so.1` first on its library
+//! path, and the devices named here in `SOFTROCE_DEVICES`. Two processes
+//! on one host need two addresses (each binds UDP 4791 on its own):
+//! `--loopback` picks a free 127.0.0.x for each run and holds it (a lock
+//! file) until the program exits, so a server and a client started side by
+//! side never collide.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+/// `softroce run` options.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A device for the program: NAME=ADDR (repeatable; replaces the
+    /// configured devices, as SOFTROCE_DEVICES does).
+    #[arg(long = "device", value_name = "NAME=ADDR")]
+    devices: Vec<String>,
+    /// Give the program one device, softroce_lo, on a free 127.0.0.x (for
+    /// several processes on one host).
+    #[arg(long, conflicts_with = "devices")]
+    loopback: bool,
+    /// Print the directory holding softroce's libibverbs.so.1 (for
+    /// LD_LIBRARY_PATH by hand) and exit.
+    #[arg(long, exclusive = true)]
+    print_libdir: bool,
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<String>,
+}
+
+/// The cdylib cargo builds beside the `softroce` binary.
+const CDYLIB: &str = "libsoftroce_ibverbs.so";
+
+/// A directory with `libibverbs.so.1` pointing at softroce's library:
+/// `<dir of softroce>/softroce-ibverbs/`, or under the temp dir when that
+/// is not writable.
+pub fn libdir() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the softroce binary: {e}"))?;
+    let bin_dir = exe.parent().ok_or("the softroce binary has no directory")?;
+    let lib = bin_dir.join(CDYLIB);
+    if !lib.is_file() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build --release -p softroce-ibverbs` \
+             (it is built with `cargo build -p softroce-cli` too)",
+            lib.display()
+        ));
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let candidates = [bin_dir.join("softroce-ibverbs"), std::env::temp_dir().join(format!("softroce-ibverbs-{uid}"))];
+    let mut last_err = String::new();
+    for dir in candidates {
+        match link_into(&dir, &lib) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last_err = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(format!("cannot make a directory for libibverbs.so.1: {last_err}"))
+}
+
+fn link_into(dir: &Path, lib: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::canonicalize(&link).ok().as_deref() == Some(std::fs::canonicalize(lib)?.as_path()) {
+        return Ok(());
+    }
+    // Replace atomically: a concurrent run may read the link meanwhile.
+    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(lib, &tmp)?;
+    std::fs::rename(&tmp, &link)
+}
+
+/// A loopback address held for this run: its lock file stays locked until
+/// the run ends.
+struct Held {
+    addr: Ipv4Addr,
+    _lock: std::fs::File,
+}
+
+/// The first 127.0.0.x (x = 2..=254) that no other `softroce run` holds and
+/// whose UDP port 4791 is free.
+fn hold_loopback() -> Result<Held, String> {
+    let dir = std::env::temp_dir().join(format!("softroce-run-{}", rustix::process::getuid().as_raw()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for x in 2..=254u8 {
+        let addr = Ipv4Addr::new(127, 0, 0, x);
+        let path = dir.join(format!("{addr}.lock"));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
+        if UdpSocket::bind((addr, roce_wire::ROCE_V2_UDP_PORT)).is_ok() {
+            return Ok(Held { addr, _lock: f });
+        }
+    }
+    Err("no free loopback address in 127.0.0.2..=127.0.0.254 (UDP port 4791 taken on all)".into())
+}
+
+/// Runs the command; its exit status becomes ours.
+pub fn run(args: &RunArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("softroce run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
+    let dir = libdir()?;
+    if args.print_libdir {
+        println!("{}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some((prog, rest)) = args.command.split_first() else {
+        return Err("no program given: softroce run [OPTIONS] -- PROGRAM [ARGS]".into());
+    };
+    for d in &args.devices {
+        softroce::config::parse_device_list("--device", d).map_err(|e| e.to_string())?;
+    }
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(rest);
+    let path = match std::env::var_os("LD_LIBRARY_PATH") {
+        Some(old) if !old.is_empty() => {
+            let mut p = dir.clone().into_os_string();
+            p.push(":");
+            p.push(old);
+            p
+        }
+        _ => dir.clone().into_os_string(),
+    };
+    cmd.env("LD_LIBRARY_PATH", path);
+    let _held = if args.loopback {
+        let h = hold_loopback()?;
+        cmd.env("SOFTROCE_DEVICES", format!("softroce_lo={}", IpAddr::V4(h.addr)));
+        Some(h)
+    } else {
+        None
+    };
+    if !args.devices.is_empty() {
+        cmd.env("SOFTROCE_DEVICES", args.devices.join(","));
+    }
+    let status = cmd.status().map_err(|e| format!("cannot run {prog}: {e}"))?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
+    })
+}

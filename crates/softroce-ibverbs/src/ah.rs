@@ -1,0 +1,149 @@
+//! Address handles for UD: `ibv_create_ah`, `ibv_destroy_ah`, and the
+//! reply address of a received datagram (`ibv_init_ah_from_wc`,
+//! `ibv_create_ah_from_wc`).
+
+use std::ffi::c_int;
+
+use softroce::{Ah, AhAttr};
+
+use crate::abi::*;
+use crate::context::{self, errno};
+use crate::export::{ibv_export, set_errno};
+use crate::pd::pd_obj;
+
+/// An `ibv_ah` and the softroce AH behind it.
+#[repr(C)]
+pub(crate) struct AhObj {
+    pub(crate) c: IbvAh,
+    pub(crate) ah: Ah,
+}
+
+/// The object behind an AH pointer.
+///
+/// # Safety
+/// `ah` is NULL or an AH from `ibv_create_ah`, not destroyed.
+pub(crate) unsafe fn ah_obj<'a>(ah: *mut IbvAh) -> Option<&'a AhObj> {
+    // SAFETY: per the contract; `c` is the first field.
+    (!ah.is_null()).then(|| unsafe { &*(ah as *const AhObj) })
+}
+
+fn gid_bytes(g: &IbvGid) -> [u8; 16] {
+    // SAFETY: ibv_gid is 16 plain bytes.
+    unsafe { std::mem::transmute::<IbvGid, [u8; 16]>(*g) }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// An address handle; RoCE needs the GRH (`is_global`), whose GID names
+    /// the destination.
+    fn ibv_create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> *mut IbvAh {
+        // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+        let Some(p) = (unsafe { pd_obj(pd) }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        if attr.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller passes a readable ibv_ah_attr.
+        let a = unsafe { &*attr };
+        let dest = match crate::qp::dest_of(p.pd.context().device().addr, a) {
+            Ok(d) => d,
+            Err(e) => {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+        };
+        let g = &a.grh;
+        let sgid_index = if a.is_global != 0 { g.sgid_index } else { p.pd.context().device().addr_gid_index() as u8 };
+        let attr = AhAttr {
+            dest,
+            sgid_index,
+            hop_limit: if a.is_global != 0 { g.hop_limit } else { 64 },
+            traffic_class: g.traffic_class,
+            sl: a.sl,
+        };
+        match p.pd.create_ah_with(attr) {
+            Ok(ah) => {
+                p.adopt();
+                let c = IbvAh { context: p.c.context, pd, handle: ah.handle() };
+                Box::into_raw(Box::new(AhObj { c, ah })) as *mut IbvAh
+            }
+            Err(e) => {
+                set_errno(errno(&e));
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Destroys an address handle.
+    fn ibv_destroy_ah(ah: *mut IbvAh) -> c_int {
+        // SAFETY: an AH from ibv_create_ah (checked for NULL).
+        let Some(o) = (unsafe { ah_obj(ah) }) else { return libc::EINVAL };
+        // SAFETY: the AH's PD outlives it; the box was made in ibv_create_ah.
+        unsafe {
+            if let Some(p) = pd_obj(o.c.pd) {
+                p.release();
+            }
+            drop(Box::from_raw(ah as *mut AhObj));
+        }
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The address to answer a received UD datagram: the GRH the receive
+    /// buffer starts with gives the peer's GID (its source) and which of our
+    /// GIDs it was sent to.
+    fn ibv_init_ah_from_wc(context: *mut IbvContext, port_num: u8, wc: *mut IbvWc, grh: *mut IbvGrh, ah_attr: *mut IbvAhAttr) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if wc.is_null() || grh.is_null() || ah_attr.is_null() || port_num != 1 {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes readable wc and grh.
+        let (w, h) = unsafe { (&*wc, &*grh) };
+        if w.wc_flags & IBV_WC_GRH == 0 {
+            return libc::EINVAL;
+        }
+        let dgid = gid_bytes(&h.dgid);
+        let Some(sgid_index) = (0..b.ctx.device().gids.len()).find(|&i| b.ctx.query_gid(i) == Some(dgid)) else {
+            return libc::ENOENT;
+        };
+        let mut a = IbvAhAttr::default();
+        a.grh.dgid = h.sgid;
+        a.grh.sgid_index = sgid_index as u8;
+        a.grh.hop_limit = 0xff;
+        a.grh.traffic_class = ((u32::from_be(h.version_tclass_flow) >> 20) & 0xff) as u8;
+        a.grh.flow_label = u32::from_be(h.version_tclass_flow) & 0xfffff;
+        a.is_global = 1;
+        a.dlid = w.slid;
+        a.sl = w.sl;
+        a.port_num = port_num;
+        // SAFETY: the caller passes a writable ibv_ah_attr.
+        unsafe { ah_attr.write(a) };
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// `ibv_init_ah_from_wc` then `ibv_create_ah`.
+    fn ibv_create_ah_from_wc(pd: *mut IbvPd, wc: *mut IbvWc, grh: *mut IbvGrh, port_num: u8) -> *mut IbvAh {
+        // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+        let Some(p) = (unsafe { pd_obj(pd) }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let mut a = IbvAhAttr::default();
+        // SAFETY: forwarded with the caller's pointers.
+        let r = unsafe { ibv_init_ah_from_wc(p.c.context, port_num, wc, grh, &mut a) };
+        if r != 0 {
+            set_errno(r);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a local attribute struct.
+        unsafe { ibv_create_ah(pd, &mut a) }
+    }
+}

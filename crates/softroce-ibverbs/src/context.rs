@@ -1,0 +1,202 @@
+//! The device context (`ibv_context` inside rdma-core's extended
+//! `verbs_context`), its operation tables, async events and errno mapping.
+//!
+//! Applications find the extended operations at `ctx - 320` once
+//! `abi_compat` holds `UINTPTR_MAX` (verbs.h `verbs_get_ctx`), so the
+//! context handed out is the last member of one [`CtxBlock`] laid out as
+//! `verbs_context`, followed by softroce's own state.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use softroce::{AsyncEvent, Context, Error, Options};
+
+use crate::abi::*;
+use crate::device::DevEntry;
+use crate::export::{ibv_export, set_errno};
+
+/// One open device: the C-visible `verbs_context` first, then softroce's.
+#[repr(C)]
+pub(crate) struct CtxBlock {
+    pub(crate) vctx: VerbsContext,
+    pub(crate) ctx: Context,
+    /// C objects by engine handle, for events that name them.
+    pub(crate) objects: Mutex<Objects>,
+    _cmd_fd: OwnedFd,
+}
+
+/// Engine handles to the C objects made for them (as addresses).
+#[derive(Default)]
+pub(crate) struct Objects {
+    pub(crate) cqs: HashMap<u32, usize>,
+    pub(crate) qps: HashMap<u32, usize>,
+    pub(crate) srqs: HashMap<u32, usize>,
+}
+
+/// The block behind a context pointer (NULL gives `None`).
+///
+/// # Safety
+/// `ctx` is NULL or a context returned by `ibv_open_device` and not closed.
+pub(crate) unsafe fn block<'a>(ctx: *mut IbvContext) -> Option<&'a CtxBlock> {
+    if ctx.is_null() {
+        return None;
+    }
+    let off = std::mem::offset_of!(CtxBlock, vctx) + std::mem::offset_of!(VerbsContext, context);
+    // SAFETY: per the contract, ctx is the `context` member of a live CtxBlock.
+    Some(unsafe { &*((ctx as *mut u8).sub(off) as *const CtxBlock) })
+}
+
+/// The errno a softroce error stands for (rxe's choices where it has one).
+pub(crate) fn errno(e: &Error) -> c_int {
+    use roce_proto::device::VerbError as V;
+    use softroce::Error as E;
+    match e {
+        E::Verb(v) => match v {
+            V::UnknownHandle(_) | V::Invalid(_) | V::Modify(_) => libc::EINVAL,
+            V::Exhausted(_) => libc::ENOMEM,
+            V::Busy => libc::EBUSY,
+            V::Mr(m) => match m {
+                roce_proto::mr::MrError::Exhausted => libc::ENOMEM,
+                roce_proto::mr::MrError::HasWindows(_) => libc::EBUSY,
+                _ => libc::EINVAL,
+            },
+            V::Post(p) => match p {
+                roce_proto::queue::PostError::QueueFull(_) => libc::ENOMEM,
+                _ => libc::EINVAL,
+            },
+        },
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        E::Bind(_) => libc::EADDRINUSE,
+        E::OutOfBounds { .. } => libc::EINVAL,
+        E::NoSuchDevice { .. } | E::Config(_) => libc::ENODEV,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Devices open in this process. A device binds its address once: every
+/// further `ibv_open_device` of it (qperf opens one per test, pyverbs tests
+/// open several) shares the same softroce context, as contexts share one
+/// device in rdma-core. The entry is weak, so the device closes when its
+/// last context and every object made from them are gone; programs that
+/// close a context with objects still alive find it still open.
+static OPEN: Mutex<Vec<(String, softroce::WeakContext)>> = Mutex::new(Vec::new());
+
+fn shared_open(e: &DevEntry) -> Result<Context, Error> {
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    open.retain(|(_, w)| w.upgrade().is_some());
+    if let Some(ctx) = open.iter().find(|(n, _)| *n == e.info.name).and_then(|(_, w)| w.upgrade()) {
+        return Ok(ctx);
+    }
+    let ctx = Context::open_with(&e.info, Options::from_env()?)?;
+    open.push((e.info.name.clone(), ctx.downgrade()));
+    Ok(ctx)
+}
+
+/// `ibv_open_device`: binds the device and fills both operation tables.
+pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
+    let ctx = shared_open(e)?;
+    // SAFETY: eventfd(2) with valid flags; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: a fresh fd we own.
+    let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut vctx = VerbsContext::default();
+    vctx.query_port = Some(crate::device::query_port);
+    vctx.query_device_ex = Some(crate::device::query_device_ex);
+    vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
+    vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
+    vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
+    vctx.sz = size_of::<VerbsContext>() as _;
+    let c = &mut vctx.context;
+    c.device = &e.dev as *const IbvDevice as *mut IbvDevice;
+    c.cmd_fd = cmd_fd.as_raw_fd();
+    c.async_fd = ctx.async_fd().as_raw_fd();
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void;
+    c.ops.poll_cq = Some(crate::cq::poll_cq);
+    c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
+    c.ops.post_send = Some(crate::qp::post_send);
+    c.ops.post_recv = Some(crate::qp::post_recv);
+    c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
+    c.ops.alloc_mw = Some(crate::mw::alloc_mw);
+    c.ops.bind_mw = Some(crate::mw::bind_mw);
+    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
+    let block = Box::new(CtxBlock { vctx, ctx, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd });
+    let block = Box::into_raw(block);
+    // SAFETY: a live allocation we just made.
+    Ok(unsafe { &mut (*block).vctx.context as *mut IbvContext })
+}
+
+/// `ibv_close_device`.
+///
+/// # Safety
+/// `ctx` is NULL or a context from `ibv_open_device`, not used afterwards.
+pub(crate) unsafe fn close(ctx: *mut IbvContext) -> c_int {
+    // SAFETY: per the contract.
+    let Some(b) = (unsafe { block(ctx) }) else { return libc::EINVAL };
+    // SAFETY: the block was made by Box::into_raw in `open`; the caller
+    // gives it up.
+    drop(unsafe { Box::from_raw(b as *const CtxBlock as *mut CtxBlock) });
+    0
+}
+
+/// Whether `fd` is in non-blocking mode (an application may set it on a
+/// channel or the async fd to poll them).
+pub(crate) fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL on an fd; a bad fd returns -1.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The next async event (QP fatal, SRQ limit, ...), blocking unless the
+    /// async fd is non-blocking (then -1 with EAGAIN).
+    fn ibv_get_async_event(context: *mut IbvContext, event: *mut IbvAsyncEvent) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { block(context) }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if event.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let timeout = if nonblocking(b.vctx.context.async_fd) { Some(std::time::Duration::ZERO) } else { None };
+        let ev = match b.ctx.get_async_event(timeout) {
+            Ok(Some(ev)) => ev,
+            Ok(None) => {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            Err(e) => {
+                set_errno(errno(&e));
+                return -1;
+            }
+        };
+        let objs = b.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let (ty, elem) = match ev {
+            AsyncEvent::CqErr(h) => (IBV_EVENT_CQ_ERR, objs.cqs.get(&h).copied()),
+            AsyncEvent::QpFatal(q) => (IBV_EVENT_QP_FATAL, objs.qps.get(&q).copied()),
+            AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, objs.qps.get(&q).copied()),
+            AsyncEvent::SrqLimitReached(s) => (IBV_EVENT_SRQ_LIMIT_REACHED, objs.srqs.get(&s).copied()),
+            AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, objs.qps.get(&q).copied()),
+        };
+        let mut out = IbvAsyncEvent::default();
+        out.element.cq = elem.unwrap_or(0) as *mut IbvCq;
+        out.event_type = ty as _;
+        // SAFETY: the caller passes a writable ibv_async_event.
+        unsafe { event.write(out) };
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Acknowledges an async event (nothing waits on the count here).
+    fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
+        let _ = event;
+    }
+}

@@ -1,0 +1,474 @@
+//! Completion queues, completion channels and polling: `ibv_create_cq`,
+//! the inline `ibv_poll_cq` / `ibv_req_notify_cq` (through the context's
+//! ops), `ibv_get_cq_event` / `ibv_ack_cq_events`, and the extended CQ
+//! (`ibv_create_cq_ex` with `ibv_start_poll` / `ibv_next_poll` /
+//! `ibv_end_poll` and the `ibv_wc_read_*` readers).
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_uint, c_void};
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
+
+use crate::abi::*;
+use crate::context::{self, errno, nonblocking};
+use crate::export::{guard, ibv_export, set_errno};
+
+/// Completions fetched per engine call.
+const BATCH: usize = 32;
+
+/// An `ibv_cq_ex` (whose prefix is the `ibv_cq` every CQ is) and the
+/// softroce CQ behind it.
+#[repr(C)]
+pub(crate) struct CqObj {
+    pub(crate) c: IbvCqEx,
+    pub(crate) cq: Cq,
+    /// QPs using this CQ (destroy is refused while any remain).
+    pub(crate) users: AtomicUsize,
+    /// Channel events handed out by `ibv_get_cq_event` (destroy waits for
+    /// their acknowledgement).
+    events: Mutex<u32>,
+    /// The extended poller's fetched completions; touched only between
+    /// `start_poll` and `end_poll`, which the application serialises.
+    ex: UnsafeCell<ExPoll>,
+}
+
+struct ExPoll {
+    buf: [Wc; BATCH],
+    next: usize,
+    len: usize,
+    cur: Wc,
+}
+
+fn blank_wc() -> Wc {
+    Wc::new(0, WcStatus::Success, WcOpcode::Send, 0)
+}
+
+/// The object behind a CQ pointer.
+///
+/// # Safety
+/// `cq` is NULL or a CQ from `ibv_create_cq(_ex)`, not destroyed.
+pub(crate) unsafe fn cq_obj<'a>(cq: *mut IbvCq) -> Option<&'a CqObj> {
+    // SAFETY: per the contract; `c` (whose prefix is ibv_cq) is first.
+    (!cq.is_null()).then(|| unsafe { &*(cq as *const CqObj) })
+}
+
+/// An `ibv_comp_channel` and softroce's channel.
+#[repr(C)]
+pub(crate) struct ChanObj {
+    pub(crate) c: IbvCompChannel,
+    pub(crate) ch: CompChannel,
+    /// CQs attached to it (destroy is refused while any remain).
+    users: AtomicUsize,
+}
+
+ibv_export! { "IBVERBS_1.0";
+    /// A completion channel: `fd` becomes readable when an armed CQ fires.
+    fn ibv_create_comp_channel(context: *mut IbvContext) -> *mut IbvCompChannel {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        match b.ctx.create_comp_channel() {
+            Ok(ch) => {
+                let c = IbvCompChannel { context, fd: ch.as_raw_fd(), refcnt: 0 };
+                Box::into_raw(Box::new(ChanObj { c, ch, users: AtomicUsize::new(0) })) as *mut IbvCompChannel
+            }
+            Err(e) => {
+                set_errno(errno(&e));
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.0";
+    /// Destroys a channel; EBUSY while CQs use it.
+    fn ibv_destroy_comp_channel(channel: *mut IbvCompChannel) -> c_int {
+        if channel.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a channel from ibv_create_comp_channel; `c` is first.
+        let o = unsafe { &*(channel as *const ChanObj) };
+        if o.users.load(Ordering::Acquire) != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: made by Box::into_raw; the caller gives it up.
+        drop(unsafe { Box::from_raw(channel as *mut ChanObj) });
+        0
+    }
+}
+
+fn make_cq(
+    context: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+) -> Result<*mut CqObj, c_int> {
+    // SAFETY: a context from ibv_open_device (checked for NULL).
+    let b = unsafe { context::block(context) }.ok_or(libc::EINVAL)?;
+    if cqe < 1 {
+        return Err(libc::EINVAL);
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: a channel from ibv_create_comp_channel.
+        Some(unsafe { &*(channel as *const ChanObj) })
+    };
+    let cq = b.ctx.create_cq(cqe as u32, ch.map(|c| &c.ch)).map_err(|e| errno(&e))?;
+    if let Some(c) = ch {
+        c.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let mut c = IbvCqEx::default();
+    c.context = context;
+    c.channel = channel;
+    c.cq_context = cq_context;
+    c.handle = cq.handle();
+    c.cqe = cqe;
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_byte_len = Some(read_byte_len);
+    c.read_imm_data = Some(read_imm_data);
+    c.read_qp_num = Some(read_qp_num);
+    c.read_src_qp = Some(read_src_qp);
+    c.read_wc_flags = Some(read_wc_flags);
+    c.read_slid = Some(read_slid);
+    c.read_sl = Some(read_sl);
+    c.read_dlid_path_bits = Some(read_dlid_path_bits);
+    let handle = cq.handle();
+    let ex = ExPoll { buf: [blank_wc(); BATCH], next: 0, len: 0, cur: blank_wc() };
+    let o = Box::into_raw(Box::new(CqObj {
+        c,
+        cq,
+        users: AtomicUsize::new(0),
+        events: Mutex::new(0),
+        ex: UnsafeCell::new(ex),
+    }));
+    b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.insert(handle, o as usize);
+    Ok(o)
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// A CQ of at least `cqe` entries, optionally attached to `channel`.
+    fn ibv_create_cq(context: *mut IbvContext, cqe: c_int, cq_context: *mut c_void, channel: *mut IbvCompChannel, comp_vector: c_int) -> *mut IbvCq {
+        let _ = comp_vector;
+        match make_cq(context, cqe, cq_context, channel) {
+            Ok(o) => o as *mut IbvCq,
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// The completion fields an extended CQ can report (rxe's set).
+const WC_EX_SUPPORTED: u64 = IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+/// `verbs_context.create_cq_ex`.
+pub(crate) unsafe extern "C" fn create_cq_ex(context: *mut IbvContext, attr: *mut IbvCqInitAttrEx) -> *mut IbvCqEx {
+    guard("create_cq_ex", || {
+        if attr.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller passes a readable ibv_cq_init_attr_ex.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !WC_EX_SUPPORTED != 0 || a.comp_mask != 0 && a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        match make_cq(context, a.cqe as c_int, a.cq_context, a.channel) {
+            Ok(o) => {
+                // SAFETY: just made.
+                unsafe { (*o).c.comp_mask = 0 };
+                o as *mut IbvCqEx
+            }
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Destroys a CQ: EBUSY while QPs use it; waits until every channel
+    /// event handed out for it was acknowledged (`ibv_ack_cq_events`), as
+    /// rdma-core does.
+    fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        let Some(o) = (unsafe { cq_obj(cq) }) else { return libc::EINVAL };
+        if o.users.load(Ordering::Acquire) != 0 {
+            return libc::EBUSY;
+        }
+        loop {
+            let delivered = *o.events.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: comp_events_completed is only written by
+            // ibv_ack_cq_events under the same lock; read it volatile.
+            let acked = unsafe { std::ptr::read_volatile(&o.c.comp_events_completed) };
+            if acked >= delivered {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: the CQ's context is live while the CQ is.
+        if let Some(b) = unsafe { context::block(o.c.context) } {
+            b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.remove(&o.c.handle);
+        }
+        if !o.c.channel.is_null() {
+            // SAFETY: the channel outlives its CQs (destroy refuses otherwise).
+            unsafe { &*(o.c.channel as *const ChanObj) }.users.fetch_sub(1, Ordering::AcqRel);
+        }
+        // SAFETY: made by Box::into_raw; the caller gives it up.
+        drop(unsafe { Box::from_raw(cq as *mut CqObj) });
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Resizing is not supported (rxe supports it; softroce's CQs hold
+    /// what they were made for): EOPNOTSUPP.
+    fn ibv_resize_cq(cq: *mut IbvCq, cqe: c_int) -> c_int {
+        let _ = (cq, cqe);
+        libc::EOPNOTSUPP
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The next CQ event: blocks until an armed CQ fires (or -1/EAGAIN
+    /// when the channel's fd is non-blocking).
+    fn ibv_get_cq_event(channel: *mut IbvCompChannel, cq: *mut *mut IbvCq, cq_context: *mut *mut c_void) -> c_int {
+        if channel.is_null() || cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: a channel from ibv_create_comp_channel.
+        let o = unsafe { &*(channel as *const ChanObj) };
+        // SAFETY: the channel's context is live while the channel is.
+        let Some(b) = (unsafe { context::block(o.c.context) }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        let timeout = nonblocking(o.c.fd).then_some(std::time::Duration::ZERO);
+        loop {
+            let h = match o.ch.get_event(timeout) {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+                Err(e) => {
+                    set_errno(errno(&e));
+                    return -1;
+                }
+            };
+            let Some(&addr) = b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.get(&h) else {
+                // The CQ was destroyed after it fired: nothing to report.
+                continue;
+            };
+            // SAFETY: registered CQs are live (destroy unregisters first).
+            let q = unsafe { &*(addr as *const CqObj) };
+            *q.events.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            // SAFETY: the caller passes writable out-pointers (checked).
+            unsafe {
+                *cq = addr as *mut IbvCq;
+                *cq_context = q.c.cq_context;
+            }
+            return 0;
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Acknowledges `nevents` events of `cq` (see `ibv_destroy_cq`).
+    fn ibv_ack_cq_events(cq: *mut IbvCq, nevents: c_uint) {
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        if let Some(o) = unsafe { cq_obj(cq) } {
+            let _g = o.events.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: written only here, under the events lock.
+            unsafe {
+                let p = std::ptr::addr_of!(o.c.comp_events_completed) as *mut u32;
+                p.write_volatile(p.read_volatile().wrapping_add(nevents));
+            }
+        }
+    }
+}
+
+/// `ibv_wc` as rdma-core lays it out; `imm_data` travels big-endian.
+pub(crate) fn to_ibv_wc(w: &Wc) -> IbvWc {
+    let mut o = IbvWc::default();
+    o.wr_id = w.wr_id;
+    o.status = w.status as u32 as _;
+    o.opcode = w.opcode as u32 as _;
+    o.vendor_err = w.vendor_err;
+    o.byte_len = w.byte_len;
+    o.imm_data = if w.wc_flags.contains(WcFlags::WITH_INV) { w.imm_data } else { w.imm_data.to_be() };
+    o.qp_num = w.qp_num;
+    o.src_qp = w.src_qp;
+    o.wc_flags = w.wc_flags.0 as _;
+    o.pkey_index = w.pkey_index;
+    o.slid = w.slid;
+    o.sl = w.sl;
+    o.dlid_path_bits = w.dlid_path_bits;
+    o
+}
+
+/// `ops.poll_cq` (the inline `ibv_poll_cq`): up to `num_entries`
+/// completions, oldest first; a negative value on error.
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: *mut IbvWc) -> c_int {
+    guard("poll_cq", || {
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        let Some(o) = (unsafe { cq_obj(cq) }) else { return -libc::EINVAL };
+        if num_entries < 0 || (num_entries > 0 && wc.is_null()) {
+            return -libc::EINVAL;
+        }
+        let want = num_entries as usize;
+        let mut buf = [blank_wc(); BATCH];
+        let mut done = 0usize;
+        while done < want {
+            let n = (want - done).min(BATCH);
+            let got = match o.cq.poll(&mut buf[..n]) {
+                Ok(g) => g,
+                Err(e) => return if done > 0 { done as c_int } else { -errno(&e) },
+            };
+            for (i, w) in buf[..got].iter().enumerate() {
+                // SAFETY: the caller's array has num_entries slots.
+                unsafe { wc.add(done + i).write(to_ibv_wc(w)) };
+            }
+            done += got;
+            if got < n {
+                break;
+            }
+        }
+        done as c_int
+    })
+}
+
+/// `ops.req_notify_cq`: arms the CQ for its channel.
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited_only: c_int) -> c_int {
+    guard("req_notify_cq", || {
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        let Some(o) = (unsafe { cq_obj(cq) }) else { return libc::EINVAL };
+        match o.cq.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    })
+}
+
+// The extended poller. `ibv_start_poll` fetches a batch and exposes its
+// first completion through `status`/`wr_id` and the readers; `next_poll`
+// steps; completions fetched but not consumed before `end_poll` stay for
+// the next `start_poll`.
+
+/// # Safety
+/// `cq` is an extended CQ made here; the application serialises the
+/// poll calls (rdma-core's contract).
+unsafe fn ex<'a>(cq: *mut IbvCqEx) -> (&'a CqObj, &'a mut ExPoll) {
+    // SAFETY: per the contract.
+    let o = unsafe { &*(cq as *const CqObj) };
+    // SAFETY: serialised by the application, as above.
+    (o, unsafe { &mut *o.ex.get() })
+}
+
+fn advance(o: &CqObj, p: &mut ExPoll) -> c_int {
+    if p.next == p.len {
+        p.next = 0;
+        p.len = match o.cq.poll(&mut p.buf) {
+            Ok(n) => n,
+            Err(e) => {
+                p.len = 0;
+                return errno(&e);
+            }
+        };
+        if p.len == 0 {
+            return libc::ENOENT;
+        }
+    }
+    p.cur = p.buf[p.next];
+    p.next += 1;
+    0
+}
+
+unsafe extern "C" fn start_poll(cq: *mut IbvCqEx, attr: *mut IbvPollCqAttr) -> c_int {
+    guard("start_poll", || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: attr, if given, is readable.
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: an extended CQ made here.
+        let (o, p) = unsafe { ex(cq) };
+        next_common(cq, o, p)
+    })
+}
+
+fn next_common(cq: *mut IbvCqEx, o: &CqObj, p: &mut ExPoll) -> c_int {
+    let r = advance(o, p);
+    if r == 0 {
+        // SAFETY: the application reads these fields directly.
+        unsafe {
+            (*cq).status = p.cur.status as u32 as _;
+            (*cq).wr_id = p.cur.wr_id;
+        }
+    }
+    r
+}
+
+unsafe extern "C" fn next_poll(cq: *mut IbvCqEx) -> c_int {
+    guard("next_poll", || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: an extended CQ made here.
+        let (o, p) = unsafe { ex(cq) };
+        next_common(cq, o, p)
+    })
+}
+
+unsafe extern "C" fn end_poll(cq: *mut IbvCqEx) {
+    let _ = cq;
+}
+
+macro_rules! reader {
+    ($name:ident -> $t:ty, |$w:ident| $e:expr) => {
+        unsafe extern "C" fn $name(cq: *mut IbvCqEx) -> $t {
+            guard(stringify!($name), || {
+                if cq.is_null() {
+                    return Default::default();
+                }
+                // SAFETY: an extended CQ made here, between start and end.
+                let (_, p) = unsafe { ex(cq) };
+                let $w = &p.cur;
+                $e
+            })
+        }
+    };
+}
+
+reader!(read_opcode -> c_uint, |w| w.opcode as u32);
+reader!(read_vendor_err -> u32, |w| w.vendor_err);
+reader!(read_byte_len -> u32, |w| w.byte_len);
+reader!(read_imm_data -> u32, |w| if w.wc_flags.contains(WcFlags::WITH_INV) { w.imm_data } else { w.imm_data.to_be() });
+reader!(read_qp_num -> u32, |w| w.qp_num);
+reader!(read_src_qp -> u32, |w| w.src_qp);
+reader!(read_wc_flags -> c_uint, |w| w.wc_flags.0);
+reader!(read_slid -> u32, |w| u32::from(w.slid));
+reader!(read_sl -> u8, |w| w.sl);
+reader!(read_dlid_path_bits -> u8, |w| w.dlid_path_bits);

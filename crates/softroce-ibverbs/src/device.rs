@@ -1,0 +1,442 @@
+//! Devices: the list, names, GUIDs, opening, and the device/port/GID
+//! queries (`ibv_get_device_list` ... `_ibv_query_gid_ex`).
+//!
+//! Devices come from softroce's configuration (`SOFTROCE_DEVICES`, config
+//! files, or one per interface), read once per process. Each is reported
+//! as rxe reports itself: a CA on an InfiniBand transport whose port has an
+//! Ethernet link layer, with RoCE v2 GIDs.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use softroce::DeviceInfo;
+
+use crate::abi::*;
+use crate::context::{self, CtxBlock};
+use crate::export::{ibv_export, set_errno};
+
+/// A device as C sees it, with what softroce needs to open it. Boxed once
+/// and never freed, so `ibv_device` pointers stay valid for the process.
+pub(crate) struct DevEntry {
+    pub(crate) dev: IbvDevice,
+    pub(crate) info: DeviceInfo,
+}
+
+// Never resized after it is made, so `ibv_device` addresses stay put.
+struct Registry(Vec<DevEntry>);
+// SAFETY: the entries are written once before publication and only read
+// afterwards; the raw pointers inside `IbvDevice` are null placeholders.
+unsafe impl Sync for Registry {}
+// SAFETY: as above.
+unsafe impl Send for Registry {}
+
+static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
+
+fn copy_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as c_char;
+    }
+    dst[n] = 0;
+}
+
+fn registry() -> Result<&'static [DevEntry], &'static str> {
+    let r = REGISTRY.get_or_init(|| {
+        let infos = softroce::devices().map_err(|e| e.to_string())?;
+        let entries = infos
+            .into_iter()
+            .enumerate()
+            .map(|(i, info)| {
+                let mut dev = IbvDevice::default();
+                dev.node_type = IBV_NODE_CA as _;
+                dev.transport_type = IBV_TRANSPORT_IB as _;
+                copy_str(&mut dev.name, &info.name);
+                copy_str(&mut dev.dev_name, &format!("uverbs{i}"));
+                copy_str(&mut dev.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
+                copy_str(&mut dev.ibdev_path, &format!("/sys/class/infiniband/{}", info.name));
+                DevEntry { dev, info }
+            })
+            .collect();
+        Ok(Registry(entries))
+    });
+    match r {
+        Ok(reg) => Ok(&reg.0),
+        Err(e) => Err(e.as_str()),
+    }
+}
+
+/// The entry behind a device pointer this library handed out.
+pub(crate) fn entry(dev: *mut IbvDevice) -> Option<(usize, &'static DevEntry)> {
+    let all = registry().ok()?;
+    all.iter().enumerate().find(|(_, e)| std::ptr::eq(&e.dev, dev))
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// A NULL-terminated array of the devices (free it with `ibv_free_device_list`).
+    fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut IbvDevice {
+        let all = match registry() {
+            Ok(a) => a,
+            Err(e) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| eprintln!("softroce: no devices: {e}"));
+                set_errno(libc::ENODEV);
+                return std::ptr::null_mut();
+            }
+        };
+        // SAFETY: calloc of (n+1) pointers; checked for NULL below.
+        let list = unsafe { libc::calloc(all.len() + 1, size_of::<*mut IbvDevice>()) } as *mut *mut IbvDevice;
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return list;
+        }
+        for (i, e) in all.iter().enumerate() {
+            // SAFETY: i < n+1 slots allocated above; the device is 'static.
+            unsafe { *list.add(i) = &e.dev as *const IbvDevice as *mut IbvDevice };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the caller passes a writable int (or NULL, checked).
+            unsafe { *num_devices = all.len() as c_int };
+        }
+        list
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Frees a list from `ibv_get_device_list`.
+    fn ibv_free_device_list(list: *mut *mut IbvDevice) {
+        // SAFETY: the list came from calloc in ibv_get_device_list (or is NULL).
+        unsafe { libc::free(list as *mut c_void) };
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The device's name.
+    fn ibv_get_device_name(device: *mut IbvDevice) -> *const c_char {
+        match entry(device) {
+            Some((_, e)) => e.dev.name.as_ptr(),
+            None => {
+                set_errno(libc::EINVAL);
+                std::ptr::null()
+            }
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The node GUID, big-endian (`__be64`).
+    fn ibv_get_device_guid(device: *mut IbvDevice) -> u64 {
+        entry(device).map_or(0, |(_, e)| e.info.node_guid().to_be())
+    }
+}
+
+ibv_export! { "IBVERBS_1.9";
+    /// The device's index (its position in the list), or -1.
+    fn ibv_get_device_index(device: *mut IbvDevice) -> c_int {
+        entry(device).map_or(-1, |(i, _)| i as c_int)
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Opens a device: binds its UDP port 4791 and starts its driver.
+    fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvContext {
+        let Some((_, e)) = entry(device) else {
+            set_errno(libc::ENODEV);
+            return std::ptr::null_mut();
+        };
+        match context::open(e) {
+            Ok(ctx) => ctx,
+            Err(err) => {
+                eprintln!("softroce: cannot open {}: {err}", e.info.name);
+                if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })) {
+                    eprintln!(
+                        "softroce: two processes on one host need two addresses: start each with \
+                         `softroce run --loopback -- PROGRAM` (a free 127.0.0.x each), or give each \
+                         its own with `softroce run --device NAME=ADDR` (SOFTROCE_DEVICES=NAME=ADDR)"
+                    );
+                }
+                set_errno(context::errno(&err));
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Closes a context opened by `ibv_open_device`.
+    fn ibv_close_device(context: *mut IbvContext) -> c_int {
+        // SAFETY: the caller passes a context from ibv_open_device and uses
+        // it no more.
+        unsafe { context::close(context) }
+    }
+}
+
+/// Fills rdma-core's `ibv_device_attr` from softroce's (rxe's) values.
+pub(crate) fn device_attr(b: &CtxBlock) -> IbvDeviceAttr {
+    let a = b.ctx.query_device();
+    let mut o = IbvDeviceAttr::default();
+    copy_str(&mut o.fw_ver, a.fw_ver);
+    o.node_guid = a.node_guid.to_be();
+    o.sys_image_guid = a.sys_image_guid.to_be();
+    o.max_mr_size = a.max_mr_size;
+    o.page_size_cap = a.page_size_cap;
+    o.vendor_id = a.vendor_id;
+    o.vendor_part_id = a.vendor_part_id;
+    o.hw_ver = a.hw_ver;
+    o.max_qp = a.max_qp as _;
+    o.max_qp_wr = a.max_qp_wr as _;
+    o.device_cap_flags = a.device_cap_flags as _;
+    o.max_sge = a.max_sge as _;
+    o.max_sge_rd = a.max_sge_rd as _;
+    o.max_cq = a.max_cq as _;
+    o.max_cqe = a.max_cqe as _;
+    o.max_mr = a.max_mr as _;
+    o.max_pd = a.max_pd as _;
+    o.max_qp_rd_atom = a.max_qp_rd_atom as _;
+    o.max_res_rd_atom = a.max_res_rd_atom as _;
+    o.max_qp_init_rd_atom = a.max_qp_init_rd_atom as _;
+    o.atomic_cap = a.atomic_cap as _;
+    o.max_mw = a.max_mw as _;
+    o.max_mcast_grp = a.max_mcast_grp as _;
+    o.max_mcast_qp_attach = a.max_mcast_qp_attach as _;
+    o.max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
+    o.max_ah = a.max_ah as _;
+    o.max_srq = a.max_srq as _;
+    o.max_srq_wr = a.max_srq_wr as _;
+    o.max_srq_sge = a.max_srq_sge as _;
+    o.max_pkeys = a.max_pkeys;
+    o.local_ca_ack_delay = a.local_ca_ack_delay;
+    o.phys_port_cnt = a.phys_port_cnt;
+    o
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The device's attributes (rxe's limits and capability flags).
+    fn ibv_query_device(context: *mut IbvContext, attr: *mut IbvDeviceAttr) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a writable ibv_device_attr.
+        unsafe { attr.write(device_attr(b)) };
+        0
+    }
+}
+
+/// `verbs_context.query_device_ex`: the basic attributes plus zeroed
+/// extensions, `attr_size` bytes of them (the caller's struct size).
+pub(crate) unsafe extern "C" fn query_device_ex(
+    context: *mut IbvContext,
+    _input: *const IbvQueryDeviceExInput,
+    attr: *mut IbvDeviceAttrEx,
+    attr_size: usize,
+) -> c_int {
+    crate::export::guard("query_device_ex", || {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if attr.is_null() || attr_size < size_of::<IbvDeviceAttr>() {
+            return libc::EINVAL;
+        }
+        let mut ex = IbvDeviceAttrEx::default();
+        ex.orig_attr = device_attr(b);
+        ex.phys_port_cnt_ex = 1;
+        let n = attr_size.min(size_of::<IbvDeviceAttrEx>());
+        // SAFETY: the caller's struct has attr_size bytes; we write at most
+        // our own size and zero the rest it may have.
+        unsafe {
+            std::ptr::copy_nonoverlapping(&ex as *const IbvDeviceAttrEx as *const u8, attr as *mut u8, n);
+            if attr_size > n {
+                std::ptr::write_bytes((attr as *mut u8).add(n), 0, attr_size - n);
+            }
+        }
+        0
+    })
+}
+
+pub(crate) fn port_attr(b: &CtxBlock) -> IbvPortAttr {
+    let p = b.ctx.query_port();
+    let mut o = IbvPortAttr::default();
+    o.state = p.state as _;
+    o.max_mtu = p.max_mtu as _;
+    o.active_mtu = p.active_mtu as _;
+    o.gid_tbl_len = p.gid_tbl_len as _;
+    o.port_cap_flags = p.port_cap_flags;
+    o.max_msg_sz = p.max_msg_sz;
+    o.pkey_tbl_len = p.pkey_tbl_len;
+    // LID-only addressing (see `lid`): rxe says 0.
+    o.lid = crate::lid::lid_of(b.ctx.device().addr);
+    o.sm_lid = p.sm_lid;
+    o.max_vl_num = p.max_vl_num;
+    o.active_width = p.active_width;
+    o.active_speed = p.active_speed;
+    o.phys_state = p.phys_state;
+    o.link_layer = p.link_layer;
+    o
+}
+
+/// `verbs_context.query_port` (what the `ibv_query_port` macro calls):
+/// fills `port_attr_len` bytes, zeroing what we do not know.
+pub(crate) unsafe extern "C" fn query_port(
+    context: *mut IbvContext,
+    port_num: u8,
+    attr: *mut IbvPortAttr,
+    port_attr_len: usize,
+) -> c_int {
+    crate::export::guard("query_port", || {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if port_num != 1 || attr.is_null() {
+            return libc::EINVAL;
+        }
+        let p = port_attr(b);
+        let n = port_attr_len.min(size_of::<IbvPortAttr>());
+        // SAFETY: the caller's struct has port_attr_len bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(&p as *const IbvPortAttr as *const u8, attr as *mut u8, n);
+            if port_attr_len > n {
+                std::ptr::write_bytes((attr as *mut u8).add(n), 0, port_attr_len - n);
+            }
+        }
+        0
+    })
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The port's attributes, in the 48-byte layout of binaries built
+    /// before `port_cap_flags2` (the `ibv_query_port` macro reaches
+    /// `query_port` through the context instead).
+    fn ibv_query_port(context: *mut IbvContext, port_num: u8, port_attr: *mut IbvPortAttr) -> c_int {
+        // SAFETY: forwarded; the compat struct is the first 48 bytes.
+        unsafe { query_port(context, port_num, port_attr, 48) }
+    }
+}
+
+fn gid_at(b: &CtxBlock, index: c_int) -> Option<Option<[u8; 16]>> {
+    let len = b.ctx.query_port().gid_tbl_len as c_int;
+    if index < 0 || index >= len {
+        return None;
+    }
+    Some(b.ctx.query_gid(index as usize))
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The GID at `index`: all zeros for an empty slot, as rdma-core
+    /// reports it; EINVAL past the table.
+    fn ibv_query_gid(context: *mut IbvContext, port_num: u8, index: c_int, gid: *mut IbvGid) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return -1 };
+        if port_num != 1 || gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let Some(g) = gid_at(b, index) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        // SAFETY: the caller passes a writable 16-byte GID.
+        unsafe { (gid as *mut [u8; 16]).write(g.unwrap_or([0; 16])) };
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.11";
+    /// One GID entry (`ibv_query_gid_ex`): ENODATA for an empty slot.
+    fn _ibv_query_gid_ex(context: *mut IbvContext, port_num: u32, gid_index: u32, entry: *mut IbvGidEntry, flags: u32, entry_size: usize) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if port_num != 1 || entry.is_null() || flags != 0 || entry_size < size_of::<IbvGidEntry>() {
+            return libc::EINVAL;
+        }
+        match gid_at(b, gid_index as c_int) {
+            None => libc::EINVAL,
+            Some(None) => libc::ENODATA,
+            Some(Some(g)) => {
+                let e = gid_entry(b, gid_index, g);
+                // SAFETY: the caller's entry has at least our size (checked).
+                unsafe { entry.write(e) };
+                0
+            }
+        }
+    }
+}
+
+fn gid_entry(b: &CtxBlock, index: u32, gid: [u8; 16]) -> IbvGidEntry {
+    let mut e = IbvGidEntry::default();
+    // SAFETY: IbvGid is 16 plain bytes.
+    e.gid = unsafe { std::mem::transmute::<[u8; 16], IbvGid>(gid) };
+    e.gid_index = index;
+    e.port_num = 1;
+    e.gid_type = IBV_GID_TYPE_ROCE_V2 as _;
+    e.ndev_ifindex = b
+        .ctx
+        .device()
+        .interface
+        .as_deref()
+        .and_then(|i| std::ffi::CString::new(i).ok())
+        // SAFETY: a NUL-terminated interface name.
+        .map_or(0, |c| unsafe { libc::if_nametoindex(c.as_ptr()) });
+    e
+}
+
+ibv_export! { "IBVERBS_1.11";
+    /// The valid GID entries, up to `max_entries`; returns how many.
+    fn _ibv_query_gid_table(context: *mut IbvContext, entries: *mut IbvGidEntry, max_entries: usize, flags: u32, entry_size: usize) -> isize {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return -(libc::EINVAL as isize) };
+        if entries.is_null() || flags != 0 || entry_size < size_of::<IbvGidEntry>() {
+            return -(libc::EINVAL as isize);
+        }
+        let mut n = 0usize;
+        for i in 0..b.ctx.device().gids.len() {
+            if let Some(g) = b.ctx.query_gid(i) {
+                if n == max_entries {
+                    return -(libc::EINVAL as isize);
+                }
+                // SAFETY: entries has max_entries slots of entry_size bytes.
+                unsafe { ((entries as *mut u8).add(n * entry_size) as *mut IbvGidEntry).write_unaligned(gid_entry(b, i as u32, g)) };
+                n += 1;
+            }
+        }
+        n as isize
+    }
+}
+
+ibv_export! { "IBVERBS_PRIVATE_34";
+    /// The GID's type in sysfs terms (RoCE v2 = 1), as `ibv_devinfo` asks.
+    fn ibv_query_gid_type(context: *mut IbvContext, port_num: u8, index: u32, gid_type: *mut u32) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else { return libc::EINVAL };
+        if port_num != 1 || gid_type.is_null() {
+            return libc::EINVAL;
+        }
+        let Some(g) = gid_at(b, index as c_int) else { return libc::EINVAL };
+        let t = if g.is_some() { IBV_GID_TYPE_SYSFS_ROCE_V2 } else { IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
+        // SAFETY: the caller passes a writable int.
+        unsafe { *gid_type = t };
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// P_Key table: one entry, the default 0xffff (big-endian).
+    fn ibv_query_pkey(context: *mut IbvContext, port_num: u8, index: c_int, pkey: *mut u16) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        if unsafe { context::block(context) }.is_none() || port_num != 1 || index != 0 || pkey.is_null() {
+            return -1;
+        }
+        // SAFETY: the caller passes a writable __be16.
+        unsafe { *pkey = 0xffffu16.to_be() };
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.5";
+    /// The index of `pkey` (big-endian) in the P_Key table, or -1.
+    fn ibv_get_pkey_index(context: *mut IbvContext, port_num: u8, pkey: u16) -> c_int {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        if unsafe { context::block(context) }.is_none() || port_num != 1 {
+            return -1;
+        }
+        if u16::from_be(pkey) & 0x7fff == 0x7fff { 0 } else { -1 }
+    }
+}

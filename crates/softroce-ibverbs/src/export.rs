@@ -1,0 +1,120 @@
+//! How a Rust function becomes a versioned C symbol of `libibverbs.so.1`,
+//! and the guard that keeps panics from unwinding into C.
+//!
+//! rustc hands the linker its own anonymous version script, so ours cannot
+//! list symbols. Each export is therefore compiled under a private name
+//! (`__softroce_NAME`) and bound to `NAME@@NODE` with a `.symver`
+//! directive; `libibverbs.map` only declares the nodes (rdma-core's names:
+//! IBVERBS_1.0 ... 1.14 and IBVERBS_PRIVATE_34).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Defines `pub unsafe extern "C" fn $name` and exports it as
+/// `$name@@$node`. The body runs under [`guard`].
+macro_rules! ibv_export {
+    ($node:literal; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty $body:block) => {
+        $(#[$m])*
+        ///
+        #[doc = concat!("Exported as `", stringify!($name), "@@", $node, "`.")]
+        #[unsafe(export_name = concat!("__softroce_", stringify!($name)))]
+        pub unsafe extern "C" fn $name( $($arg: $ty),* ) -> $ret {
+            $crate::export::guard(stringify!($name), move || -> $ret { $body })
+        }
+        ::std::arch::global_asm!(concat!(
+            ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@@", $node
+        ));
+    };
+    ($node:literal; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
+        ibv_export!($node; $(#[$m])* fn $name( $($arg: $ty),* ) -> () $body);
+    };
+}
+pub(crate) use ibv_export;
+
+/// What a C entry point returns when its Rust body panicked: an error the
+/// caller already checks for (rdma-core's conventions).
+pub trait PanicValue {
+    /// The failure value.
+    fn panic_value() -> Self;
+}
+
+impl PanicValue for i32 {
+    /// A positive errno: every int verb's callers test for non-zero.
+    fn panic_value() -> i32 {
+        set_errno(libc::EIO);
+        libc::EIO
+    }
+}
+impl PanicValue for u32 {
+    fn panic_value() -> u32 {
+        0
+    }
+}
+impl PanicValue for isize {
+    /// A negative errno (the `ssize_t` verbs' convention).
+    fn panic_value() -> isize {
+        -(libc::EIO as isize)
+    }
+}
+impl PanicValue for u64 {
+    fn panic_value() -> u64 {
+        0
+    }
+}
+impl PanicValue for u8 {
+    fn panic_value() -> u8 {
+        0
+    }
+}
+impl PanicValue for u16 {
+    fn panic_value() -> u16 {
+        0
+    }
+}
+impl PanicValue for () {
+    fn panic_value() {}
+}
+impl<T> PanicValue for *mut T {
+    fn panic_value() -> *mut T {
+        set_errno(libc::EIO);
+        std::ptr::null_mut()
+    }
+}
+impl<T> PanicValue for *const T {
+    fn panic_value() -> *const T {
+        set_errno(libc::EIO);
+        std::ptr::null()
+    }
+}
+
+/// Runs an entry point's body; a panic becomes the entry point's failure
+/// value and a line on stderr instead of unwinding into C.
+pub fn guard<R: PanicValue>(name: &str, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!("softroce-ibverbs: internal error in {name}; the call failed with EIO");
+            R::panic_value()
+        }
+    }
+}
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns the calling thread's errno slot,
+    // valid for the thread's lifetime.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Whether `SOFTROCE_IBV_TRACE` asks for a line on stderr for each failed
+/// verb (the errno alone rarely says why).
+pub fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SOFTROCE_IBV_TRACE").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Reports why `verb` failed when tracing is on.
+pub fn trace_err(verb: &str, why: &dyn std::fmt::Display) {
+    if tracing() {
+        eprintln!("softroce-ibverbs: {verb}: {why}");
+    }
+}

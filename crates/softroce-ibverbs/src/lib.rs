@@ -1,0 +1,35 @@
+//! A drop-in `libibverbs.so.1` over softroce.
+//!
+//! Unmodified programs linked against rdma-core 44's libibverbs
+//! (`ibv_rc_pingpong`, perftest, qperf, pyverbs) load this library instead
+//! (`softroce run -- PROGRAM`, or `LD_LIBRARY_PATH`) and talk RoCEv2 over
+//! UDP through softroce. The facts it is built on (symbols, version nodes,
+//! struct layouts, the verbs that header-inline functions reach through
+//! pointers) are in `docs/ibverbs.md`.
+//!
+//! Layout: [`abi`] mirrors rdma-core's structs; [`export`] turns Rust
+//! functions into versioned C symbols; one module per object family holds
+//! the verbs (`device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `mw`),
+//! `qp_ex` and `cq_ex` the extended APIs, and `stubs` every other symbol
+//! rdma-core's binaries and helper libraries import.
+
+// This crate is the C ABI: its entry points take raw pointers from C by
+// definition. Each dereference carries a SAFETY comment.
+#![allow(unsafe_code)]
+// C structs are filled field by field from a zeroed default, as C code
+// fills them; struct-literal syntax would hide which fields matter.
+#![allow(clippy::field_reassign_with_default)]
+
+pub mod abi;
+mod export;
+
+mod ah;
+mod context;
+mod cq;
+mod device;
+mod lid;
+mod mw;
+mod pd;
+mod qp;
+mod srq;
+mod stubs;

@@ -1,0 +1,114 @@
+//! Memory windows: the inline `ibv_alloc_mw` / `ibv_bind_mw` /
+//! `ibv_dealloc_mw` (through the context's ops) and the bind description
+//! that BIND_MW work requests carry.
+
+use std::ffi::c_int;
+
+use softroce::{AccessFlags, Mw, MwBind, MwBindInfo, MwType, SendFlags};
+
+use crate::abi::*;
+use crate::context::errno;
+use crate::export::{guard, set_errno};
+use crate::pd::{MrObj, pd_obj};
+use crate::qp::qp_obj;
+
+/// An `ibv_mw` and the softroce window behind it.
+#[repr(C)]
+pub(crate) struct MwObj {
+    pub(crate) c: IbvMw,
+    pub(crate) mw: Mw,
+}
+
+/// A BIND_MW work request's bind: window `mw` (its current key) gets key
+/// `rkey` over `info`'s range of `info.mr` (NULL `mr` with length 0 unbinds).
+pub(crate) fn bind_of(mw: *mut IbvMw, rkey: u32, info: &IbvMwBindInfo) -> Result<MwBind, c_int> {
+    if mw.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: an MW from ibv_alloc_mw (checked for NULL).
+    let m = unsafe { &*(mw as *const MwObj) };
+    let mr_key = if info.mr.is_null() {
+        0
+    } else {
+        // SAFETY: an MR from ibv_reg_mr.
+        unsafe { &*(info.mr as *const MrObj) }.c.lkey
+    };
+    Ok(MwBind {
+        mw_key: m.c.rkey,
+        new_key: rkey,
+        info: MwBindInfo { mr_key, addr: info.addr, length: info.length, access: AccessFlags(info.mw_access_flags) },
+    })
+}
+
+/// `ops.alloc_mw`.
+pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut IbvPd, ty: u32) -> *mut IbvMw {
+    guard("alloc_mw", || {
+        // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+        let Some(p) = (unsafe { pd_obj(pd) }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        let t = match ty {
+            1 => Some(MwType::Type1),
+            2 => Some(MwType::Type2),
+            _ => None,
+        };
+        let Some(t) = t else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        match p.pd.alloc_mw(t) {
+            Ok(mw) => {
+                p.adopt();
+                let c = IbvMw { context: p.c.context, pd, rkey: mw.rkey(), handle: mw.rkey() >> 8, type_: ty as _ };
+                Box::into_raw(Box::new(MwObj { c, mw })) as *mut IbvMw
+            }
+            Err(e) => {
+                set_errno(errno(&e));
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `ops.dealloc_mw`.
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut IbvMw) -> c_int {
+    guard("dealloc_mw", || {
+        if mw.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: an MW from alloc_mw; the caller gives it up.
+        let o = unsafe { Box::from_raw(mw as *mut MwObj) };
+        // SAFETY: the window's PD outlives it.
+        if let Some(p) = unsafe { pd_obj(o.c.pd) } {
+            p.release();
+        }
+        drop(o);
+        0
+    })
+}
+
+/// `ops.bind_mw` (type 1 windows): posts the bind on `qp`; the window's
+/// `rkey` becomes the new key (valid once the WR completes).
+pub(crate) unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind: *mut IbvMwBind) -> c_int {
+    guard("bind_mw", || {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(q) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if mw.is_null() || mw_bind.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: an MW from alloc_mw; a readable ibv_mw_bind.
+        let (o, b) = unsafe { (&mut *(mw as *mut MwObj), &*mw_bind) };
+        let bind = match bind_of(mw, 0, &b.bind_info) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        match o.mw.bind_with(&q.qp, b.wr_id, SendFlags(b.send_flags & 0xf), bind.info) {
+            Ok(key) => {
+                o.c.rkey = key;
+                0
+            }
+            Err(e) => errno(&e),
+        }
+    })
+}

@@ -1,0 +1,170 @@
+//! Protection domains and memory regions (`ibv_alloc_pd`, `ibv_reg_mr`
+//! and the iova variants, `ibv_dereg_mr`).
+//!
+//! A PD counts the objects made in it, so `ibv_dealloc_pd` fails with
+//! EBUSY while any remain, as the kernel's reference counts make it do.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use softroce::{AccessFlags, Mr, Pd};
+
+use crate::abi::*;
+use crate::context::{self, errno};
+use crate::export::{ibv_export, set_errno};
+
+/// An `ibv_pd` and the softroce PD behind it.
+#[repr(C)]
+pub(crate) struct PdObj {
+    pub(crate) c: IbvPd,
+    pub(crate) pd: Pd,
+    /// MRs, MWs, QPs, SRQs and AHs made in this PD and not yet destroyed.
+    pub(crate) children: AtomicUsize,
+}
+
+/// The object behind a PD pointer.
+///
+/// # Safety
+/// `pd` is NULL or a PD from `ibv_alloc_pd`, not deallocated.
+pub(crate) unsafe fn pd_obj<'a>(pd: *mut IbvPd) -> Option<&'a PdObj> {
+    // SAFETY: per the contract; `c` is the first field of a repr(C) PdObj.
+    (!pd.is_null()).then(|| unsafe { &*(pd as *const PdObj) })
+}
+
+impl PdObj {
+    pub(crate) fn adopt(&self) {
+        self.children.fetch_add(1, Ordering::AcqRel);
+    }
+    pub(crate) fn release(&self) {
+        self.children.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Allocates a protection domain.
+    fn ibv_alloc_pd(context: *mut IbvContext) -> *mut IbvPd {
+        // SAFETY: a context from ibv_open_device (checked for NULL).
+        let Some(b) = (unsafe { context::block(context) }) else {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        };
+        match b.ctx.alloc_pd() {
+            Ok(pd) => {
+                let c = IbvPd { context, handle: pd.handle() };
+                Box::into_raw(Box::new(PdObj { c, pd, children: AtomicUsize::new(0) })) as *mut IbvPd
+            }
+            Err(e) => {
+                set_errno(errno(&e));
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Deallocates a PD; EBUSY while objects remain in it.
+    fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
+        // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+        let Some(p) = (unsafe { pd_obj(pd) }) else { return libc::EINVAL };
+        if p.children.load(Ordering::Acquire) != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: made by Box::into_raw in ibv_alloc_pd; the caller gives it up.
+        drop(unsafe { Box::from_raw(pd as *mut PdObj) });
+        0
+    }
+}
+
+/// An `ibv_mr` and the softroce region behind it.
+#[repr(C)]
+pub(crate) struct MrObj {
+    pub(crate) c: IbvMr,
+    pub(crate) mr: Mr,
+}
+
+/// Access bits softroce enforces; the optional hints (relaxed ordering,
+/// optional range) are accepted and ignored, as rxe ignores them.
+const ACCESS_KNOWN: u32 = 0x3f;
+const ACCESS_HINTS: u32 = IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_OPTIONAL_RANGE;
+
+fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
+    // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+    let Some(p) = (unsafe { pd_obj(pd) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let access = access as u32;
+    if access & !(ACCESS_KNOWN | ACCESS_HINTS) != 0 || iova != addr as u64 {
+        // Unknown access bits, or an I/O virtual address other than the
+        // buffer's (softroce's regions are addressed by their VA).
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: ibv_reg_mr's contract: the caller keeps [addr, addr+length)
+    // mapped until ibv_dereg_mr, and accepts that the device and remote
+    // peers (per `access`) read and write it meanwhile.
+    match unsafe { p.pd.reg_mr_raw(addr as *mut u8, length, AccessFlags(access & ACCESS_KNOWN)) } {
+        Ok(mr) => {
+            p.adopt();
+            let c =
+                IbvMr { context: p.c.context, pd, addr, length, handle: mr.lkey(), lkey: mr.lkey(), rkey: mr.rkey() };
+            Box::into_raw(Box::new(MrObj { c, mr })) as *mut IbvMr
+        }
+        Err(e) => {
+            set_errno(errno(&e));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Registers `[addr, addr+length)` with `access`.
+    fn ibv_reg_mr(pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> *mut IbvMr {
+        reg(pd, addr, length, addr as u64, access)
+    }
+}
+
+ibv_export! { "IBVERBS_1.7";
+    /// `ibv_reg_mr` with an I/O virtual address (only `iova == addr`).
+    fn ibv_reg_mr_iova(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
+        reg(pd, addr, length, iova, access)
+    }
+}
+
+ibv_export! { "IBVERBS_1.8";
+    /// What the `ibv_reg_mr` macro calls when `access` is not a constant.
+    fn ibv_reg_mr_iova2(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> *mut IbvMr {
+        reg(pd, addr, length, iova, access as c_int)
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Deregisters a region; EBUSY while memory windows are bound to it.
+    fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: an MR from ibv_reg_mr; `c` is the first field of MrObj.
+        let o = unsafe { &*(mr as *const MrObj) };
+        if let Err(e) = o.mr.deregister() {
+            return errno(&e);
+        }
+        // SAFETY: a PD outlives its MRs (dealloc_pd refuses otherwise).
+        if let Some(p) = unsafe { pd_obj(o.c.pd) } {
+            p.release();
+        }
+        // SAFETY: made by Box::into_raw in reg; the caller gives it up.
+        drop(unsafe { Box::from_raw(mr as *mut MrObj) });
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Re-registration is not supported: `IBV_REREG_MR_ERR_CMD` with
+    /// EOPNOTSUPP, and the region stays as it was.
+    fn ibv_rereg_mr(mr: *mut IbvMr, flags: c_int, pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
+        let _ = (mr, flags, pd, addr, length, access);
+        set_errno(libc::EOPNOTSUPP);
+        IBV_REREG_MR_ERR_CMD as c_int
+    }
+}

@@ -1,0 +1,959 @@
+//! Queue pairs: `ibv_create_qp`, the extended `ibv_create_qp_ex`,
+//! `ibv_modify_qp` / `ibv_query_qp` / `ibv_destroy_qp`, the inline
+//! `ibv_post_send` / `ibv_post_recv` (through the context's ops), and the
+//! work-request builder of `ibv_qp_ex` (`ibv_wr_start` ... `ibv_wr_complete`),
+//! which perftest uses by default.
+
+use std::cell::{RefCell, UnsafeCell};
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use softroce::{
+    AccessFlags, MwBind, Payload, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr,
+    Sge, UdDest, WrOpcode,
+};
+
+use crate::abi::*;
+use crate::context::{self, errno};
+use crate::cq::cq_obj;
+use crate::export::{guard, ibv_export, set_errno, trace_err};
+use crate::pd::pd_obj;
+use crate::srq::{SrqObj, srq_obj};
+
+/// An `ibv_qp_ex` (whose prefix is the `ibv_qp` every QP is) and the
+/// softroce QP behind it.
+#[repr(C)]
+pub(crate) struct QpObj {
+    pub(crate) c: IbvQpEx,
+    pub(crate) qp: Qp,
+    /// The PD it was made in (for the device's address).
+    pd: softroce::Pd,
+    /// Whether it was made with `send_ops_flags` (`ibv_qp_to_qp_ex`).
+    extended: bool,
+    cap: QpCap,
+    /// What `ibv_query_qp` reports: the attributes last set.
+    attr: Mutex<IbvQpAttr>,
+    /// The `ibv_wr_*` batch being built; the application serialises it.
+    builder: UnsafeCell<Builder>,
+}
+
+/// The object behind a QP pointer.
+///
+/// # Safety
+/// `qp` is NULL or a QP from `ibv_create_qp(_ex)`, not destroyed.
+pub(crate) unsafe fn qp_obj<'a>(qp: *mut IbvQp) -> Option<&'a QpObj> {
+    // SAFETY: per the contract; `c` (prefix ibv_qp) is the first field.
+    (!qp.is_null()).then(|| unsafe { &*(qp as *const QpObj) })
+}
+
+fn qp_type_of(t: u32) -> Option<QpType> {
+    QpType::from_raw(t)
+}
+
+struct Made {
+    send_cq: *mut IbvCq,
+    recv_cq: *mut IbvCq,
+    srq: *mut IbvSrq,
+    qp_context: *mut c_void,
+    qp_type: u32,
+    sq_sig_all: bool,
+    cap: IbvQpCap,
+    send_ops: Option<u64>,
+}
+
+fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
+    // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+    let p = unsafe { pd_obj(pd) }.ok_or(libc::EINVAL)?;
+    // SAFETY: CQs from ibv_create_cq (checked for NULL).
+    let scq = unsafe { cq_obj(m.send_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: as above.
+    let rcq = unsafe { cq_obj(m.recv_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: an SRQ from ibv_create_srq, or NULL.
+    let srq: Option<&SrqObj> = unsafe { srq_obj(m.srq) };
+    let qp_type = qp_type_of(m.qp_type).ok_or(libc::EOPNOTSUPP)?;
+    let cap = QpCap {
+        max_send_wr: m.cap.max_send_wr,
+        max_recv_wr: m.cap.max_recv_wr,
+        max_send_sge: m.cap.max_send_sge,
+        max_recv_sge: m.cap.max_recv_sge,
+        max_inline_data: m.cap.max_inline_data,
+    };
+    let init =
+        QpInit { qp_type, send_cq: &scq.cq, recv_cq: &rcq.cq, srq: srq.map(|s| &s.srq), cap, sq_sig_all: m.sq_sig_all };
+    let qp = p.pd.create_qp(init).map_err(|e| errno(&e))?;
+    p.adopt();
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let mut c = IbvQpEx::default();
+    let b = &mut c.qp_base;
+    b.context = p.c.context;
+    b.qp_context = m.qp_context;
+    b.pd = pd;
+    b.send_cq = m.send_cq;
+    b.recv_cq = m.recv_cq;
+    b.srq = m.srq;
+    b.handle = qp.qpn();
+    b.qp_num = qp.qpn();
+    b.state = IBV_QPS_RESET as _;
+    b.qp_type = m.qp_type as _;
+    if let Some(ops) = m.send_ops {
+        c.comp_mask = ops;
+        c.wr_start = Some(wr_start);
+        c.wr_complete = Some(wr_complete);
+        c.wr_abort = Some(wr_abort);
+        c.wr_send = Some(wr_send);
+        c.wr_send_imm = Some(wr_send_imm);
+        c.wr_send_inv = Some(wr_send_inv);
+        c.wr_rdma_write = Some(wr_rdma_write);
+        c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+        c.wr_rdma_read = Some(wr_rdma_read);
+        c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+        c.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+        c.wr_bind_mw = Some(wr_bind_mw);
+        c.wr_local_inv = Some(wr_local_inv);
+        c.wr_set_sge = Some(wr_set_sge);
+        c.wr_set_sge_list = Some(wr_set_sge_list);
+        c.wr_set_inline_data = Some(wr_set_inline_data);
+        c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+        c.wr_set_ud_addr = Some(wr_set_ud_addr);
+        c.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    }
+    let mut attr = IbvQpAttr::default();
+    attr.cap = m.cap;
+    attr.port_num = 1;
+    let qpn = qp.qpn();
+    let ctx = p.c.context;
+    let o = Box::into_raw(Box::new(QpObj {
+        c,
+        qp,
+        pd: p.pd.clone(),
+        extended: m.send_ops.is_some(),
+        cap,
+        attr: Mutex::new(attr),
+        builder: UnsafeCell::new(Builder::default()),
+    }));
+    // SAFETY: the PD's context is live.
+    if let Some(b) = unsafe { context::block(ctx) } {
+        b.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.insert(qpn, o as usize);
+    }
+    Ok(o)
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Creates an RC, UC or UD QP in RESET.
+    fn ibv_create_qp(pd: *mut IbvPd, qp_init_attr: *mut IbvQpInitAttr) -> *mut IbvQp {
+        if qp_init_attr.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller passes a readable ibv_qp_init_attr.
+        let a = unsafe { &*qp_init_attr };
+        let m = Made {
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            qp_context: a.qp_context,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+            cap: a.cap,
+            send_ops: None,
+        };
+        match make_qp(pd, &m) {
+            Ok(o) => o as *mut IbvQp,
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// The `ibv_wr_*` operations softroce carries out (rxe's set).
+const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_SEND_WITH_INV;
+
+/// `verbs_context.create_qp_ex`: a PD is required; `send_ops_flags` turn
+/// on the `ibv_wr_*` builder.
+pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mut IbvQpInitAttrEx) -> *mut IbvQp {
+    guard("create_qp_ex", || {
+        let _ = context;
+        if attr.is_null() {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller passes a readable ibv_qp_init_attr_ex.
+        let a = unsafe { &*attr };
+        let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+        if a.comp_mask & !known != 0 || a.create_flags != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+        if send_ops.is_some_and(|f| f & !SEND_OPS_SUPPORTED != 0) {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+        let m = Made {
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            qp_context: a.qp_context,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+            cap: a.cap,
+            send_ops,
+        };
+        match make_qp(a.pd, &m) {
+            Ok(o) => o as *mut IbvQp,
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+ibv_export! { "IBVERBS_1.6";
+    /// The extended view of a QP made with `send_ops_flags`, else NULL.
+    fn ibv_qp_to_qp_ex(qp: *mut IbvQp) -> *mut IbvQpEx {
+        // SAFETY: a QP from ibv_create_qp(_ex) (checked for NULL).
+        match unsafe { qp_obj(qp) } {
+            Some(o) if o.extended => qp as *mut IbvQpEx,
+            _ => std::ptr::null_mut(),
+        }
+    }
+}
+
+/// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
+pub(crate) fn gid_ip(raw: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Where an address vector points: its GRH's GID, or without a GRH the
+/// host its destination LID names (`lid`).
+pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
+    if ah.is_global != 0 {
+        // SAFETY: ibv_gid is 16 plain bytes.
+        let raw: [u8; 16] = unsafe { std::mem::transmute(ah.grh.dgid) };
+        return Ok(gid_ip(raw));
+    }
+    crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
+}
+
+fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> Result<QpAttr, c_int> {
+    let mut o = QpAttr::default();
+    let state = |s: u32| QpState::from_raw(s).ok_or(libc::EINVAL);
+    if mask & IBV_QP_STATE as u32 != 0 {
+        o.qp_state = state(a.qp_state)?;
+    }
+    if mask & IBV_QP_CUR_STATE as u32 != 0 {
+        o.cur_qp_state = state(a.cur_qp_state)?;
+    }
+    if mask & IBV_QP_PATH_MTU as u32 != 0 {
+        o.path_mtu = softroce::Mtu::from_raw(a.path_mtu).ok_or(libc::EINVAL)?;
+    }
+    o.qkey = a.qkey;
+    o.rq_psn = a.rq_psn;
+    o.sq_psn = a.sq_psn;
+    o.dest_qp_num = a.dest_qp_num;
+    o.qp_access_flags = AccessFlags(a.qp_access_flags);
+    if mask & IBV_QP_AV as u32 != 0 {
+        let ah = &a.ah_attr;
+        o.ah_attr = roce_proto::AhAttr {
+            dest: dest_of(local, ah)?,
+            sgid_index: if ah.is_global != 0 { ah.grh.sgid_index } else { local_gid_index },
+            hop_limit: if ah.is_global != 0 { ah.grh.hop_limit } else { 64 },
+            traffic_class: if ah.is_global != 0 { ah.grh.traffic_class } else { 0 },
+            sl: ah.sl,
+        };
+    }
+    o.pkey_index = a.pkey_index;
+    o.port_num = if a.port_num == 0 { 1 } else { a.port_num };
+    o.timeout = a.timeout;
+    o.retry_cnt = a.retry_cnt;
+    o.rnr_retry = a.rnr_retry;
+    o.min_rnr_timer = a.min_rnr_timer;
+    o.max_rd_atomic = a.max_rd_atomic;
+    o.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    o.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    Ok(o)
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Moves a QP through its states (the IBTA transition table decides
+    /// which attributes are required and allowed).
+    fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, attr_mask: c_int) -> c_int {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a readable ibv_qp_attr.
+        let a = unsafe { &*attr };
+        // Capacity changes are not supported: keep the QP's own (rxe
+        // accepts only what it already has, too).
+        let mask = attr_mask as u32 & !(IBV_QP_CAP as u32);
+        let dev = o.pd.context().device();
+        let pa = match to_qp_attr(dev.addr, dev.addr_gid_index() as u8, a, mask) {
+            Ok(pa) => pa,
+            Err(e) => {
+                trace_err("ibv_modify_qp", &format_args!("attributes not understood (mask {mask:#x}): errno {e}"));
+                return e;
+            }
+        };
+        if let Err(e) = o.qp.modify(&pa, QpAttrMask(mask)) {
+            trace_err("ibv_modify_qp", &e);
+            return errno(&e);
+        }
+        let mut cache = o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        merge(&mut cache, a, mask);
+        // SAFETY: the application reads `state` directly; we own the struct.
+        unsafe { std::ptr::addr_of!(o.c.qp_base.state).cast_mut().write_volatile(o.qp.state() as u32 as _) };
+        0
+    }
+}
+
+/// Copies the fields named by `mask` into the cache `ibv_query_qp` reads.
+fn merge(c: &mut IbvQpAttr, a: &IbvQpAttr, mask: u32) {
+    let has = |b: c_int| mask & b as u32 != 0;
+    if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+        c.en_sqd_async_notify = a.en_sqd_async_notify;
+    }
+    if has(IBV_QP_ACCESS_FLAGS) {
+        c.qp_access_flags = a.qp_access_flags;
+    }
+    if has(IBV_QP_PKEY_INDEX) {
+        c.pkey_index = a.pkey_index;
+    }
+    if has(IBV_QP_PORT) {
+        c.port_num = a.port_num;
+    }
+    if has(IBV_QP_QKEY) {
+        c.qkey = a.qkey;
+    }
+    if has(IBV_QP_AV) {
+        c.ah_attr = a.ah_attr;
+    }
+    if has(IBV_QP_PATH_MTU) {
+        c.path_mtu = a.path_mtu;
+    }
+    if has(IBV_QP_TIMEOUT) {
+        c.timeout = a.timeout;
+    }
+    if has(IBV_QP_RETRY_CNT) {
+        c.retry_cnt = a.retry_cnt;
+    }
+    if has(IBV_QP_RNR_RETRY) {
+        c.rnr_retry = a.rnr_retry;
+    }
+    if has(IBV_QP_RQ_PSN) {
+        c.rq_psn = a.rq_psn;
+    }
+    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+        c.max_rd_atomic = a.max_rd_atomic;
+    }
+    if has(IBV_QP_MIN_RNR_TIMER) {
+        c.min_rnr_timer = a.min_rnr_timer;
+    }
+    if has(IBV_QP_SQ_PSN) {
+        c.sq_psn = a.sq_psn;
+    }
+    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if has(IBV_QP_DEST_QPN) {
+        c.dest_qp_num = a.dest_qp_num;
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The QP's attributes (the last ones set, and its current state) and
+    /// what it was created with.
+    fn ibv_query_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, attr_mask: c_int, init_attr: *mut IbvQpInitAttr) -> c_int {
+        let _ = attr_mask;
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if attr.is_null() || init_attr.is_null() {
+            return libc::EINVAL;
+        }
+        let mut a = *o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        let state = o.qp.state() as u32;
+        a.qp_state = state as _;
+        a.cur_qp_state = state as _;
+        a.cap = IbvQpCap {
+            max_send_wr: o.cap.max_send_wr,
+            max_recv_wr: o.cap.max_recv_wr,
+            max_send_sge: o.cap.max_send_sge,
+            max_recv_sge: o.cap.max_recv_sge,
+            max_inline_data: o.cap.max_inline_data,
+        };
+        let b = &o.c.qp_base;
+        let mut i = IbvQpInitAttr::default();
+        i.qp_context = b.qp_context;
+        i.send_cq = b.send_cq;
+        i.recv_cq = b.recv_cq;
+        i.srq = b.srq;
+        i.cap = a.cap;
+        i.qp_type = b.qp_type;
+        // SAFETY: the caller passes writable structs (checked for NULL).
+        unsafe {
+            attr.write(a);
+            init_attr.write(i);
+        }
+        0
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Destroys a QP (its unpolled completions stay in the CQs).
+    fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        let b = &o.c.qp_base;
+        // SAFETY: the QP's PD, CQs, SRQ and context outlive it (their
+        // destroy calls refuse while it exists).
+        unsafe {
+            if let Some(c) = context::block(b.context) {
+                c.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.remove(&b.qp_num);
+            }
+            if let Some(p) = pd_obj(b.pd) {
+                p.release();
+            }
+            for cq in [b.send_cq, b.recv_cq] {
+                if let Some(c) = cq_obj(cq) {
+                    c.users.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            if let Some(s) = srq_obj(b.srq) {
+                s.users.fetch_sub(1, Ordering::AcqRel);
+            }
+            drop(Box::from_raw(qp as *mut QpObj));
+        }
+        0
+    }
+}
+
+// ---- posting ------------------------------------------------------------
+
+/// Per-thread scratch for gathering SGEs and inline bytes of one post.
+#[derive(Default)]
+struct Scratch {
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// One send WR, copied out of C (SGEs and inline bytes as ranges into the
+/// scratch buffers).
+#[derive(Clone, Copy)]
+struct Pending {
+    wr_id: u64,
+    opcode: WrOpcode,
+    flags: SendFlags,
+    imm_data: u32,
+    invalidate_rkey: u32,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    ud: Option<UdDest>,
+    bind: Option<MwBind>,
+    sges: (usize, usize),
+    inline: Option<(usize, usize)>,
+}
+
+impl Pending {
+    fn new(wr_id: u64, opcode: WrOpcode, flags: u32) -> Pending {
+        Pending {
+            wr_id,
+            opcode,
+            flags: SendFlags(flags & 0xf),
+            imm_data: 0,
+            invalidate_rkey: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+            bind: None,
+            sges: (0, 0),
+            inline: None,
+        }
+    }
+
+    fn wr<'a>(&self, s: &'a Scratch) -> SendWr<'a> {
+        let payload = match self.inline {
+            Some((a, n)) => Payload::Inline(&s.inline[a..a + n]),
+            None => Payload::Sges(&s.sges[self.sges.0..self.sges.0 + self.sges.1]),
+        };
+        let mut w = SendWr::new(self.wr_id, self.opcode, self.flags, payload);
+        w.imm_data = self.imm_data;
+        w.invalidate_rkey = self.invalidate_rkey;
+        w.remote_addr = self.remote_addr;
+        w.rkey = self.rkey;
+        w.compare_add = self.compare_add;
+        w.swap = self.swap;
+        w.ud = self.ud;
+        w.bind = self.bind;
+        w
+    }
+}
+
+/// Copies `n` SGEs at `list` into the scratch SGEs; returns the range.
+///
+/// # Safety
+/// `list` points to `n` readable SGEs (or `n == 0`).
+unsafe fn take_sges(s: &mut Scratch, list: *const IbvSge, n: usize) -> (usize, usize) {
+    let start = s.sges.len();
+    for i in 0..n {
+        // SAFETY: per the contract.
+        let g = unsafe { &*list.add(i) };
+        s.sges.push(Sge { addr: g.addr, length: g.length, lkey: g.lkey });
+    }
+    (start, n)
+}
+
+/// Copies the bytes the SGEs `r` point at into the scratch inline buffer
+/// (`IBV_SEND_INLINE`: the data is taken at post time, the L_Keys are not
+/// checked, as the verbs specification says).
+///
+/// # Safety
+/// Each SGE's `[addr, addr+length)` is readable memory of the caller.
+unsafe fn inline_from_sges(s: &mut Scratch, r: (usize, usize), max: u32) -> Result<(usize, usize), c_int> {
+    let total: u64 = s.sges[r.0..r.0 + r.1].iter().map(|g| u64::from(g.length)).sum();
+    if total > u64::from(max) {
+        return Err(libc::EINVAL);
+    }
+    let start = s.inline.len();
+    for i in r.0..r.0 + r.1 {
+        let g = s.sges[i];
+        if g.length > 0 {
+            // SAFETY: per the contract.
+            let src = unsafe { std::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) };
+            s.inline.extend_from_slice(src);
+        }
+    }
+    Ok((start, total as usize))
+}
+
+/// The AH handle behind an `ibv_ah` pointer.
+fn ah_handle(ah: *mut IbvAh) -> Result<u32, c_int> {
+    // SAFETY: an AH from ibv_create_ah, or NULL (checked).
+    unsafe { crate::ah::ah_obj(ah) }.map(|a| a.ah.handle()).ok_or(libc::EINVAL)
+}
+
+/// Reads one C send WR into `Pending` (its SGEs and inline bytes into `s`).
+///
+/// # Safety
+/// `w` is a readable `ibv_send_wr` whose `sg_list` has `num_sge` entries.
+unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pending, c_int> {
+    let opcode = WrOpcode::from_raw(w.opcode).ok_or(libc::EINVAL)?;
+    if w.num_sge < 0 || w.num_sge as u32 > o.cap.max_send_sge.max(1) && w.send_flags & IBV_SEND_INLINE == 0 {
+        return Err(libc::EINVAL);
+    }
+    let mut p = Pending::new(w.wr_id, opcode, w.send_flags);
+    // SAFETY: per the contract.
+    p.sges = unsafe { take_sges(s, w.sg_list, w.num_sge as usize) };
+    if p.flags.contains(SendFlags::INLINE)
+        && !matches!(opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    {
+        // SAFETY: per the contract: the SGEs name the caller's memory.
+        p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
+    }
+    // SAFETY: the union members are plain integers and pointers; which one
+    // is meaningful follows from the opcode, as in C.
+    unsafe {
+        match opcode {
+            WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => p.imm_data = u32::from_be(w.imm_data),
+            WrOpcode::SendWithInv | WrOpcode::LocalInv => p.invalidate_rkey = w.imm_data,
+            _ => {}
+        }
+        match opcode {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
+                p.remote_addr = w.wr.rdma.remote_addr;
+                p.rkey = w.wr.rdma.rkey;
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                p.remote_addr = w.wr.atomic.remote_addr;
+                p.compare_add = w.wr.atomic.compare_add;
+                p.swap = w.wr.atomic.swap;
+                p.rkey = w.wr.atomic.rkey;
+            }
+            WrOpcode::BindMw => {
+                let b = &w.bind_mw_tso.bind_mw;
+                p.bind = Some(crate::mw::bind_of(b.mw, b.rkey, &b.bind_info)?);
+            }
+            _ => {}
+        }
+        if o.qp.qp_type() == QpType::Ud {
+            p.ud = Some(UdDest {
+                ah: ah_handle(w.wr.ud.ah)?,
+                remote_qpn: w.wr.ud.remote_qpn,
+                remote_qkey: w.wr.ud.remote_qkey,
+            });
+        }
+    }
+    Ok(p)
+}
+
+/// `ops.post_send` (the inline `ibv_post_send`): posts the list; on error
+/// `*bad_wr` is the first WR not posted.
+pub(crate) unsafe extern "C" fn post_send(qp: *mut IbvQp, wr: *mut IbvSendWr, bad_wr: *mut *mut IbvSendWr) -> c_int {
+    guard("post_send", || {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        SCRATCH.with_borrow_mut(|s| {
+            s.sges.clear();
+            s.inline.clear();
+            let mut pend: [Option<(Pending, *mut IbvSendWr)>; 16] = [None; 16];
+            let mut cur = wr;
+            let mut first_err = None;
+            let mut n = 0;
+            while !cur.is_null() {
+                // SAFETY: each WR in the caller's list is readable.
+                let w = unsafe { &*cur };
+                // SAFETY: per the verbs contract on ibv_send_wr.
+                match unsafe { read_send_wr(o, s, w) } {
+                    Ok(p) => {
+                        pend[n] = Some((p, cur));
+                        n += 1;
+                    }
+                    Err(e) => {
+                        first_err = Some((e, cur));
+                        break;
+                    }
+                }
+                cur = w.next;
+                if n == pend.len() {
+                    if let Err(r) = flush(o, s, &pend[..n], bad_wr) {
+                        return r;
+                    }
+                    n = 0;
+                    s.sges.clear();
+                    s.inline.clear();
+                }
+            }
+            if let Err(r) = flush(o, s, &pend[..n], bad_wr) {
+                return r;
+            }
+            match first_err {
+                Some((e, at)) => {
+                    if !bad_wr.is_null() {
+                        // SAFETY: the caller passes a writable out-pointer.
+                        unsafe { *bad_wr = at };
+                    }
+                    e
+                }
+                None => 0,
+            }
+        })
+    })
+}
+
+fn flush(
+    o: &QpObj,
+    s: &Scratch,
+    pend: &[Option<(Pending, *mut IbvSendWr)>],
+    bad_wr: *mut *mut IbvSendWr,
+) -> Result<(), c_int> {
+    let r = match pend {
+        [] => Ok(()),
+        [Some((p, _))] => o.qp.post_send(&p.wr(s)).map_err(|e| (0, e)),
+        _ => {
+            let wrs: Vec<SendWr<'_>> = pend.iter().flatten().map(|(p, _)| p.wr(s)).collect();
+            o.qp.post_send_batch(&wrs)
+        }
+    };
+    r.map_err(|(i, e)| {
+        if !bad_wr.is_null()
+            && let Some(Some((_, at))) = pend.get(i)
+        {
+            // SAFETY: the caller passes a writable out-pointer.
+            unsafe { *bad_wr = *at };
+        }
+        errno(&e)
+    })
+}
+
+/// Posts receive WRs to `post` one by one; on error `*bad_wr` is the
+/// first WR not posted.
+///
+/// # Safety
+/// `wr` is a readable list of `ibv_recv_wr` with valid `sg_list`s.
+pub(crate) unsafe fn post_recv_list(
+    wr: *mut IbvRecvWr,
+    bad_wr: *mut *mut IbvRecvWr,
+    max_sge: u32,
+    post: impl Fn(&RecvWr<'_>) -> Result<(), softroce::Error>,
+) -> c_int {
+    SCRATCH.with_borrow_mut(|s| {
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: per the contract.
+            let w = unsafe { &*cur };
+            let r = if w.num_sge < 0 || w.num_sge as u32 > max_sge {
+                Err(libc::EINVAL)
+            } else {
+                s.sges.clear();
+                // SAFETY: per the contract.
+                let (a, n) = unsafe { take_sges(s, w.sg_list, w.num_sge as usize) };
+                post(&RecvWr { wr_id: w.wr_id, sg_list: &s.sges[a..a + n] }).map_err(|e| errno(&e))
+            };
+            if let Err(e) = r {
+                if !bad_wr.is_null() {
+                    // SAFETY: the caller passes a writable out-pointer.
+                    unsafe { *bad_wr = cur };
+                }
+                return e;
+            }
+            cur = w.next;
+        }
+        0
+    })
+}
+
+/// `ops.post_recv` (the inline `ibv_post_recv`).
+pub(crate) unsafe extern "C" fn post_recv(qp: *mut IbvQp, wr: *mut IbvRecvWr, bad_wr: *mut *mut IbvRecvWr) -> c_int {
+    guard("post_recv", || {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        // SAFETY: the caller's list follows the verbs contract.
+        unsafe { post_recv_list(wr, bad_wr, o.cap.max_recv_sge.max(1), |r| o.qp.post_recv(r)) }
+    })
+}
+
+// ---- the ibv_wr_* builder ------------------------------------------------
+
+/// WRs between `ibv_wr_start` and `ibv_wr_complete`.
+#[derive(Default)]
+struct Builder {
+    wrs: Vec<Pending>,
+    scratch: Scratch,
+    /// The first error of the batch, returned by `ibv_wr_complete`.
+    err: c_int,
+}
+
+/// # Safety
+/// `qp` is an extended QP made here; the application serialises the
+/// builder calls between `wr_start` and `wr_complete` (rdma-core's rule).
+unsafe fn bld<'a>(qp: *mut IbvQpEx) -> (&'a QpObj, &'a mut Builder) {
+    // SAFETY: per the contract.
+    let o = unsafe { &*(qp as *const QpObj) };
+    // SAFETY: per the contract.
+    (o, unsafe { &mut *o.builder.get() })
+}
+
+unsafe extern "C" fn wr_start(qp: *mut IbvQpEx) {
+    guard("wr_start", || {
+        // SAFETY: an extended QP made here.
+        let (_, b) = unsafe { bld(qp) };
+        b.wrs.clear();
+        b.scratch.sges.clear();
+        b.scratch.inline.clear();
+        b.err = 0;
+    })
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut IbvQpEx) -> c_int {
+    guard("wr_complete", || {
+        // SAFETY: an extended QP made here.
+        let (o, b) = unsafe { bld(qp) };
+        if b.err != 0 {
+            let e = b.err;
+            b.wrs.clear();
+            return e;
+        }
+        let r = match b.wrs.as_slice() {
+            [] => Ok(()),
+            [p] => o.qp.post_send(&p.wr(&b.scratch)).map_err(|e| errno(&e)),
+            many => {
+                let wrs: Vec<SendWr<'_>> = many.iter().map(|p| p.wr(&b.scratch)).collect();
+                o.qp.post_send_batch(&wrs).map_err(|(_, e)| errno(&e))
+            }
+        };
+        b.wrs.clear();
+        r.err().unwrap_or(0)
+    })
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut IbvQpEx) {
+    guard("wr_abort", || {
+        // SAFETY: an extended QP made here.
+        let (_, b) = unsafe { bld(qp) };
+        b.wrs.clear();
+        b.err = 0;
+    })
+}
+
+/// Starts a WR of `opcode` with the QP's current `wr_id` and `wr_flags`.
+fn begin(qp: *mut IbvQpEx, opcode: WrOpcode, f: impl FnOnce(&mut Pending)) {
+    guard("wr_*", || {
+        // SAFETY: an extended QP made here.
+        let (o, b) = unsafe { bld(qp) };
+        let mut p = Pending::new(o.c.wr_id, opcode, o.c.wr_flags);
+        p.sges = (b.scratch.sges.len(), 0);
+        f(&mut p);
+        b.wrs.push(p);
+    })
+}
+
+/// Changes the WR being built.
+fn last(qp: *mut IbvQpEx, f: impl FnOnce(&QpObj, &mut Pending, &mut Scratch) -> Result<(), c_int>) {
+    guard("wr_set_*", || {
+        // SAFETY: an extended QP made here.
+        let (o, b) = unsafe { bld(qp) };
+        let Some(p) = b.wrs.last_mut() else {
+            b.err = libc::EINVAL;
+            return;
+        };
+        if let Err(e) = f(o, p, &mut b.scratch)
+            && b.err == 0
+        {
+            b.err = e;
+        }
+    })
+}
+
+unsafe extern "C" fn wr_send(qp: *mut IbvQpEx) {
+    begin(qp, WrOpcode::Send, |_| {});
+}
+unsafe extern "C" fn wr_send_imm(qp: *mut IbvQpEx, imm_data: u32) {
+    begin(qp, WrOpcode::SendWithImm, |p| p.imm_data = u32::from_be(imm_data));
+}
+unsafe extern "C" fn wr_send_inv(qp: *mut IbvQpEx, invalidate_rkey: u32) {
+    begin(qp, WrOpcode::SendWithInv, |p| p.invalidate_rkey = invalidate_rkey);
+}
+unsafe extern "C" fn wr_rdma_write(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64) {
+    begin(qp, WrOpcode::RdmaWrite, |p| (p.rkey, p.remote_addr) = (rkey, remote_addr));
+}
+unsafe extern "C" fn wr_rdma_write_imm(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, imm_data: u32) {
+    begin(qp, WrOpcode::RdmaWriteWithImm, |p| {
+        (p.rkey, p.remote_addr, p.imm_data) = (rkey, remote_addr, u32::from_be(imm_data));
+    });
+}
+unsafe extern "C" fn wr_rdma_read(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64) {
+    begin(qp, WrOpcode::RdmaRead, |p| (p.rkey, p.remote_addr) = (rkey, remote_addr));
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, compare: u64, swap: u64) {
+    begin(qp, WrOpcode::AtomicCmpAndSwp, |p| {
+        (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, remote_addr, compare, swap);
+    });
+}
+unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, add: u64) {
+    begin(qp, WrOpcode::AtomicFetchAndAdd, |p| (p.rkey, p.remote_addr, p.compare_add) = (rkey, remote_addr, add));
+}
+unsafe extern "C" fn wr_local_inv(qp: *mut IbvQpEx, invalidate_rkey: u32) {
+    begin(qp, WrOpcode::LocalInv, |p| p.invalidate_rkey = invalidate_rkey);
+}
+unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, info: *const IbvMwBindInfo) {
+    // SAFETY: the caller passes a readable bind info (checked for NULL).
+    let bind = if info.is_null() { Err(libc::EINVAL) } else { crate::mw::bind_of(mw, rkey, unsafe { &*info }) };
+    begin(qp, WrOpcode::BindMw, |p| {
+        p.bind = bind.ok();
+    });
+    if bind.is_err() {
+        last(qp, |_, _, _| Err(libc::EINVAL));
+    }
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut IbvQpEx, lkey: u32, addr: u64, length: u32) {
+    last(qp, |o, p, s| {
+        let g = IbvSge { addr, length, lkey };
+        // SAFETY: one SGE on our stack.
+        p.sges = unsafe { take_sges(s, &g, 1) };
+        inline_if_flagged(o, p, s)
+    });
+}
+unsafe extern "C" fn wr_set_sge_list(qp: *mut IbvQpEx, num_sge: usize, sg_list: *const IbvSge) {
+    last(qp, |o, p, s| {
+        if num_sge > o.cap.max_send_sge.max(1) as usize || (num_sge > 0 && sg_list.is_null()) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's list has num_sge entries.
+        p.sges = unsafe { take_sges(s, sg_list, num_sge) };
+        inline_if_flagged(o, p, s)
+    });
+}
+
+/// `IBV_SEND_INLINE` in `wr_flags` with SGEs: the bytes are taken now.
+fn inline_if_flagged(o: &QpObj, p: &mut Pending, s: &mut Scratch) -> Result<(), c_int> {
+    if p.flags.contains(SendFlags::INLINE) {
+        // SAFETY: the SGEs name the caller's memory (verbs contract).
+        p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn wr_set_inline_data(qp: *mut IbvQpEx, addr: *mut c_void, length: usize) {
+    last(qp, |o, p, s| {
+        if length > o.cap.max_inline_data as usize || (length > 0 && addr.is_null()) {
+            return Err(libc::EINVAL);
+        }
+        let start = s.inline.len();
+        if length > 0 {
+            // SAFETY: the caller's buffer has `length` readable bytes.
+            s.inline.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, length) });
+        }
+        p.inline = Some((start, length));
+        p.flags = SendFlags(p.flags.0 | SendFlags::INLINE.0);
+        Ok(())
+    });
+}
+unsafe extern "C" fn wr_set_inline_data_list(qp: *mut IbvQpEx, num_buf: usize, buf_list: *const IbvDataBuf) {
+    last(qp, |o, p, s| {
+        if num_buf > 0 && buf_list.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let start = s.inline.len();
+        for i in 0..num_buf {
+            // SAFETY: the caller's list has num_buf entries.
+            let d = unsafe { &*buf_list.add(i) };
+            if s.inline.len() - start + d.length > o.cap.max_inline_data as usize || (d.length > 0 && d.addr.is_null())
+            {
+                return Err(libc::EINVAL);
+            }
+            if d.length > 0 {
+                // SAFETY: each buffer has `length` readable bytes.
+                s.inline.extend_from_slice(unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.length) });
+            }
+        }
+        p.inline = Some((start, s.inline.len() - start));
+        p.flags = SendFlags(p.flags.0 | SendFlags::INLINE.0);
+        Ok(())
+    });
+}
+unsafe extern "C" fn wr_set_ud_addr(qp: *mut IbvQpEx, ah: *mut IbvAh, remote_qpn: u32, remote_qkey: u32) {
+    last(qp, |_, p, _| {
+        p.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
+        Ok(())
+    });
+}
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut IbvQpEx, remote_srqn: u32) {
+    let _ = remote_srqn;
+    // XRC is not supported (as in rxe).
+    last(qp, |_, _, _| Err(libc::EOPNOTSUPP));
+}
