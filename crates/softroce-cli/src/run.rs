@@ -7,7 +7,7 @@
 //! file) until the program exits, so a server and a client started side by
 //! side never collide.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,7 +47,7 @@ pub fn libdir() -> Result<PathBuf, String> {
     if !lib.is_file() {
         return Err(format!(
             "{} is missing: build it with `cargo build --release -p softroce-ibverbs` \
-             (it is built with `cargo build -p softroce-cli` too)",
+             (cargo builds it as a library of its own, not as a dependency of softroce)",
             lib.display()
         ));
     }
@@ -74,37 +74,6 @@ fn link_into(dir: &Path, lib: &Path) -> std::io::Result<()> {
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(lib, &tmp)?;
     std::fs::rename(&tmp, &link)
-}
-
-/// A loopback address held for this run: its lock file stays locked until
-/// the run ends.
-struct Held {
-    addr: Ipv4Addr,
-    _lock: std::fs::File,
-}
-
-/// The first 127.0.0.x (x = 2..=254) that no other `softroce run` holds and
-/// whose UDP port 4791 is free.
-fn hold_loopback() -> Result<Held, String> {
-    let dir = std::env::temp_dir().join(format!("softroce-run-{}", rustix::process::getuid().as_raw()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for x in 2..=254u8 {
-        let addr = Ipv4Addr::new(127, 0, 0, x);
-        let path = dir.join(format!("{addr}.lock"));
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            continue;
-        }
-        if UdpSocket::bind((addr, roce_wire::ROCE_V2_UDP_PORT)).is_ok() {
-            return Ok(Held { addr, _lock: f });
-        }
-    }
-    Err("no free loopback address in 127.0.0.2..=127.0.0.254 (UDP port 4791 taken on all)".into())
 }
 
 /// Runs the command; its exit status becomes ours.
@@ -143,8 +112,8 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     };
     cmd.env("LD_LIBRARY_PATH", path);
     let _held = if args.loopback {
-        let h = hold_loopback()?;
-        cmd.env("SOFTROCE_DEVICES", format!("softroce_lo={}", IpAddr::V4(h.addr)));
+        let h = softroce::config::LoopbackLease::take().map_err(|e| e.to_string())?;
+        cmd.env("SOFTROCE_DEVICES", format!("softroce_lo={}", IpAddr::V4(h.addr())));
         Some(h)
     } else {
         None

@@ -259,6 +259,50 @@ pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
     Ok(out)
 }
 
+/// A loopback address held for one user of it: no other lease (in any
+/// process of this user) gets the same address while this one lives, and
+/// its UDP port 4791 was free when it was taken. Two processes on one host
+/// need two addresses; `softroce run --loopback` and the tests take them
+/// here so that runs side by side never collide.
+#[derive(Debug)]
+pub struct LoopbackLease {
+    addr: std::net::Ipv4Addr,
+    _lock: std::fs::File,
+}
+
+impl LoopbackLease {
+    /// The first 127.0.0.x (x = 2..=254) that no other lease holds and
+    /// whose UDP port 4791 is free. Leases are lock files in
+    /// `$TMPDIR/softroce-run-UID/`, held until dropped (or the process ends).
+    pub fn take() -> std::io::Result<LoopbackLease> {
+        let dir = std::env::temp_dir().join(format!("softroce-run-{}", rustix::process::getuid().as_raw()));
+        std::fs::create_dir_all(&dir)?;
+        for x in 2..=254u8 {
+            let addr = std::net::Ipv4Addr::new(127, 0, 0, x);
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(format!("{addr}.lock")))?;
+            if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+                continue;
+            }
+            if std::net::UdpSocket::bind((addr, roce_wire::ROCE_V2_UDP_PORT)).is_ok() {
+                return Ok(LoopbackLease { addr, _lock: f });
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "no free loopback address in 127.0.0.2..=127.0.0.254 (UDP port 4791 taken on all)",
+        ))
+    }
+
+    /// The address.
+    pub fn addr(&self) -> std::net::Ipv4Addr {
+        self.addr
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
