@@ -1,0 +1,101 @@
+//! `softroce run`: the library path it sets, the devices it gives the
+//! program, its exit status, and its errors.
+
+use std::process::Command;
+
+fn softroce() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_softroce"))
+}
+
+fn stdout(c: &mut Command) -> (i32, String, String) {
+    let o = c.output().expect("softroce runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+/// The cdylib must have been built (cargo test --workspace builds it).
+fn have_library() -> bool {
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_softroce"));
+    let ok = exe.with_file_name("libsoftroce_ibverbs.so").is_file();
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "libsoftroce_ibverbs.so was not built next to softroce");
+        eprintln!("skipped: build softroce-ibverbs first (cargo test --workspace does)");
+    }
+    ok
+}
+
+#[test]
+fn print_libdir_names_a_directory_whose_libibverbs_is_softroce() {
+    if !have_library() {
+        return;
+    }
+    let (code, out, err) = stdout(softroce().args(["run", "--print-libdir"]));
+    assert_eq!(code, 0, "{err}");
+    let dir = std::path::PathBuf::from(out.trim());
+    let lib = std::fs::canonicalize(dir.join("libibverbs.so.1")).expect("libibverbs.so.1 resolves");
+    let want = std::fs::canonicalize(
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_softroce")).with_file_name("libsoftroce_ibverbs.so"),
+    )
+    .unwrap();
+    assert_eq!(lib, want);
+}
+
+#[test]
+fn the_program_gets_the_library_path_and_the_devices_and_its_status_is_ours() {
+    if !have_library() {
+        return;
+    }
+    let script = "echo \"$LD_LIBRARY_PATH\"; echo \"$SOFTROCE_DEVICES\"; exit 7";
+    let (code, out, err) = stdout(
+        softroce()
+            .args(["run", "--device", "a=127.0.0.9", "--device", "b=::1", "--", "sh", "-c", script])
+            .env("LD_LIBRARY_PATH", "/opt/x"),
+    );
+    assert_eq!(code, 7, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let (_, dir, _) = stdout(softroce().args(["run", "--print-libdir"]));
+    assert_eq!(lines[0], format!("{}:/opt/x", dir.trim()), "ours first, the old path kept after it");
+    assert_eq!(lines[1], "a=127.0.0.9,b=::1");
+}
+
+#[test]
+fn loopback_runs_side_by_side_get_different_addresses() {
+    if !have_library() {
+        return;
+    }
+    // Each run holds its address until its program exits: two runs that
+    // overlap must not share one.
+    let spawn = || {
+        softroce()
+            .args(["run", "--loopback", "--", "sh", "-c", "echo $SOFTROCE_DEVICES; sleep 1"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let (a, b) =
+        (String::from_utf8_lossy(&a.stdout).trim().to_string(), String::from_utf8_lossy(&b.stdout).trim().to_string());
+    assert!(a.starts_with("softroce_lo=127.0.0."), "{a}");
+    assert!(b.starts_with("softroce_lo=127.0.0."), "{b}");
+    assert_ne!(a, b);
+}
+
+#[test]
+fn errors_are_clear() {
+    if !have_library() {
+        return;
+    }
+    let (code, _, err) = stdout(softroce().args(["run"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("no program given"), "{err}");
+    let (code, _, err) = stdout(softroce().args(["run", "--device", "nonsense", "--", "true"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--device"), "{err}");
+    let (code, _, err) = stdout(softroce().args(["run", "--", "/nonexistent/program"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot run /nonexistent/program"), "{err}");
+}
