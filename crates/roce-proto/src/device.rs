@@ -429,6 +429,12 @@ impl Device {
         Ok(())
     }
 
+    /// The SRQ's armed limit: 0 when disarmed, as it is once the limit
+    /// event fired (`ibv_query_srq`'s `srq_limit`).
+    pub fn srq_limit(&self, srq: u32) -> Result<u32, VerbError> {
+        self.srqs.get(srq as usize).and_then(Option::as_ref).map(|s| s.limit).ok_or(VerbError::UnknownHandle(srq))
+    }
+
     /// Posts a receive to an SRQ.
     pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
         let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;

@@ -43,7 +43,13 @@ const CDYLIB: &str = "libsoftroce_ibverbs.so";
 pub fn libdir() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the softroce binary: {e}"))?;
     let bin_dir = exe.parent().ok_or("the softroce binary has no directory")?;
-    let lib = bin_dir.join(CDYLIB);
+    // `cargo build` puts the library beside the binary; `cargo test` leaves
+    // its newest copy in deps/ only: take the newer.
+    let newest = [bin_dir.join(CDYLIB), bin_dir.join("deps").join(CDYLIB)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t);
+    let lib = newest.map_or_else(|| bin_dir.join(CDYLIB), |(_, p)| p);
     if !lib.is_file() {
         return Err(format!(
             "{} is missing: build it with `cargo build --release -p softroce-ibverbs` \

@@ -25,6 +25,9 @@ pub(crate) struct CtxBlock {
     /// C objects by engine handle, for events that name them.
     pub(crate) objects: Mutex<Objects>,
     _cmd_fd: OwnedFd,
+    /// The process that opened it: a `fork()` child has a copy of the
+    /// block but not the driver thread behind `ctx` (see [`close`]).
+    pid: u32,
 }
 
 /// Engine handles to the C objects made for them (as addresses).
@@ -75,23 +78,35 @@ pub(crate) fn errno(e: &Error) -> c_int {
     }
 }
 
-/// Devices open in this process. A device binds its address once: every
-/// further `ibv_open_device` of it (qperf opens one per test, pyverbs tests
-/// open several) shares the same softroce context, as contexts share one
-/// device in rdma-core. The entry is weak, so the device closes when its
-/// last context and every object made from them are gone; programs that
-/// close a context with objects still alive find it still open.
-static OPEN: Mutex<Vec<(String, softroce::WeakContext)>> = Mutex::new(Vec::new());
+/// Devices open in this process, with the pid that opened them. A device
+/// binds its address once: every further `ibv_open_device` of it (qperf
+/// opens one per test, pyverbs tests open several) shares the same softroce
+/// context, as contexts share one device in rdma-core. The entry is weak, so
+/// the device closes when its last context and every object made from them
+/// are gone; programs that close a context with objects still alive find it
+/// still open. A `fork()` child inherits the entries of its parent but not
+/// their driver threads: it never reuses them (its own open then finds the
+/// address taken by the parent, and fails).
+static OPEN: Mutex<Vec<(String, u32, softroce::WeakContext)>> = Mutex::new(Vec::new());
 
 fn shared_open(e: &DevEntry) -> Result<Context, Error> {
+    let pid = std::process::id();
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-    open.retain(|(_, w)| w.upgrade().is_some());
-    if let Some(ctx) = open.iter().find(|(n, _)| *n == e.info.name).and_then(|(_, w)| w.upgrade()) {
+    // A parent's entries stay (for `opened_by_parent`) but are never upgraded.
+    open.retain(|(_, p, w)| *p != pid || w.upgrade().is_some());
+    if let Some(ctx) = open.iter().find(|(n, p, _)| *n == e.info.name && *p == pid).and_then(|(_, _, w)| w.upgrade()) {
         return Ok(ctx);
     }
     let ctx = Context::open_with(&e.info, Options::from_env()?)?;
-    open.push((e.info.name.clone(), ctx.downgrade()));
+    open.push((e.info.name.clone(), pid, ctx.downgrade()));
     Ok(ctx)
+}
+
+/// Whether this process is a `fork()` child of one that had `name` open
+/// (so the address is the parent's: an open here cannot bind it).
+pub(crate) fn opened_by_parent(name: &str) -> bool {
+    let pid = std::process::id();
+    OPEN.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(n, p, _)| n == name && *p != pid)
 }
 
 /// `ibv_open_device`: binds the device and fills both operation tables.
@@ -125,7 +140,8 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     c.ops.alloc_mw = Some(crate::mw::alloc_mw);
     c.ops.bind_mw = Some(crate::mw::bind_mw);
     c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
-    let block = Box::new(CtxBlock { vctx, ctx, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd });
+    let pid = std::process::id();
+    let block = Box::new(CtxBlock { vctx, ctx, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd, pid });
     let block = Box::into_raw(block);
     // SAFETY: a live allocation we just made.
     Ok(unsafe { &mut (*block).vctx.context as *mut IbvContext })
@@ -133,11 +149,21 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
 
 /// `ibv_close_device`.
 ///
+/// In a `fork()` child (a Python child exiting normally tears down what it
+/// inherited) the device's driver thread does not exist: closing the last
+/// context would join a thread of the parent. The child's copy of the
+/// device is left open instead (one reference leaked), so neither this
+/// close nor a later destroy of an inherited object ends it; the parent's
+/// device is untouched either way.
+///
 /// # Safety
 /// `ctx` is NULL or a context from `ibv_open_device`, not used afterwards.
 pub(crate) unsafe fn close(ctx: *mut IbvContext) -> c_int {
     // SAFETY: per the contract.
     let Some(b) = (unsafe { block(ctx) }) else { return libc::EINVAL };
+    if b.pid != std::process::id() {
+        std::mem::forget(b.ctx.clone());
+    }
     // SAFETY: the block was made by Box::into_raw in `open`; the caller
     // gives it up.
     drop(unsafe { Box::from_raw(b as *const CtxBlock as *mut CtxBlock) });

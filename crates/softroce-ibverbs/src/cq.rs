@@ -8,7 +8,7 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
 
@@ -30,16 +30,21 @@ pub(crate) struct CqObj {
     /// Channel events handed out by `ibv_get_cq_event` (destroy waits for
     /// their acknowledgement).
     events: Mutex<u32>,
-    /// The extended poller's fetched completions; touched only between
-    /// `start_poll` and `end_poll`, which the application serialises.
-    ex: UnsafeCell<ExPoll>,
+    /// Completions the extended poller fetched from the engine and has not
+    /// handed out yet. They are the CQ's oldest: the next `start_poll` /
+    /// `next_poll` and `ibv_poll_cq` take them before the engine's.
+    ex_buf: Mutex<ExBuf>,
+    /// Whether `ex_buf` holds any (so `ibv_poll_cq` skips its lock).
+    ex_pending: AtomicBool,
+    /// The completion the readers report: written by `start_poll` /
+    /// `next_poll`, read until `end_poll`; the application serialises them.
+    ex_cur: UnsafeCell<Wc>,
 }
 
-struct ExPoll {
+struct ExBuf {
     buf: [Wc; BATCH],
     next: usize,
     len: usize,
-    cur: Wc,
 }
 
 fn blank_wc() -> Wc {
@@ -143,13 +148,14 @@ fn make_cq(
     c.read_sl = Some(read_sl);
     c.read_dlid_path_bits = Some(read_dlid_path_bits);
     let handle = cq.handle();
-    let ex = ExPoll { buf: [blank_wc(); BATCH], next: 0, len: 0, cur: blank_wc() };
     let o = Box::into_raw(Box::new(CqObj {
         c,
         cq,
         users: AtomicUsize::new(0),
         events: Mutex::new(0),
-        ex: UnsafeCell::new(ex),
+        ex_buf: Mutex::new(ExBuf { buf: [blank_wc(); BATCH], next: 0, len: 0 }),
+        ex_pending: AtomicBool::new(false),
+        ex_cur: UnsafeCell::new(blank_wc()),
     }));
     b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.insert(handle, o as usize);
     Ok(o)
@@ -337,8 +343,19 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: 
             return -libc::EINVAL;
         }
         let want = num_entries as usize;
-        let mut buf = [blank_wc(); BATCH];
         let mut done = 0usize;
+        if o.ex_pending.load(Ordering::Acquire) {
+            // What an extended poll fetched and left comes first.
+            let mut b = o.ex_buf.lock().unwrap_or_else(|p| p.into_inner());
+            while done < want && b.next < b.len {
+                // SAFETY: the caller's array has num_entries slots.
+                unsafe { wc.add(done).write(to_ibv_wc(&b.buf[b.next])) };
+                b.next += 1;
+                done += 1;
+            }
+            o.ex_pending.store(b.next < b.len, Ordering::Release);
+        }
+        let mut buf = [blank_wc(); BATCH];
         while done < want {
             let n = (want - done).min(BATCH);
             let got = match o.cq.poll(&mut buf[..n]) {
@@ -373,35 +390,33 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited_only: c_
 // The extended poller. `ibv_start_poll` fetches a batch and exposes its
 // first completion through `status`/`wr_id` and the readers; `next_poll`
 // steps; completions fetched but not consumed before `end_poll` stay for
-// the next `start_poll`.
+// the next `start_poll` or `ibv_poll_cq`, whichever comes first (both read
+// one queue, as on hardware).
 
 /// # Safety
-/// `cq` is an extended CQ made here; the application serialises the
-/// poll calls (rdma-core's contract).
-unsafe fn ex<'a>(cq: *mut IbvCqEx) -> (&'a CqObj, &'a mut ExPoll) {
+/// `cq` is an extended CQ made here, not destroyed.
+unsafe fn ex<'a>(cq: *mut IbvCqEx) -> &'a CqObj {
     // SAFETY: per the contract.
-    let o = unsafe { &*(cq as *const CqObj) };
-    // SAFETY: serialised by the application, as above.
-    (o, unsafe { &mut *o.ex.get() })
+    unsafe { &*(cq as *const CqObj) }
 }
 
-fn advance(o: &CqObj, p: &mut ExPoll) -> c_int {
-    if p.next == p.len {
-        p.next = 0;
-        p.len = match o.cq.poll(&mut p.buf) {
-            Ok(n) => n,
-            Err(e) => {
-                p.len = 0;
-                return errno(&e);
-            }
-        };
-        if p.len == 0 {
-            return libc::ENOENT;
+/// The CQ's next completion: the oldest fetched and not handed out, else a
+/// new batch from the engine; ENOENT when there is none.
+fn advance(o: &CqObj) -> Result<Wc, c_int> {
+    let mut guard = o.ex_buf.lock().unwrap_or_else(|p| p.into_inner());
+    let b = &mut *guard;
+    if b.next == b.len {
+        b.next = 0;
+        b.len = 0;
+        b.len = o.cq.poll(&mut b.buf).map_err(|e| errno(&e))?;
+        if b.len == 0 {
+            return Err(libc::ENOENT);
         }
     }
-    p.cur = p.buf[p.next];
-    p.next += 1;
-    0
+    let w = b.buf[b.next];
+    b.next += 1;
+    o.ex_pending.store(b.next < b.len, Ordering::Release);
+    Ok(w)
 }
 
 unsafe extern "C" fn start_poll(cq: *mut IbvCqEx, attr: *mut IbvPollCqAttr) -> c_int {
@@ -413,22 +428,29 @@ unsafe extern "C" fn start_poll(cq: *mut IbvCqEx, attr: *mut IbvPollCqAttr) -> c
         if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
             return libc::EINVAL;
         }
-        // SAFETY: an extended CQ made here.
-        let (o, p) = unsafe { ex(cq) };
-        next_common(cq, o, p)
+        next_common(cq)
     })
 }
 
-fn next_common(cq: *mut IbvCqEx, o: &CqObj, p: &mut ExPoll) -> c_int {
-    let r = advance(o, p);
-    if r == 0 {
-        // SAFETY: the application reads these fields directly.
-        unsafe {
-            (*cq).status = p.cur.status as u32 as _;
-            (*cq).wr_id = p.cur.wr_id;
+/// Makes the next completion current: `status` and `wr_id`, which the
+/// application reads directly, and what the readers report.
+fn next_common(cq: *mut IbvCqEx) -> c_int {
+    // SAFETY: an extended CQ made here (callers checked for NULL).
+    let o = unsafe { ex(cq) };
+    match advance(o) {
+        Ok(w) => {
+            // SAFETY: the poll calls are serialised by the application
+            // (rdma-core's contract), so nothing else touches `ex_cur` or
+            // these fields now.
+            unsafe {
+                *o.ex_cur.get() = w;
+                (*cq).status = w.status as u32 as _;
+                (*cq).wr_id = w.wr_id;
+            }
+            0
         }
+        Err(e) => e,
     }
-    r
 }
 
 unsafe extern "C" fn next_poll(cq: *mut IbvCqEx) -> c_int {
@@ -436,9 +458,7 @@ unsafe extern "C" fn next_poll(cq: *mut IbvCqEx) -> c_int {
         if cq.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: an extended CQ made here.
-        let (o, p) = unsafe { ex(cq) };
-        next_common(cq, o, p)
+        next_common(cq)
     })
 }
 
@@ -453,9 +473,10 @@ macro_rules! reader {
                 if cq.is_null() {
                     return Default::default();
                 }
-                // SAFETY: an extended CQ made here, between start and end.
-                let (_, p) = unsafe { ex(cq) };
-                let $w = &p.cur;
+                // SAFETY: an extended CQ made here; between start_poll and
+                // end_poll, which the application serialises with the
+                // readers, `ex_cur` is not written.
+                let $w = unsafe { &*ex(cq).ex_cur.get() };
                 $e
             })
         }

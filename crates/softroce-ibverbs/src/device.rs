@@ -147,7 +147,15 @@ ibv_export! { "IBVERBS_1.1";
             Ok(ctx) => ctx,
             Err(err) => {
                 eprintln!("softroce: cannot open {}: {err}", e.info.name);
-                if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })) {
+                if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. }))
+                    && context::opened_by_parent(&e.info.name)
+                {
+                    eprintln!(
+                        "softroce: this process is a fork() child of the one that has {} open: its address \
+                         stays the parent's; open another device (another address) in the child",
+                        e.info.name
+                    );
+                } else if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })) {
                     eprintln!(
                         "softroce: two processes on one host need two addresses: start each with \
                          `softroce run --loopback -- PROGRAM` (a free 127.0.0.x each), or give each \
@@ -170,6 +178,16 @@ ibv_export! { "IBVERBS_1.1";
     }
 }
 
+/// `SOFTROCE_VENDOR_PART_ID`: a part ID to report instead of rxe's 0.
+/// perftest picks its post-send API by part ID alone and keeps the
+/// `ibv_wr_*` builder for ConnectX-4..7, BlueField and EFA parts: with, for
+/// example, 4119 (ConnectX-5) unmodified perftest takes that path over
+/// softroce. Off by default: tools may read a ConnectX part as an mlx5 device.
+fn vendor_part_id() -> Option<u32> {
+    static ID: OnceLock<Option<u32>> = OnceLock::new();
+    *ID.get_or_init(|| std::env::var("SOFTROCE_VENDOR_PART_ID").ok()?.trim().parse().ok())
+}
+
 /// Fills rdma-core's `ibv_device_attr` from softroce's (rxe's) values.
 pub(crate) fn device_attr(b: &CtxBlock) -> IbvDeviceAttr {
     let a = b.ctx.query_device();
@@ -180,7 +198,7 @@ pub(crate) fn device_attr(b: &CtxBlock) -> IbvDeviceAttr {
     o.max_mr_size = a.max_mr_size;
     o.page_size_cap = a.page_size_cap;
     o.vendor_id = a.vendor_id;
-    o.vendor_part_id = a.vendor_part_id;
+    o.vendor_part_id = vendor_part_id().unwrap_or(a.vendor_part_id);
     o.hw_ver = a.hw_ver;
     o.max_qp = a.max_qp as _;
     o.max_qp_wr = a.max_qp_wr as _;
@@ -239,6 +257,8 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         }
         let mut ex = IbvDeviceAttrEx::default();
         ex.orig_attr = device_attr(b);
+        // rxe reports its capability flags again in the 64-bit field.
+        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         ex.phys_port_cnt_ex = 1;
         let n = attr_size.min(size_of::<IbvDeviceAttrEx>());
         // SAFETY: the caller's struct has attr_size bytes; we write at most

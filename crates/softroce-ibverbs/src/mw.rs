@@ -3,6 +3,7 @@
 //! that BIND_MW work requests carry.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use softroce::{AccessFlags, Mw, MwBind, MwBindInfo, MwType, SendFlags};
 
@@ -17,10 +18,17 @@ use crate::qp::qp_obj;
 pub(crate) struct MwObj {
     pub(crate) c: IbvMw,
     pub(crate) mw: Mw,
+    /// The window's R_Key once the binds posted so far have run: what the
+    /// next BIND_MW names it by. A type 2 bind (`ibv_wr_bind_mw`, or a
+    /// BIND_MW WR) changes the key's low byte without touching the C
+    /// `rkey` (rdma-core's providers leave it too), and the engine finds a
+    /// window to bind by its whole current key.
+    key: AtomicU32,
 }
 
-/// A BIND_MW work request's bind: window `mw` (its current key) gets key
+/// A BIND_MW work request's bind: window `mw` (by its current key) gets key
 /// `rkey` over `info`'s range of `info.mr` (NULL `mr` with length 0 unbinds).
+/// Once the WR is posted, [`bind_posted`] records the window's new key.
 pub(crate) fn bind_of(mw: *mut IbvMw, rkey: u32, info: &IbvMwBindInfo) -> Result<MwBind, c_int> {
     if mw.is_null() {
         return Err(libc::EINVAL);
@@ -34,10 +42,22 @@ pub(crate) fn bind_of(mw: *mut IbvMw, rkey: u32, info: &IbvMwBindInfo) -> Result
         unsafe { &*(info.mr as *const MrObj) }.c.lkey
     };
     Ok(MwBind {
-        mw_key: m.c.rkey,
+        mw_key: m.key.load(Ordering::Acquire),
         new_key: rkey,
         info: MwBindInfo { mr_key, addr: info.addr, length: info.length, access: AccessFlags(info.mw_access_flags) },
     })
+}
+
+/// Records that a BIND_MW WR made by [`bind_of`] for the window at address
+/// `mw` was posted: the window's key is the bind's new key from now on.
+pub(crate) fn bind_posted(mw: usize, b: &MwBind) {
+    if mw == 0 {
+        return;
+    }
+    // SAFETY: the address of a live window (bind_of checked it; the
+    // application deallocates it only after its binds were posted).
+    let m = unsafe { &*(mw as *const MwObj) };
+    m.key.store((b.mw_key & !0xff) | (b.new_key & 0xff), Ordering::Release);
 }
 
 /// `ops.alloc_mw`.
@@ -61,7 +81,8 @@ pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut IbvPd, ty: u32) -> *mut IbvMw 
             Ok(mw) => {
                 p.adopt();
                 let c = IbvMw { context: p.c.context, pd, rkey: mw.rkey(), handle: mw.rkey() >> 8, type_: ty as _ };
-                Box::into_raw(Box::new(MwObj { c, mw })) as *mut IbvMw
+                let key = AtomicU32::new(mw.rkey());
+                Box::into_raw(Box::new(MwObj { c, mw, key })) as *mut IbvMw
             }
             Err(e) => {
                 set_errno(errno(&e));
@@ -106,6 +127,7 @@ pub(crate) unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind:
         match o.mw.bind_with(&q.qp, b.wr_id, SendFlags(b.send_flags & 0xf), bind.info) {
             Ok(key) => {
                 o.c.rkey = key;
+                o.key.store(key, Ordering::Release);
                 0
             }
             Err(e) => errno(&e),

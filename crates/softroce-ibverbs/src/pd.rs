@@ -86,6 +86,10 @@ pub(crate) struct MrObj {
 /// optional range) are accepted and ignored, as rxe ignores them.
 const ACCESS_KNOWN: u32 = 0x3f;
 const ACCESS_HINTS: u32 = IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_OPTIONAL_RANGE;
+/// Access bits of features softroce does not have: on-demand paging,
+/// huge-page hints, and FLUSH (`IBV_ACCESS_FLUSH_GLOBAL` / `_PERSISTENT`,
+/// bits 8 and 9): EOPNOTSUPP, as the kernel answers for a device without them.
+const ACCESS_UNSUPPORTED: u32 = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | 1 << 8 | 1 << 9;
 
 fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
     // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
@@ -94,9 +98,14 @@ fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_in
         return std::ptr::null_mut();
     };
     let access = access as u32;
-    if access & !(ACCESS_KNOWN | ACCESS_HINTS) != 0 || iova != addr as u64 {
-        // Unknown access bits, or an I/O virtual address other than the
-        // buffer's (softroce's regions are addressed by their VA).
+    if access & !(ACCESS_KNOWN | ACCESS_HINTS | ACCESS_UNSUPPORTED) != 0 {
+        // Bits no kernel knows: ib_check_mr_access says EINVAL.
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    if access & ACCESS_UNSUPPORTED != 0 || iova != addr as u64 {
+        // Known features softroce lacks, or an I/O virtual address other
+        // than the buffer's (softroce's regions are addressed by their VA).
         set_errno(libc::EOPNOTSUPP);
         return std::ptr::null_mut();
     }

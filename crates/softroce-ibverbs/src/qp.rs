@@ -314,6 +314,11 @@ ibv_export! { "IBVERBS_1.1";
         // Capacity changes are not supported: keep the QP's own (rxe
         // accepts only what it already has, too).
         let mask = attr_mask as u32 & !(IBV_QP_CAP as u32);
+        if mask & IBV_QP_PORT as u32 != 0 && a.port_num != 1 {
+            // The device has one port (the kernel checks rdma_is_port_valid).
+            trace_err("ibv_modify_qp", &format_args!("port {} does not exist", a.port_num));
+            return libc::EINVAL;
+        }
         let dev = o.pd.context().device();
         let pa = match to_qp_attr(dev.addr, dev.addr_gid_index() as u8, a, mask) {
             Ok(pa) => pa,
@@ -482,6 +487,8 @@ struct Pending {
     swap: u64,
     ud: Option<UdDest>,
     bind: Option<MwBind>,
+    /// The window a BIND_MW binds (its `MwObj`'s address; 0 for none).
+    mw: usize,
     sges: (usize, usize),
     inline: Option<(usize, usize)>,
 }
@@ -500,8 +507,31 @@ impl Pending {
             swap: 0,
             ud: None,
             bind: None,
+            mw: 0,
             sges: (0, 0),
             inline: None,
+        }
+    }
+
+    /// Whether the engine takes this opcode (and addressing) on a QP of
+    /// type `t`: checked for a whole `ibv_wr_*` batch before any of it is
+    /// posted (the engine would refuse the WR after posting those before).
+    fn fits(&self, t: QpType) -> bool {
+        use WrOpcode as O;
+        match t {
+            QpType::Ud => matches!(self.opcode, O::Send | O::SendWithImm) && self.ud.is_some(),
+            QpType::Uc => matches!(
+                self.opcode,
+                O::Send | O::SendWithImm | O::RdmaWrite | O::RdmaWriteWithImm | O::LocalInv | O::BindMw
+            ),
+            QpType::Rc => true,
+        }
+    }
+
+    /// Records a posted BIND_MW's new window key (see `mw::bind_posted`).
+    fn posted(&self) {
+        if let Some(b) = &self.bind {
+            crate::mw::bind_posted(self.mw, b);
         }
     }
 
@@ -560,6 +590,11 @@ unsafe fn inline_from_sges(s: &mut Scratch, r: (usize, usize), max: u32) -> Resu
     Ok((start, total as usize))
 }
 
+/// Whether `op` writes the local SGEs (so IBV_SEND_INLINE does not apply).
+fn fetches(op: WrOpcode) -> bool {
+    matches!(op, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+}
+
 /// The AH handle behind an `ibv_ah` pointer.
 fn ah_handle(ah: *mut IbvAh) -> Result<u32, c_int> {
     // SAFETY: an AH from ibv_create_ah, or NULL (checked).
@@ -578,9 +613,7 @@ unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pend
     let mut p = Pending::new(w.wr_id, opcode, w.send_flags);
     // SAFETY: per the contract.
     p.sges = unsafe { take_sges(s, w.sg_list, w.num_sge as usize) };
-    if p.flags.contains(SendFlags::INLINE)
-        && !matches!(opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
-    {
+    if p.flags.contains(SendFlags::INLINE) && !fetches(opcode) {
         // SAFETY: per the contract: the SGEs name the caller's memory.
         p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
     }
@@ -606,6 +639,7 @@ unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pend
             WrOpcode::BindMw => {
                 let b = &w.bind_mw_tso.bind_mw;
                 p.bind = Some(crate::mw::bind_of(b.mw, b.rkey, &b.bind_info)?);
+                p.mw = b.mw as usize;
             }
             _ => {}
         }
@@ -688,6 +722,8 @@ fn flush(
             o.qp.post_send_batch(&wrs)
         }
     };
+    let posted = r.as_ref().err().map_or(pend.len(), |(i, _)| *i);
+    pend[..posted].iter().flatten().for_each(|(p, _)| p.posted());
     r.map_err(|(i, e)| {
         if !bad_wr.is_null()
             && let Some(Some((_, at))) = pend.get(i)
@@ -782,21 +818,43 @@ unsafe extern "C" fn wr_complete(qp: *mut IbvQpEx) -> c_int {
     guard("wr_complete", || {
         // SAFETY: an extended QP made here.
         let (o, b) = unsafe { bld(qp) };
-        if b.err != 0 {
-            let e = b.err;
+        // A failed batch posts nothing (ibv_wr_post(3)): refuse up front
+        // what the engine would refuse part-way. A send queue already
+        // holding WRs can still fill up in the middle; then the WRs before
+        // are posted and complete, and the error is returned.
+        let ty = o.qp.qp_type();
+        let e = if b.err != 0 {
+            b.err
+        } else if b.wrs.len() > o.cap.max_send_wr.max(1) as usize {
+            libc::ENOMEM
+        } else if !b.wrs.iter().all(|p| p.fits(ty)) {
+            libc::EINVAL
+        } else {
+            0
+        };
+        if e != 0 {
+            trace_err("ibv_wr_complete", &format_args!("batch of {} WRs refused: errno {e}", b.wrs.len()));
             b.wrs.clear();
             return e;
         }
         let r = match b.wrs.as_slice() {
             [] => Ok(()),
-            [p] => o.qp.post_send(&p.wr(&b.scratch)).map_err(|e| errno(&e)),
+            [p] => o.qp.post_send(&p.wr(&b.scratch)).map_err(|e| (0, e)),
             many => {
                 let wrs: Vec<SendWr<'_>> = many.iter().map(|p| p.wr(&b.scratch)).collect();
-                o.qp.post_send_batch(&wrs).map_err(|(_, e)| errno(&e))
+                o.qp.post_send_batch(&wrs)
             }
         };
+        let posted = r.as_ref().err().map_or(b.wrs.len(), |(i, _)| *i);
+        b.wrs[..posted].iter().for_each(Pending::posted);
         b.wrs.clear();
-        r.err().unwrap_or(0)
+        match r {
+            Ok(()) => 0,
+            Err((_, e)) => {
+                trace_err("ibv_wr_complete", &e);
+                errno(&e)
+            }
+        }
     })
 }
 
@@ -874,6 +932,7 @@ unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, inf
     let bind = if info.is_null() { Err(libc::EINVAL) } else { crate::mw::bind_of(mw, rkey, unsafe { &*info }) };
     begin(qp, WrOpcode::BindMw, |p| {
         p.bind = bind.ok();
+        p.mw = mw as usize;
     });
     if bind.is_err() {
         last(qp, |_, _, _| Err(libc::EINVAL));
@@ -901,7 +960,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut IbvQpEx, num_sge: usize, sg_list: 
 
 /// `IBV_SEND_INLINE` in `wr_flags` with SGEs: the bytes are taken now.
 fn inline_if_flagged(o: &QpObj, p: &mut Pending, s: &mut Scratch) -> Result<(), c_int> {
-    if p.flags.contains(SendFlags::INLINE) {
+    if p.flags.contains(SendFlags::INLINE) && !fetches(p.opcode) {
         // SAFETY: the SGEs name the caller's memory (verbs contract).
         p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
     }
@@ -947,8 +1006,11 @@ unsafe extern "C" fn wr_set_inline_data_list(qp: *mut IbvQpEx, num_buf: usize, b
     });
 }
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut IbvQpEx, ah: *mut IbvAh, remote_qpn: u32, remote_qkey: u32) {
-    last(qp, |_, p, _| {
-        p.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
+    last(qp, |o, p, _| {
+        // Other QP types have no use for an address (rxe ignores it too).
+        if o.qp.qp_type() == QpType::Ud {
+            p.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
+        }
         Ok(())
     });
 }

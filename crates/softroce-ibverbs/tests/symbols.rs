@@ -14,6 +14,8 @@
 //! Without `objdump` the tests print "skipped" and pass, unless `CI` is set;
 //! likewise for missing Debian binaries in (c).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -235,19 +237,6 @@ fn objdump(flag: &str, file: &Path) -> String {
     String::from_utf8(out.stdout).expect("objdump prints text")
 }
 
-/// The cdylib cargo built for this test run: `target/<profile>/deps/symbols-HASH`
-/// → `target/<profile>/libsoftroce_ibverbs.so` (or its copy in `deps/`).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("the test binary lives in deps/");
-    let profile = deps.parent().expect("deps/ lives in the profile directory");
-    [profile, deps]
-        .iter()
-        .map(|d| d.join("libsoftroce_ibverbs.so"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no libsoftroce_ibverbs.so next to {}", exe.display()))
-}
-
 /// One dynamic symbol: its name, its version (without parentheses), whether
 /// that version is the default one (`name@@V`, printed without
 /// parentheses), and whether it is undefined.
@@ -295,7 +284,7 @@ fn exports() -> &'static BTreeMap<String, Vec<DynSym>> {
     static EXPORTS: OnceLock<BTreeMap<String, Vec<DynSym>>> = OnceLock::new();
     EXPORTS.get_or_init(|| {
         let mut map: BTreeMap<String, Vec<DynSym>> = BTreeMap::new();
-        for s in dynamic_symbols(&cdylib()).into_iter().filter(|s| !s.undefined) {
+        for s in dynamic_symbols(&common::cdylib()).into_iter().filter(|s| !s.undefined) {
             map.entry(s.name.clone()).or_default().push(s);
         }
         map
@@ -307,7 +296,7 @@ fn soname_and_version_nodes() {
     if !available(have_objdump(), "objdump (binutils)") {
         return;
     }
-    let text = objdump("-p", &cdylib());
+    let text = objdump("-p", &common::cdylib());
     let soname = text.lines().find_map(|l| l.trim().strip_prefix("SONAME")).map(str::trim);
     assert_eq!(soname, Some("libibverbs.so.1"), "SONAME");
 

@@ -74,10 +74,21 @@ impl Options {
 pub(crate) struct Owner {
     pub(crate) shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The process that opened the device: in a `fork()` child the driver
+    /// thread, the socket and the pcap file are the parent's (see `fork`).
+    pid: u32,
 }
 
 impl Drop for Owner {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // Joining a thread the child does not have panics or hangs, and
+            // waking or flushing would act on the parent's fds.
+            if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                std::mem::forget(t);
+            }
+            return;
+        }
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.shared.waker.wake();
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -176,6 +187,7 @@ impl Context {
             epoch: std::time::Instant::now(),
             spin: opts.spin,
         });
+        crate::fork::register(&shared);
         let thread = match opts.progress {
             Progress::Thread => {
                 let s = shared.clone();
@@ -184,7 +196,7 @@ impl Context {
             }
             Progress::Inline => None,
         };
-        Ok(Context { owner: Arc::new(Owner { shared, thread: Mutex::new(thread) }) })
+        Ok(Context { owner: Arc::new(Owner { shared, thread: Mutex::new(thread), pid: std::process::id() }) })
     }
 
     pub(crate) fn shared(&self) -> &Shared {

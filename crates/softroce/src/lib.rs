@@ -60,6 +60,7 @@ mod context;
 mod driver;
 mod error;
 pub mod faults;
+mod fork;
 mod sg;
 pub mod tap;
 mod verbs;

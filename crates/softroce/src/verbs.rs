@@ -509,6 +509,12 @@ impl Srq {
         Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.post_srq_recv(h, wr))?)
     }
 
+    /// The armed limit (0: disarmed, as after the limit event fired).
+    pub fn limit(&self) -> Result<u32, Error> {
+        let h = self.0.handle;
+        Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.srq_limit(h))?)
+    }
+
     /// Arms the limit event: `SrqLimitReached` when fewer than `limit` WRs remain.
     pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
         let h = self.0.handle;

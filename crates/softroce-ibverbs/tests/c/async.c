@@ -1,0 +1,198 @@
+/*
+ * Async events: context->async_fd is a pollable fd that becomes readable
+ * when the engine raises an event; ibv_get_async_event returns it with the
+ * right element; ibv_ack_async_event. Two events softroce's engine raises:
+ * IBV_EVENT_QP_FATAL (a responder QP that NAKed a bad R_Key) and
+ * IBV_EVENT_SRQ_LIMIT_REACHED (an armed SRQ limit).
+ */
+#include "common.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#define LEN 4096
+
+static struct dev d;
+
+static int async_readable(int ms)
+{
+	struct pollfd p = { d.ctx->async_fd, POLLIN, 0 };
+	int r = poll(&p, 1, ms);
+
+	REQUIRE(r >= 0, "poll: errno %d", errno);
+	return r == 1 && (p.revents & POLLIN);
+}
+
+/* Takes every pending event (the fd is non-blocking); returns how many. */
+static int drain_events(void)
+{
+	struct ibv_async_event e;
+	int n = 0;
+
+	while (ibv_get_async_event(d.ctx, &e) == 0) {
+		ibv_ack_async_event(&e);
+		n++;
+	}
+	return n;
+}
+
+int main(void)
+{
+	struct ibv_cq *cq;
+	struct ibv_qp *qa, *qb, *qc, *qd;
+	struct ibv_srq *srq;
+	struct ibv_srq_init_attr sinit;
+	struct ibv_srq_attr sattr;
+	struct ibv_async_event e;
+	struct ibv_mr *amr, *bmr;
+	struct ibv_wc wc;
+	uint8_t *abuf, *bbuf;
+	int flags, i, n, r;
+
+	watchdog(30);
+	open_dev(&d);
+	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+	REQUIRE(cq, "ibv_create_cq: errno %d", errno);
+	abuf = alloc_buf(LEN);
+	bbuf = alloc_buf(LEN);
+	amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
+	bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS);
+	REQUIRE(amr && bmr, "ibv_reg_mr: errno %d", errno);
+
+	begin("async_fd_idle");
+	EXPECT(d.ctx->async_fd >= 0, "async_fd %d", d.ctx->async_fd);
+	EXPECT(!async_readable(0), "async_fd is readable with no event");
+	flags = fcntl(d.ctx->async_fd, F_GETFL);
+	EXPECT(flags >= 0, "fcntl(async_fd): errno %d", errno);
+	end();
+
+	begin("async_nonblocking_eagain");
+	REQUIRE(fcntl(d.ctx->async_fd, F_SETFL, flags | O_NONBLOCK) == 0, "fcntl O_NONBLOCK");
+	errno = 0;
+	r = ibv_get_async_event(d.ctx, &e);
+	EXPECT(r == -1 && errno == EAGAIN, "ibv_get_async_event with nothing pending: %d, errno %d", r, errno);
+	REQUIRE(fcntl(d.ctx->async_fd, F_SETFL, flags) == 0, "fcntl");
+	end();
+
+	begin("async_qp_fatal");
+	/* A WRITE with a bad R_Key: the requester completes with
+	 * REM_ACCESS_ERR, the responder QP goes to ERR and raises QP_FATAL. */
+	qa = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
+	qb = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
+	connect_pair(&d, qa, qb);
+	{
+		struct ibv_sge sge = { (uintptr_t)abuf, 16, amr->lkey };
+		struct ibv_send_wr wr, *bad;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 1;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = (uintptr_t)bbuf;
+		wr.wr.rdma.rkey = bmr->rkey ^ 0x300;
+		r = ibv_post_send(qa, &wr, &bad);
+		REQUIRE(r == 0, "ibv_post_send: %d", r);
+	}
+	n = poll_n(cq, 1, &wc, 3000);
+	EXPECT(n == 1 && wc.wr_id == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "requester: %d completions, status %s",
+	       n, n == 1 ? ibv_wc_status_str(wc.status) : "-");
+	EXPECT(async_readable(3000), "async_fd did not become readable");
+	r = ibv_get_async_event(d.ctx, &e);
+	EXPECT(r == 0, "ibv_get_async_event: %d (errno %d)", r, errno);
+	if (r == 0) {
+		EXPECT(e.event_type == IBV_EVENT_QP_FATAL, "event %s (%d), expected QP_FATAL",
+		       ibv_event_type_str(e.event_type), e.event_type);
+		EXPECT(e.element.qp == qb, "event names QP %p, expected the responder %p (requester %p)",
+		       (void *)e.element.qp, (void *)qb, (void *)qa);
+		ibv_ack_async_event(&e);
+	}
+	/* The responder really is in ERR. */
+	{
+		struct ibv_qp_attr attr;
+		struct ibv_qp_init_attr init;
+
+		r = ibv_query_qp(qb, &attr, IBV_QP_STATE, &init);
+		EXPECT(r == 0 && attr.qp_state == IBV_QPS_ERR, "responder state %d", attr.qp_state);
+	}
+	REQUIRE(fcntl(d.ctx->async_fd, F_SETFL, flags | O_NONBLOCK) == 0, "fcntl O_NONBLOCK");
+	n = drain_events();
+	EXPECT(n == 0, "%d more events after QP_FATAL", n);
+	EXPECT(!async_readable(0), "async_fd still readable after the event was taken");
+	REQUIRE(fcntl(d.ctx->async_fd, F_SETFL, flags) == 0, "fcntl");
+	end();
+	while (poll_n(cq, 1, &wc, 20) == 1)
+		;
+
+	begin("async_srq_limit");
+	memset(&sinit, 0, sizeof(sinit));
+	sinit.attr.max_wr = 16;
+	sinit.attr.max_sge = 1;
+	srq = ibv_create_srq(d.pd, &sinit);
+	REQUIRE(srq, "ibv_create_srq: errno %d", errno);
+	qc = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
+	qd = make_qp(&d, IBV_QPT_RC, cq, cq, srq, 0);
+	connect_pair(&d, qc, qd);
+	for (i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)(bbuf + 256 * i), 256, bmr->lkey };
+		struct ibv_recv_wr wr, *bad;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 50 + i;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		r = ibv_post_srq_recv(srq, &wr, &bad);
+		REQUIRE(r == 0, "ibv_post_srq_recv: %d", r);
+	}
+	memset(&sattr, 0, sizeof(sattr));
+	sattr.srq_limit = 3;
+	r = ibv_modify_srq(srq, &sattr, IBV_SRQ_LIMIT);
+	EXPECT(r == 0, "ibv_modify_srq(IBV_SRQ_LIMIT): %d", r);
+	/* 4 -> 3 WRs: not below the limit yet. */
+	r = post_send1(qc, 60, amr, abuf, 8, 0);
+	REQUIRE(r == 0, "ibv_post_send: %d", r);
+	n = poll_n(cq, 2, &wc, 3000);
+	EXPECT(n == 2, "%d completions of the first SEND", n);
+	EXPECT(!async_readable(30), "the limit event fired at 3 WRs (limit 3)");
+	/* 3 -> 2: below. */
+	r = post_send1(qc, 61, amr, abuf, 8, 0);
+	REQUIRE(r == 0, "ibv_post_send: %d", r);
+	EXPECT(async_readable(3000), "async_fd did not become readable");
+	r = ibv_get_async_event(d.ctx, &e);
+	EXPECT(r == 0, "ibv_get_async_event: %d (errno %d)", r, errno);
+	if (r == 0) {
+		EXPECT(e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED, "event %s (%d), expected SRQ_LIMIT_REACHED",
+		       ibv_event_type_str(e.event_type), e.event_type);
+		EXPECT(e.element.srq == srq, "event names SRQ %p, expected %p", (void *)e.element.srq, (void *)srq);
+		ibv_ack_async_event(&e);
+	}
+	n = poll_n(cq, 2, &wc, 3000);
+	EXPECT(n == 2, "%d completions of the second SEND", n);
+	end();
+
+	begin("srq_limit_disarmed_after_event");
+	/* The event disarms the limit: ibv_query_srq reports 0 (as rxe and the
+	 * IB spec: the limit must be armed again). */
+	memset(&sattr, 0xff, sizeof(sattr));
+	r = ibv_query_srq(srq, &sattr);
+	EXPECT(r == 0, "ibv_query_srq: %d", r);
+	EXPECT(sattr.srq_limit == 0, "srq_limit %u after the event, expected 0", sattr.srq_limit);
+	EXPECT(sattr.max_wr >= 16, "max_wr %u", sattr.max_wr);
+	/* And it does not fire again without re-arming. */
+	r = post_send1(qc, 62, amr, abuf, 8, 0);
+	REQUIRE(r == 0, "ibv_post_send: %d", r);
+	n = poll_n(cq, 2, &wc, 3000);
+	EXPECT(n == 2, "%d completions of the third SEND", n);
+	EXPECT(!async_readable(30), "the limit event fired twice");
+	end();
+
+	REQUIRE(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
+	REQUIRE(ibv_destroy_qp(qc) == 0 && ibv_destroy_qp(qd) == 0, "ibv_destroy_qp");
+	REQUIRE(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+	REQUIRE(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
+	REQUIRE(ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0, "ibv_dereg_mr");
+	REQUIRE(ibv_dealloc_pd(d.pd) == 0, "ibv_dealloc_pd");
+	REQUIRE(ibv_close_device(d.ctx) == 0, "ibv_close_device");
+	return finish();
+}
