@@ -93,6 +93,23 @@ ibv_export! { "IBVERBS_1.1";
     }
 }
 
+/// The IPv4 header in a UD receive's GRH area, if the area holds one
+/// (rdma-core's rule: an area not starting with an IPv6 version nibble holds
+/// IPv4 in bytes 20..40; one that does is IPv4 only if those bytes are a
+/// 20-byte IPv4 header with a valid checksum).
+fn grh_ipv4(raw: &[u8; 40]) -> Option<&[u8]> {
+    let ip = &raw[20..];
+    if raw[0] >> 4 != 6 {
+        return (ip[0] >> 4 == 4).then_some(ip);
+    }
+    if ip[0] != 0x45 {
+        return None;
+    }
+    let sum: u32 = ip.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    ((folded & 0xffff) + (folded >> 16) == 0xffff).then_some(ip)
+}
+
 ibv_export! { "IBVERBS_1.1";
     /// The address to answer a received UD datagram: the GRH the receive
     /// buffer starts with gives the peer's GID (its source) and which of our
@@ -108,16 +125,32 @@ ibv_export! { "IBVERBS_1.1";
         if w.wc_flags & IBV_WC_GRH == 0 {
             return libc::EINVAL;
         }
-        let dgid = gid_bytes(&h.dgid);
+        // SAFETY: the GRH area is 40 readable bytes.
+        let raw = unsafe { &*(grh as *const [u8; 40]) };
+        let (sgid, dgid, traffic_class, flow_label) = match grh_ipv4(raw) {
+            // RoCEv2 over IPv4: the IPv4 header fills the area's last 20
+            // bytes; its addresses stand for IPv4-mapped GIDs.
+            Some(ip) => {
+                let gid = |o: usize| {
+                    std::net::Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]).to_ipv6_mapped().octets()
+                };
+                (gid(12), gid(16), ip[1], 0)
+            }
+            None => {
+                let vtf = u32::from_be(h.version_tclass_flow);
+                (gid_bytes(&h.sgid), gid_bytes(&h.dgid), ((vtf >> 20) & 0xff) as u8, vtf & 0xfffff)
+            }
+        };
         let Some(sgid_index) = (0..b.ctx.device().gids.len()).find(|&i| b.ctx.query_gid(i) == Some(dgid)) else {
             return libc::ENOENT;
         };
         let mut a = IbvAhAttr::default();
-        a.grh.dgid = h.sgid;
+        // SAFETY: ibv_gid is 16 plain bytes.
+        a.grh.dgid = unsafe { std::mem::transmute::<[u8; 16], IbvGid>(sgid) };
         a.grh.sgid_index = sgid_index as u8;
         a.grh.hop_limit = 0xff;
-        a.grh.traffic_class = ((u32::from_be(h.version_tclass_flow) >> 20) & 0xff) as u8;
-        a.grh.flow_label = u32::from_be(h.version_tclass_flow) & 0xfffff;
+        a.grh.traffic_class = traffic_class;
+        a.grh.flow_label = flow_label;
         a.is_global = 1;
         a.dlid = w.slid;
         a.sl = w.sl;

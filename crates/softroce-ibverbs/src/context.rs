@@ -170,6 +170,19 @@ pub(crate) unsafe fn close(ctx: *mut IbvContext) -> c_int {
     0
 }
 
+/// Waits until `fd` is readable, once. A signal whose handler was installed
+/// without SA_RESTART ends the wait with EINTR, as the `read()` of
+/// rdma-core's `ibv_get_cq_event` / `ibv_get_async_event` ends (qperf stops
+/// its timed tests that way).
+pub(crate) fn wait_readable(fd: c_int) -> Result<(), c_int> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd, valid for the call.
+    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINTR));
+    }
+    Ok(())
+}
+
 /// Whether `fd` is in non-blocking mode (an application may set it on a
 /// channel or the async fd to poll them).
 pub(crate) fn nonblocking(fd: c_int) -> bool {
@@ -191,16 +204,24 @@ ibv_export! { "IBVERBS_1.1";
             set_errno(libc::EINVAL);
             return -1;
         }
-        let timeout = if nonblocking(b.vctx.context.async_fd) { Some(std::time::Duration::ZERO) } else { None };
-        let ev = match b.ctx.get_async_event(timeout) {
-            Ok(Some(ev)) => ev,
-            Ok(None) => {
-                set_errno(libc::EAGAIN);
-                return -1;
-            }
-            Err(e) => {
-                set_errno(errno(&e));
-                return -1;
+        let fd = b.vctx.context.async_fd;
+        let ev = loop {
+            match b.ctx.get_async_event(Some(std::time::Duration::ZERO)) {
+                Ok(Some(ev)) => break ev,
+                Ok(None) if nonblocking(fd) => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+                Ok(None) => {
+                    if let Err(e) = wait_readable(fd) {
+                        set_errno(e);
+                        return -1;
+                    }
+                }
+                Err(e) => {
+                    set_errno(errno(&e));
+                    return -1;
+                }
             }
         };
         let objs = b.objects.lock().unwrap_or_else(|p| p.into_inner());

@@ -269,18 +269,17 @@ ibv_export! { "IBVERBS_1.1";
             set_errno(libc::EINVAL);
             return -1;
         };
-        let timeout = nonblocking(o.c.fd).then_some(std::time::Duration::ZERO);
         loop {
-            let h = match o.ch.get_event(timeout) {
-                Ok(Some(h)) => h,
-                Ok(None) => {
+            let Some(h) = o.ch.try_get_event() else {
+                if nonblocking(o.c.fd) {
                     set_errno(libc::EAGAIN);
                     return -1;
                 }
-                Err(e) => {
-                    set_errno(errno(&e));
+                if let Err(e) = context::wait_readable(o.c.fd) {
+                    set_errno(e);
                     return -1;
                 }
+                continue;
             };
             let Some(&addr) = b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.get(&h) else {
                 // The CQ was destroyed after it fired: nothing to report.

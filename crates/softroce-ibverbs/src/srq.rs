@@ -136,8 +136,11 @@ ibv_export! { "IBVERBS_1.1";
         if srq_attr.is_null() {
             return libc::EINVAL;
         }
+        let mut a = *o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        // The limit event disarms the limit (0), as rxe reports it.
+        a.srq_limit = o.srq.limit().unwrap_or(a.srq_limit);
         // SAFETY: the caller passes a writable ibv_srq_attr.
-        unsafe { srq_attr.write(*o.attr.lock().unwrap_or_else(|p| p.into_inner())) };
+        unsafe { srq_attr.write(a) };
         0
     }
 }

@@ -1,0 +1,712 @@
+//! rdma-core's unmodified Debian binaries (ibverbs-utils, perftest, qperf)
+//! over softroce's drop-in `libibverbs.so.1`, each side a process of its own
+//! started by `softroce run --loopback`: the device listing, the three
+//! ping-pongs, perftest's eight RC tests, qperf's RC tests, and softroce's
+//! own `rc-pingpong` against rdma-core's in both directions. Every check
+//! reads the tool's result lines, not only its exit status.
+//!
+//! Needs `libsoftroce_ibverbs.so` beside the `softroce` binary (`cargo test
+//! --workspace` builds it) and the Debian packages ibverbs-utils, perftest
+//! and qperf. Without a tool a test prints a skip line, unless `CI` is set:
+//! then it fails.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process_group};
+
+/// Longest any one process may run before it is killed.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to finish once its client is done.
+const SERVER_GRACE: Duration = Duration::from_secs(20);
+/// perftest's iteration count here (a few seconds in a debug build).
+const PERF_ITERS: u64 = 2000;
+
+/// The `softroce` binary, once the cdylib `softroce run` needs is known to
+/// be beside it (`cargo build` puts it there, `cargo test` in `deps/`).
+fn softroce() -> &'static str {
+    let bin = env!("CARGO_BIN_EXE_softroce");
+    let dir = Path::new(bin).parent().unwrap();
+    let libs = [dir.join("libsoftroce_ibverbs.so"), dir.join("deps").join("libsoftroce_ibverbs.so")];
+    assert!(
+        libs.iter().any(|l| l.is_file()),
+        "{} is missing: build it with `cargo build -p softroce-ibverbs` (or run `cargo test --workspace`); \
+         cargo does not build the cdylib as a dependency of softroce-cli",
+        libs[0].display()
+    );
+    bin
+}
+
+/// The Debian package that ships each tool.
+fn package_of(tool: &str) -> &'static str {
+    match tool {
+        "qperf" => "qperf",
+        t if t.starts_with("ib_") => "perftest",
+        _ => "ibverbs-utils",
+    }
+}
+
+/// Whether every tool is on PATH. A missing tool fails the test under CI;
+/// elsewhere the test prints a skip line and returns.
+fn have(test: &str, tools: &[&str]) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> =
+        tools.iter().copied().filter(|t| !std::env::split_paths(&path).any(|d| d.join(t).is_file())).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let pkgs: Vec<&str> = missing.iter().map(|t| package_of(t)).collect();
+    let msg = format!("{test}: {} not found (apt-get install {})", missing.join(", "), pkgs.join(" "));
+    assert!(std::env::var_os("CI").is_none(), "CI is set and {msg}");
+    eprintln!("skipped: {msg}");
+    false
+}
+
+/// A TCP port nobody listens on now: bound on 127.0.0.1 and released, so
+/// tests running side by side (and other test binaries) each get their own.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port()
+}
+
+/// How a process ended: its status, or `None` when it was killed here (out
+/// of time, or a server no longer needed).
+struct Done {
+    what: String,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Done {
+    fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    fn report(&self) -> String {
+        let how = match self.status {
+            Some(s) => s.to_string(),
+            None => "killed by the test".into(),
+        };
+        format!("--- {} ({how})\n[stdout]\n{}[stderr]\n{}", self.what, self.stdout, self.stderr)
+    }
+}
+
+/// A program under `softroce run --loopback`, in a process group of its own
+/// so that killing it also kills the program (`softroce run` only waits for
+/// it). Its output is drained by threads so a full pipe never blocks it.
+struct Proc {
+    what: String,
+    child: Option<Child>,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+    deadline: Instant,
+}
+
+fn drain(r: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut r = r;
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+impl Proc {
+    fn start<S: AsRef<str>>(program: &[S]) -> Proc {
+        let program: Vec<&str> = program.iter().map(AsRef::as_ref).collect();
+        let what = program.join(" ");
+        let mut child = Command::new(softroce())
+            .args(["run", "--loopback", "--"])
+            .args(program)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start softroce run -- {what}: {e}"));
+        let stdout = Some(drain(child.stdout.take().unwrap()));
+        let stderr = Some(drain(child.stderr.take().unwrap()));
+        Proc { what, child: Some(child), stdout, stderr, deadline: Instant::now() + CHILD_TIMEOUT }
+    }
+
+    /// Whether it has exited (then `finish` returns at once).
+    fn exited(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_some()
+    }
+
+    /// Kills the whole group; only while the leader is not reaped, so the
+    /// group id cannot name anyone else.
+    fn kill_group(&mut self) {
+        if let Some(c) = self.child.as_mut()
+            && matches!(c.try_wait(), Ok(None))
+        {
+            let _ = kill_process_group(Pid::from_child(c), Signal::KILL);
+        }
+    }
+
+    /// Waits until it exits, `within` passes or its deadline comes (then
+    /// kills it), and collects its output.
+    fn finish(mut self, within: Duration) -> Done {
+        let until = self.deadline.min(Instant::now() + within);
+        let mut child = self.child.take().unwrap();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if Instant::now() >= until {
+                let _ = kill_process_group(Pid::from_child(&child), Signal::KILL);
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stdout = self.stdout.take().unwrap().join().unwrap();
+        let stderr = self.stderr.take().unwrap().join().unwrap();
+        Done { what: std::mem::take(&mut self.what), status, stdout, stderr }
+    }
+
+    fn kill(mut self) -> Done {
+        self.kill_group();
+        self.finish(Duration::ZERO)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill_group();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Whether some socket listens on TCP `port` (any address, v4 or v6).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local_address is field 1, the state field 3; 0A is LISTEN.
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+    })
+}
+
+/// How a server ends once its client is done.
+#[derive(Clone, Copy, PartialEq)]
+enum ServerEnd {
+    /// It exits by itself (ping-pongs, perftest).
+    Exits,
+    /// It serves forever (qperf): kill it.
+    Kill,
+}
+
+/// Stands for the TCP port in `server_client`'s commands.
+const PORT: &str = "<port>";
+
+/// `cmd` with `PORT` replaced by `port`.
+fn with_port(cmd: &[&str], port: u16) -> Vec<String> {
+    cmd.iter().map(|a| if *a == PORT { port.to_string() } else { a.to_string() }).collect()
+}
+
+/// Attempts `server_client` makes at most.
+const ATTEMPTS: u32 = 4;
+
+/// Runs `server`, waits until it listens on a fresh port (`PORT` in both
+/// commands), then runs `client` to its end; the server is killed when the
+/// client fails. Panics with both outputs when either fails, except that it
+/// starts over when the port was taken meanwhile or when the client failed
+/// saying one of `retry_on` (a tool's own trouble with a loaded machine).
+fn server_client(server: &[&str], client: &[&str], end: ServerEnd, retry_on: &[&str]) -> (Done, Done) {
+    let says = |d: &Done, what: &[&str]| what.iter().any(|m| d.stdout.contains(m) || d.stderr.contains(m));
+    for attempt in 1..=ATTEMPTS {
+        let last = attempt == ATTEMPTS;
+        let port = free_port();
+        let mut s = Proc::start(&with_port(server, port));
+        while !listening(port) && !s.exited() && Instant::now() < s.deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !listening(port) {
+            let d = s.kill();
+            // The port was free when chosen, but a connection elsewhere (this
+            // binary's other tests, other test binaries) may take it meanwhile:
+            // rdma-core and perftest then say "Couldn't listen to port", qperf
+            // "unable to bind to listen port". Try another.
+            let taken = says(&d, &["listen to port", "bind to listen port"]);
+            assert!(taken && !last, "the server never listened on port {port}\n{}", d.report());
+            continue;
+        }
+        let c = Proc::start(&with_port(client, port)).finish(CHILD_TIMEOUT);
+        if !c.ok() {
+            let s = s.kill();
+            if says(&c, retry_on) && !last {
+                eprintln!("retrying after a failure that is the tool's own:\n{}", c.report());
+                continue;
+            }
+            panic!("the client failed\n{}\n{}", c.report(), s.report());
+        }
+        let s = match end {
+            ServerEnd::Exits => s.finish(SERVER_GRACE),
+            ServerEnd::Kill => s.kill(),
+        };
+        if end == ServerEnd::Exits && !s.ok() {
+            panic!("the server failed\n{}\n{}", s.report(), c.report());
+        }
+        return (s, c);
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+// ---------------------------------------------------------------------------
+// Devices
+
+/// What `ibv_devinfo -v` showed of softroce_lo.
+struct DevInfo {
+    /// The loopback address the run leased.
+    addr: Ipv4Addr,
+    /// The index of its `::ffff:ADDR, RoCE v2` GID.
+    gid_index: u32,
+}
+
+/// Runs `program` with a shell line first printing the SOFTROCE_DEVICES
+/// `softroce run` gave it; returns the device's address and the output.
+fn with_device(program: &str) -> (Ipv4Addr, Done) {
+    let script = format!("printf 'devices=%s\\n' \"$SOFTROCE_DEVICES\"; exec {program}");
+    let d = Proc::start(&["sh", "-c", &script]).finish(CHILD_TIMEOUT);
+    assert!(d.ok(), "{}", d.report());
+    let first = d.stdout.lines().next().unwrap_or_default();
+    let addr = first.strip_prefix("devices=softroce_lo=").and_then(|a| a.parse().ok());
+    let addr = addr.unwrap_or_else(|| panic!("softroce run gave no softroce_lo device: {first:?}"));
+    (addr, d)
+}
+
+fn devinfo() -> DevInfo {
+    let (addr, d) = with_device("ibv_devinfo -v");
+    let out = &d.stdout;
+    for want in [
+        "hca_id:\tsoftroce_lo\n",
+        "\ttransport:\t\t\tInfiniBand (0)\n",
+        "\tlink_layer:\t\tEthernet\n",
+        "\tstate:\t\t\tPORT_ACTIVE (4)\n",
+    ] {
+        assert!(out.contains(want), "ibv_devinfo -v lacks {want:?}\n{}", d.report());
+    }
+    // qperf's LID-only addressing rests on the LID being the address's low 16 bits.
+    let [.., hi, lo] = addr.octets();
+    let lid = u16::from_be_bytes([hi, lo]);
+    assert!(out.contains(&format!("\tport_lid:\t\t{lid}\n")), "port_lid is not {lid}\n{}", d.report());
+    // "\t\t\tGID[  1]:\t\t::ffff:127.0.0.2, RoCE v2"
+    let gids: Vec<(u32, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let (idx, gid) = l.trim_start().strip_prefix("GID[")?.split_once("]:")?;
+            Some((idx.trim().parse().ok()?, gid.trim()))
+        })
+        .collect();
+    let mine = format!("::ffff:{addr}, RoCE v2");
+    let found: Vec<u32> = gids.iter().filter(|(_, g)| *g == mine).map(|(i, _)| *i).collect();
+    assert_eq!(found.len(), 1, "one GID {mine:?} in the table\n{}", d.report());
+    DevInfo { addr, gid_index: found[0] }
+}
+
+/// The GID index of the device's IPv4 address, from `ibv_devinfo -v` (run once).
+fn gid_index() -> String {
+    static N: OnceLock<u32> = OnceLock::new();
+    N.get_or_init(|| devinfo().gid_index).to_string()
+}
+
+#[test]
+fn ibv_devices_and_ibv_devinfo_show_softroce_lo() {
+    if !have("devices", &["ibv_devices", "ibv_devinfo"]) {
+        return;
+    }
+    let (_, d) = with_device("ibv_devices");
+    let row = d.stdout.lines().find(|l| l.split_whitespace().next() == Some("softroce_lo"));
+    let row = row.unwrap_or_else(|| panic!("no softroce_lo row\n{}", d.report()));
+    let f: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        f.len() == 2 && f[1].len() == 16 && f[1].chars().all(|c| c.is_ascii_hexdigit()),
+        "a 16-hex-digit GUID: {row:?}"
+    );
+    assert!(d.stdout.lines().any(|l| l.split_whitespace().eq(["device", "node", "GUID"])), "{}", d.report());
+
+    let info = devinfo();
+    assert!(info.addr.is_loopback() && info.addr != Ipv4Addr::LOCALHOST, "{}", info.addr);
+    // As with Linux rxe: GID 0 is the link-local one, 1 the IPv4 address.
+    assert_eq!(info.gid_index, 1);
+}
+
+// ---------------------------------------------------------------------------
+// rdma-core's ping-pongs
+
+/// What a ping-pong printed: the GIDs of its address lines and its two
+/// result lines.
+#[derive(Debug)]
+struct Pingpong {
+    local_gids: Vec<String>,
+    remote_gids: Vec<String>,
+    bytes: u64,
+    secs: f64,
+    mbits: f64,
+    iters: u64,
+    iter_secs: f64,
+    usec_per_iter: f64,
+}
+
+/// Parses `  local address:  LID 0x0003, QPN ..., GID ::ffff:127.0.0.3`,
+/// `8192000 bytes in 0.09 seconds = 692.26 Mbit/sec` and
+/// `1000 iters in 0.09 seconds = 94.67 usec/iter`.
+fn parse_pingpong(d: &Done) -> Pingpong {
+    let out = &d.stdout;
+    let gids = |kind: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(kind))
+            .map(|l| l.split_whitespace().last().unwrap().to_string())
+            .collect()
+    };
+    let result = |unit: &str, per: &str| -> (u64, f64, f64) {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(unit))
+            .unwrap_or_else(|| panic!("no `... {unit} in ...` line\n{}", d.report()));
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            f.len() == 8 && f[2] == "in" && f[4] == "seconds" && f[5] == "=" && f[7] == per,
+            "{line:?}\n{}",
+            d.report()
+        );
+        let num = |s: &str| s.parse::<f64>().unwrap_or_else(|_| panic!("{s:?} in {line:?}"));
+        (f[0].parse().unwrap_or_else(|_| panic!("{line:?}")), num(f[3]), num(f[6]))
+    };
+    let (bytes, secs, mbits) = result("bytes", "Mbit/sec");
+    let (iters, iter_secs, usec_per_iter) = result("iters", "usec/iter");
+    Pingpong {
+        local_gids: gids("local address:"),
+        remote_gids: gids("remote address:"),
+        bytes,
+        secs,
+        mbits,
+        iters,
+        iter_secs,
+        usec_per_iter,
+    }
+}
+
+/// `a` matches `b` to within the 2 decimals printed (and 1 %).
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 0.006 + 0.01 * a.abs().max(b.abs())
+}
+
+/// Checks one side: `qps` address lines of each kind with IPv4-mapped GIDs,
+/// `bytes` bytes in 1000 iterations (the default), and figures that agree.
+fn check_pingpong(d: &Done, qps: usize, bytes: u64) -> Pingpong {
+    let p = parse_pingpong(d);
+    let why = || format!("{p:?}\n{}", d.report());
+    assert_eq!((p.local_gids.len(), p.remote_gids.len()), (qps, qps), "address lines: {}", why());
+    assert!(p.local_gids.iter().chain(&p.remote_gids).all(|g| g.starts_with("::ffff:127.0.0.")), "{}", why());
+    assert_eq!((p.bytes, p.iters), (bytes, 1000), "{}", why());
+    assert!(p.mbits > 0.0 && p.usec_per_iter > 0.0, "{}", why());
+    // seconds = bytes * 8 / Mbit/s and = iters * usec/iter.
+    assert!(close(p.secs, p.bytes as f64 * 8.0 / p.mbits / 1e6), "Mbit/sec vs seconds: {}", why());
+    assert!(close(p.iter_secs, p.iters as f64 * p.usec_per_iter / 1e6), "usec/iter vs seconds: {}", why());
+    p
+}
+
+/// Runs a ping-pong pair (`server` and `client` are the commands without
+/// `-p`/host) and checks both sides; each side saw the other's GIDs.
+fn pingpong(server: &[&str], client: &[&str], qps: usize, bytes: u64) {
+    let s_args: Vec<&str> = server.iter().copied().chain(["-p", PORT]).collect();
+    let c_args: Vec<&str> = client.iter().copied().chain(["-p", PORT, "127.0.0.1"]).collect();
+    let (s, c) = server_client(&s_args, &c_args, ServerEnd::Exits, &[]);
+    let (ps, pc) = (check_pingpong(&s, qps, bytes), check_pingpong(&c, qps, bytes));
+    assert_eq!(ps.local_gids, pc.remote_gids, "{}\n{}", s.report(), c.report());
+    assert_eq!(ps.remote_gids, pc.local_gids, "{}\n{}", s.report(), c.report());
+    assert_ne!(ps.local_gids[0], pc.local_gids[0], "two leases, two addresses");
+}
+
+#[test]
+fn ibv_rc_pingpong() {
+    if !have("ibv_rc_pingpong", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    // 4096-byte messages, 1000 round trips: 2 x 4096 x 1000 bytes.
+    let cmd = ["ibv_rc_pingpong", "-g", &g, "-s", "4096"];
+    pingpong(&cmd, &cmd, 1, 2 * 4096 * 1000);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_events() {
+    if !have("ibv_rc_pingpong -e", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let cmd = ["ibv_rc_pingpong", "-g", &g, "-s", "4096", "-e"];
+    pingpong(&cmd, &cmd, 1, 2 * 4096 * 1000);
+}
+
+#[test]
+fn ibv_ud_pingpong() {
+    if !have("ibv_ud_pingpong", &["ibv_devinfo", "ibv_ud_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    // Both directions, as rc counts (its help's "default 2048" is not what
+    // it uses without -s, so the size is given).
+    let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", "2048"];
+    pingpong(&cmd, &cmd, 1, 2 * 2048 * 1000);
+}
+
+#[test]
+fn ibv_srq_pingpong() {
+    if !have("ibv_srq_pingpong", &["ibv_devinfo", "ibv_srq_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    // 16 QPs on one SRQ; 1000 iterations per QP, counted as for rc.
+    let cmd = ["ibv_srq_pingpong", "-g", &g, "-s", "4096", "-q", "16"];
+    pingpong(&cmd, &cmd, 16, 2 * 4096 * 1000);
+}
+
+#[test]
+fn softroce_rc_pingpong_serves_ibv_rc_pingpong() {
+    if !have("softroce rc-pingpong server", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let ours = [softroce(), "rc-pingpong", "-g", &g, "-s", "4096"];
+    let theirs = ["ibv_rc_pingpong", "-g", &g, "-s", "4096"];
+    pingpong(&ours, &theirs, 1, 2 * 4096 * 1000);
+}
+
+#[test]
+fn ibv_rc_pingpong_serves_softroce_rc_pingpong() {
+    if !have("softroce rc-pingpong client", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let ours = [softroce(), "rc-pingpong", "-g", &g, "-s", "4096"];
+    let theirs = ["ibv_rc_pingpong", "-g", &g, "-s", "4096"];
+    pingpong(&theirs, &ours, 1, 2 * 4096 * 1000);
+}
+
+// ---------------------------------------------------------------------------
+// perftest
+
+const BW_HEADER: [&str; 7] = ["#bytes", "#iterations", "BW", "peak[MB/sec]", "BW", "average[MB/sec]", "MsgRate[Mpps]"];
+const LAT_HEADER: [&str; 11] = [
+    "#bytes",
+    "#iterations",
+    "t_min[usec]",
+    "t_max[usec]",
+    "t_typical[usec]",
+    "t_avg[usec]",
+    "t_stdev[usec]",
+    "99%",
+    "percentile[usec]",
+    "99.9%",
+    "percentile[usec]",
+];
+
+/// The numbers of the row under perftest's table `header`, if printed.
+fn table_row(out: &str, header: &[&str]) -> Option<Vec<f64>> {
+    let mut lines = out.lines();
+    lines.find(|l| l.split_whitespace().eq(header.iter().copied()))?;
+    let row = lines.next()?;
+    Some(row.split_whitespace().map(|x| x.parse().unwrap_or(f64::NAN)).collect())
+}
+
+/// Checks a bandwidth row: `#bytes #iterations peak average MsgRate`.
+/// The server of `ib_send_bw` measures no peak (prints 0.00).
+fn check_bw(d: &Done, size: u64, peak_measured: bool) {
+    let r = table_row(&d.stdout, &BW_HEADER).unwrap_or_else(|| panic!("no BW table\n{}", d.report()));
+    let why = || format!("{r:?}\n{}", d.report());
+    assert_eq!(r.len(), 5, "{}", why());
+    assert_eq!((r[0], r[1]), (size as f64, PERF_ITERS as f64), "{}", why());
+    let (peak, avg, mpps) = (r[2], r[3], r[4]);
+    assert!(avg > 0.0 && mpps > 0.0 && (!peak_measured || peak > 0.0), "{}", why());
+    // MsgRate is the average bandwidth over the message size (MB = 2^20 bytes).
+    assert!(close(avg, mpps * 1e6 * size as f64 / 1048576.0), "MsgRate vs BW: {}", why());
+}
+
+/// Checks a latency row: `#bytes #iterations min max typical avg stdev p99 p99.9`.
+fn check_lat(d: &Done, size: u64) {
+    let r = table_row(&d.stdout, &LAT_HEADER).unwrap_or_else(|| panic!("no latency table\n{}", d.report()));
+    let why = || format!("{r:?}\n{}", d.report());
+    assert_eq!(r.len(), 9, "{}", why());
+    assert_eq!((r[0], r[1]), (size as f64, PERF_ITERS as f64), "{}", why());
+    let (min, max, typical, avg, stdev) = (r[2], r[3], r[4], r[5], r[6]);
+    assert!(min > 0.0 && stdev >= 0.0 && r[7] > 0.0 && r[8] > 0.0, "{}", why());
+    assert!(min <= typical && typical <= max && min <= avg && avg <= max, "{}", why());
+}
+
+/// Runs perftest's `tool` (RC, the default post-send path) on the GID
+/// of the IPv4 address; `size` is None for the atomic tests (always 8).
+fn perftest(tool: &str, size: Option<u64>) -> (Done, Done) {
+    perftest_env(&[], tool, size)
+}
+
+/// [`perftest`] with environment settings for both sides (`NAME=VALUE`).
+fn perftest_env(env: &[&str], tool: &str, size: Option<u64>) -> (Done, Done) {
+    let g = gid_index();
+    let iters = PERF_ITERS.to_string();
+    let size_s = size.map(|s| s.to_string());
+    let mut args: Vec<&str> = if env.is_empty() { vec![] } else { ["env"].iter().chain(env).copied().collect() };
+    args.extend([tool, "-x", &g, "-n", &iters, "-p", PORT]);
+    if let Some(s) = &size_s {
+        args.extend(["-s", s]);
+    }
+    let client: Vec<&str> = args.iter().copied().chain(["127.0.0.1"]).collect();
+    // perftest calibrates its cycle counter against gettimeofday after the
+    // run and gives up ("Correlation coefficient r^2: 0.81 < 0.9", "Can't
+    // produce a report") when it is preempted meanwhile, as on a machine
+    // busy with other tests: run it again then.
+    let (s, c) = server_client(&args, &client, ServerEnd::Exits, &["Correlation coefficient r^2"]);
+    for d in [&s, &c] {
+        assert!(d.stdout.contains(" Connection type : RC"), "{}", d.report());
+        assert!(d.stdout.contains(&format!(" GID index       : {g}\n")), "{}", d.report());
+    }
+    (s, c)
+}
+
+fn bw_test(tool: &str, size: Option<u64>) {
+    if !have(tool, &["ibv_devinfo", tool]) {
+        return;
+    }
+    let (s, c) = perftest(tool, size);
+    let bytes = size.unwrap_or(8);
+    check_bw(&c, bytes, true);
+    // The server prints the table too: its own figures for send_bw, the
+    // client's for the others.
+    check_bw(&s, bytes, tool != "ib_send_bw");
+}
+
+fn lat_test(tool: &str, size: Option<u64>, server_prints: bool) {
+    if !have(tool, &["ibv_devinfo", tool]) {
+        return;
+    }
+    let (s, c) = perftest(tool, size);
+    let bytes = size.unwrap_or(8);
+    check_lat(&c, bytes);
+    if server_prints {
+        check_lat(&s, bytes);
+    } else {
+        // The passive side of read/atomic prints its addresses only.
+        assert!(s.stdout.contains(" remote address: LID"), "{}", s.report());
+        assert!(table_row(&s.stdout, &LAT_HEADER).is_none(), "{}", s.report());
+    }
+}
+
+#[test]
+fn ib_send_bw() {
+    bw_test("ib_send_bw", Some(65536));
+}
+
+#[test]
+fn ib_write_bw() {
+    bw_test("ib_write_bw", Some(65536));
+}
+
+/// perftest keeps its `ibv_wr_*` path (`ibv_create_qp_ex` with send-ops
+/// flags, `ibv_wr_start` ... `ibv_wr_complete`) for ConnectX, BlueField and
+/// EFA parts only, and rxe's part ID (0, softroce's too) gets the old
+/// `ibv_post_send`. With `SOFTROCE_VENDOR_PART_ID` naming a ConnectX-5 the
+/// same unmodified binary takes the builder path over softroce.
+#[test]
+fn ib_write_bw_through_the_wr_api() {
+    if !have("ib_write_bw", &["ibv_devinfo", "ib_write_bw"]) {
+        return;
+    }
+    let (s, c) = perftest_env(&["SOFTROCE_VENDOR_PART_ID=4119"], "ib_write_bw", Some(65536));
+    for d in [&s, &c] {
+        assert!(d.stdout.contains(" ibv_wr* API     : ON"), "{}", d.report());
+    }
+    check_bw(&c, 65536, true);
+    let (s, _) = perftest("ib_write_bw", Some(65536));
+    assert!(s.stdout.contains(" ibv_wr* API     : OFF"), "rxe's part ID keeps the old path\n{}", s.report());
+}
+
+#[test]
+fn ib_read_bw() {
+    bw_test("ib_read_bw", Some(65536));
+}
+
+#[test]
+fn ib_atomic_bw() {
+    bw_test("ib_atomic_bw", None);
+}
+
+#[test]
+fn ib_send_lat() {
+    lat_test("ib_send_lat", Some(64), true);
+}
+
+#[test]
+fn ib_write_lat() {
+    lat_test("ib_write_lat", Some(64), true);
+}
+
+#[test]
+fn ib_read_lat() {
+    lat_test("ib_read_lat", Some(64), false);
+}
+
+#[test]
+fn ib_atomic_lat() {
+    lat_test("ib_atomic_lat", None, false);
+}
+
+// ---------------------------------------------------------------------------
+// qperf
+
+/// Runs qperf's four RC tests (1 s each) between a `qperf` server and a
+/// client given `flags`, and checks each printed a positive figure.
+fn qperf(flags: &[&str]) {
+    if !have("qperf", &["qperf"]) {
+        return;
+    }
+    const TESTS: [&str; 4] = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
+    // `-lp` is qperf's listen (synchronisation) port, on both sides. Its RC
+    // tests address the peer by LID only (no GRH).
+    let client: Vec<&str> = ["qperf", "-lp", PORT]
+        .into_iter()
+        .chain(flags.iter().copied())
+        .chain(["-t", "1", "127.0.0.1"])
+        .chain(TESTS)
+        .collect();
+    let (_, c) = server_client(&["qperf", "-lp", PORT], &client, ServerEnd::Kill, &[]);
+    // "rc_bw:" then "    bw  =  1.08 GB/sec"; "rc_lat:" then "    latency  =  61.3 us".
+    let lines: Vec<&str> = c.stdout.lines().collect();
+    for test in TESTS {
+        let at = lines.iter().position(|l| *l == format!("{test}:"));
+        let at = at.unwrap_or_else(|| panic!("no {test} result\n{}", c.report()));
+        let f: Vec<&str> = lines.get(at + 1).copied().unwrap_or_default().split_whitespace().collect();
+        let (name, units): (&str, &[&str]) = if test.ends_with("_lat") {
+            ("latency", &["ns", "us", "ms", "sec"])
+        } else {
+            ("bw", &["bytes/sec", "KB/sec", "MB/sec", "GB/sec"])
+        };
+        assert!(f.len() == 4 && f[0] == name && f[1] == "=" && units.contains(&f[3]), "{test}: {f:?}\n{}", c.report());
+        let v: f64 = f[2].parse().unwrap_or(f64::NAN);
+        assert!(v > 0.0, "{test}: {f:?}\n{}", c.report());
+    }
+}
+
+/// qperf as users run it: waiting on completion events. Its tests end on
+/// SIGALRM (a handler without SA_RESTART) and rely on the blocked
+/// `ibv_get_cq_event` returning EINTR then, as rdma-core's `read()` does.
+#[test]
+fn qperf_rc_tests() {
+    qperf(&[]);
+}
+
+/// The same with polled completion queues (`-cp1`).
+#[test]
+fn qperf_rc_tests_polling() {
+    qperf(&["-cp1"]);
+}
