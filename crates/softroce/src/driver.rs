@@ -169,7 +169,13 @@ impl Shared {
     /// Wakes threads sleeping in [`Shared::sleep_on_socket`] if completions
     /// were made (`now` differs from `before`) and someone sleeps.
     fn wake_waiters_if_made(&self, now: u64, before: u64) {
-        if now != before && self.waiters.load(Ordering::Acquire) > 0 {
+        self.wake_others_if_made(now, before, false);
+    }
+
+    /// The same, not counting the calling thread when it is itself a waiter
+    /// (it sees its completions without a wake-up call).
+    fn wake_others_if_made(&self, now: u64, before: u64, caller_waits: bool) {
+        if now != before && self.waiters.load(Ordering::Acquire) > usize::from(caller_waits) {
             let _ = self.cq_waker.wake();
         }
     }
@@ -178,13 +184,14 @@ impl Shared {
     /// caller): until a packet arrives, another thread made completions, or
     /// `until`, whichever is first.
     pub(crate) fn sleep_on_socket(&self, until: Instant) -> io::Result<()> {
-        let r = wait(
+        // `wait` clears the waker when it fired; one that fires later makes
+        // the next sleep return at once, which costs a pass, not a wake-up lost.
+        wait(
             &[(self.sock.as_fd(), Interest::READABLE)],
             Some(&self.cq_waker),
             Some(until.saturating_duration_since(Instant::now())),
-        );
-        self.cq_waker.reset();
-        r.map(|_| ())
+        )
+        .map(|_| ())
     }
 
     fn nanos(&self, t: Instant) -> u64 {
@@ -217,10 +224,17 @@ impl Shared {
 
     /// One progress pass; returns when the next timer is due.
     pub(crate) fn progress(&self, st: &mut State) -> io::Result<Option<Instant>> {
+        self.progress_for_app(st, false)
+    }
+
+    /// [`Shared::progress`] for an application thread polling a CQ; one
+    /// that is itself a waiter (`caller_waits`) sees the completions it makes
+    /// without waking itself through the waker.
+    pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
         let made = st.dev.counters().completions;
         let r = self.progress_pass(st);
-        self.wake_waiters_if_made(st.dev.counters().completions, made);
+        self.wake_others_if_made(st.dev.counters().completions, made, caller_waits);
         r
     }
 

@@ -389,13 +389,24 @@ impl Cq {
     /// An empty CQ first makes progress (receives what has arrived), so an
     /// application that polls is served without waiting for the driver.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize, Error> {
+        self.poll_as(out, false)
+    }
+
+    /// Completions already in the CQ, without receiving (the caller is
+    /// about to sleep on the socket).
+    fn peek(&self, out: &mut [Wc]) -> Result<usize, Error> {
+        Ok(self.0.ctx.shared().lock().dev.poll_cq(self.0.handle, out)?)
+    }
+
+    /// [`Cq::poll`] by a thread counted in `waiters` (`caller_waits`) or not.
+    fn poll_as(&self, out: &mut [Wc], caller_waits: bool) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let mut st = s.lock();
         let n = st.dev.poll_cq(self.0.handle, out)?;
         if n > 0 {
             return Ok(n);
         }
-        let next = s.progress(&mut st)?;
+        let next = s.progress_for_app(&mut st, caller_waits)?;
         let n = st.dev.poll_cq(self.0.handle, out)?;
         drop(st);
         s.nudge_driver(next);
@@ -418,34 +429,42 @@ impl Cq {
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let deadline = std::time::Instant::now() + timeout;
+        // The first look only checks the CQ: the socket is read when a
+        // packet wakes the sleep that follows, not once more before it (one
+        // `recvmmsg` less per wait).
+        let mut first = s.spin.is_zero();
         loop {
-            let spin_until = std::time::Instant::now() + s.spin;
-            loop {
-                let n = self.poll(out)?;
-                if n > 0 {
-                    return Ok(n);
+            if !s.spin.is_zero() {
+                let spin_until = std::time::Instant::now() + s.spin;
+                loop {
+                    let n = self.poll(out)?;
+                    if n > 0 {
+                        return Ok(n);
+                    }
+                    let now = std::time::Instant::now();
+                    if now >= deadline || now >= spin_until {
+                        break;
+                    }
+                    std::hint::spin_loop();
                 }
-                let now = std::time::Instant::now();
-                if now >= deadline {
-                    return Ok(0);
-                }
-                if now >= spin_until {
-                    break;
-                }
-                std::hint::spin_loop();
             }
+            // Counted as a waiter before the poll that decides to sleep, so a
+            // completion made by another thread after it wakes this one (and
+            // the driver stays off the socket meanwhile).
             s.waiters.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            // A completion made between the last poll and this point woke
-            // no one: look once more before sleeping.
-            let n = self.poll(out);
-            let next = if matches!(n, Ok(0)) { s.lock().dev.poll_timeout() } else { None };
-            if matches!(n, Ok(0)) {
+            let n = if std::mem::take(&mut first) { self.peek(out) } else { self.poll_as(out, true) };
+            let now = std::time::Instant::now();
+            if matches!(n, Ok(0)) && now < deadline {
+                let next = s.lock().dev.poll_timeout();
                 let _ = s.sleep_on_socket(next.map_or(deadline, |t| t.min(deadline)));
             }
             s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             let n = n?;
             if n > 0 {
                 return Ok(n);
+            }
+            if now >= deadline {
+                return Ok(0);
             }
         }
     }
