@@ -296,9 +296,8 @@ impl MrTable {
     pub fn dealloc_mw(&mut self, key: u32) -> Result<Mw, MrError> {
         // By index, as rxe deallocates by handle: the key's low byte may
         // have moved on with type 2 binds the owner posted.
-        let i = (key >> 8).checked_sub(MW_FIRST_INDEX).map(|i| i as usize);
-        let i = i.filter(|&i| self.mws.get(i).is_some_and(|m| m.is_some())).ok_or(MrError::UnknownKey(key))?;
-        let mw = self.mws[i].take().ok_or(MrError::UnknownKey(key))?;
+        let i = (key >> 8).checked_sub(MW_FIRST_INDEX).ok_or(MrError::UnknownKey(key))? as usize;
+        let mw = self.mws.get_mut(i).and_then(Option::take).ok_or(MrError::UnknownKey(key))?;
         self.unbind(mw.bound);
         self.mw_free.push(i as u32);
         Ok(mw)

@@ -14,7 +14,7 @@ use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
 
 use crate::abi::*;
 use crate::context::{self, errno, nonblocking};
-use crate::export::{guard, ibv_export, set_errno};
+use crate::export::{guard, ibv_export, ptr_or_errno, set_errno};
 
 /// Completions fetched per engine call.
 const BATCH: usize = 32;
@@ -165,13 +165,7 @@ ibv_export! { "IBVERBS_1.1";
     /// A CQ of at least `cqe` entries, optionally attached to `channel`.
     fn ibv_create_cq(context: *mut IbvContext, cqe: c_int, cq_context: *mut c_void, channel: *mut IbvCompChannel, comp_vector: c_int) -> *mut IbvCq {
         let _ = comp_vector;
-        match make_cq(context, cqe, cq_context, channel) {
-            Ok(o) => o as *mut IbvCq,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
+        ptr_or_errno(make_cq(context, cqe, cq_context, channel))
     }
 }
 

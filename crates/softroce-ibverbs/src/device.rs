@@ -241,6 +241,21 @@ ibv_export! { "IBVERBS_1.1";
     }
 }
 
+/// Writes `src` into a caller's struct of `len` bytes, as the sized query
+/// verbs do: at most our size, and zeros past it when the caller's (newer)
+/// struct is bigger.
+///
+/// # Safety
+/// `dst` is writable for `len` bytes.
+unsafe fn write_sized<T: Copy>(src: &T, dst: *mut u8, len: usize) {
+    let n = len.min(size_of::<T>());
+    // SAFETY: per the contract; `src` is a plain C struct of size_of::<T>() bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping((src as *const T).cast::<u8>(), dst, n);
+        std::ptr::write_bytes(dst.add(n), 0, len - n);
+    }
+}
+
 /// `verbs_context.query_device_ex`: the basic attributes plus zeroed
 /// extensions, `attr_size` bytes of them (the caller's struct size).
 pub(crate) unsafe extern "C" fn query_device_ex(
@@ -260,15 +275,8 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         // rxe reports its capability flags again in the 64-bit field.
         ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         ex.phys_port_cnt_ex = 1;
-        let n = attr_size.min(size_of::<IbvDeviceAttrEx>());
-        // SAFETY: the caller's struct has attr_size bytes; we write at most
-        // our own size and zero the rest it may have.
-        unsafe {
-            std::ptr::copy_nonoverlapping(&ex as *const IbvDeviceAttrEx as *const u8, attr as *mut u8, n);
-            if attr_size > n {
-                std::ptr::write_bytes((attr as *mut u8).add(n), 0, attr_size - n);
-            }
-        }
+        // SAFETY: the caller's struct has attr_size bytes.
+        unsafe { write_sized(&ex, attr.cast(), attr_size) };
         0
     })
 }
@@ -309,14 +317,8 @@ pub(crate) unsafe extern "C" fn query_port(
             return libc::EINVAL;
         }
         let p = port_attr(b);
-        let n = port_attr_len.min(size_of::<IbvPortAttr>());
         // SAFETY: the caller's struct has port_attr_len bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(&p as *const IbvPortAttr as *const u8, attr as *mut u8, n);
-            if port_attr_len > n {
-                std::ptr::write_bytes((attr as *mut u8).add(n), 0, port_attr_len - n);
-            }
-        }
+        unsafe { write_sized(&p, attr.cast(), port_attr_len) };
         0
     })
 }

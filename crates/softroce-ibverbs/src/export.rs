@@ -98,6 +98,18 @@ pub fn guard<R: PanicValue>(name: &str, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// A constructor's result as C wants it: the object (as its C view), or
+/// NULL with `errno` set.
+pub fn ptr_or_errno<T, U>(r: Result<*mut T, i32>) -> *mut U {
+    match r {
+        Ok(p) => p.cast(),
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
 /// Sets the calling thread's `errno`.
 pub fn set_errno(e: i32) {
     // SAFETY: __errno_location returns the calling thread's errno slot,

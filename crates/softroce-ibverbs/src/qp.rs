@@ -11,14 +11,14 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use softroce::{
-    AccessFlags, MwBind, Payload, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr,
-    Sge, UdDest, WrOpcode,
+    AccessFlags, Payload, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge,
+    UdDest, WrOpcode,
 };
 
 use crate::abi::*;
 use crate::context::{self, errno};
 use crate::cq::cq_obj;
-use crate::export::{guard, ibv_export, set_errno, trace_err};
+use crate::export::{guard, ibv_export, ptr_or_errno, set_errno, trace_err};
 use crate::pd::pd_obj;
 use crate::srq::{SrqObj, srq_obj};
 
@@ -163,13 +163,7 @@ ibv_export! { "IBVERBS_1.1";
             cap: a.cap,
             send_ops: None,
         };
-        match make_qp(pd, &m) {
-            Ok(o) => o as *mut IbvQp,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
+        ptr_or_errno(make_qp(pd, &m))
     }
 }
 
@@ -220,13 +214,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
             cap: a.cap,
             send_ops,
         };
-        match make_qp(a.pd, &m) {
-            Ok(o) => o as *mut IbvQp,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
+        ptr_or_errno(make_qp(a.pd, &m))
     })
 }
 
@@ -472,21 +460,12 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
-/// One send WR, copied out of C (SGEs and inline bytes as ranges into the
-/// scratch buffers).
+/// One send WR, copied out of C: the work request without its payload,
+/// whose SGEs and inline bytes are ranges into the scratch buffers.
 #[derive(Clone, Copy)]
 struct Pending {
-    wr_id: u64,
-    opcode: WrOpcode,
-    flags: SendFlags,
-    imm_data: u32,
-    invalidate_rkey: u32,
-    remote_addr: u64,
-    rkey: u32,
-    compare_add: u64,
-    swap: u64,
-    ud: Option<UdDest>,
-    bind: Option<MwBind>,
+    /// Everything but the payload (an empty SGE list until [`Pending::wr`]).
+    wr: SendWr<'static>,
     /// The window a BIND_MW binds (its `MwObj`'s address; 0 for none).
     mw: usize,
     sges: (usize, usize),
@@ -495,22 +474,8 @@ struct Pending {
 
 impl Pending {
     fn new(wr_id: u64, opcode: WrOpcode, flags: u32) -> Pending {
-        Pending {
-            wr_id,
-            opcode,
-            flags: SendFlags(flags & 0xf),
-            imm_data: 0,
-            invalidate_rkey: 0,
-            remote_addr: 0,
-            rkey: 0,
-            compare_add: 0,
-            swap: 0,
-            ud: None,
-            bind: None,
-            mw: 0,
-            sges: (0, 0),
-            inline: None,
-        }
+        let wr = SendWr::new(wr_id, opcode, SendFlags(flags & 0xf), Payload::Sges(&[]));
+        Pending { wr, mw: 0, sges: (0, 0), inline: None }
     }
 
     /// Whether the engine takes this opcode (and addressing) on a QP of
@@ -519,9 +484,9 @@ impl Pending {
     fn fits(&self, t: QpType) -> bool {
         use WrOpcode as O;
         match t {
-            QpType::Ud => matches!(self.opcode, O::Send | O::SendWithImm) && self.ud.is_some(),
+            QpType::Ud => matches!(self.wr.opcode, O::Send | O::SendWithImm) && self.wr.ud.is_some(),
             QpType::Uc => matches!(
-                self.opcode,
+                self.wr.opcode,
                 O::Send | O::SendWithImm | O::RdmaWrite | O::RdmaWriteWithImm | O::LocalInv | O::BindMw
             ),
             QpType::Rc => true,
@@ -530,26 +495,18 @@ impl Pending {
 
     /// Records a posted BIND_MW's new window key (see `mw::bind_posted`).
     fn posted(&self) {
-        if let Some(b) = &self.bind {
+        if let Some(b) = &self.wr.bind {
             crate::mw::bind_posted(self.mw, b);
         }
     }
 
+    /// The work request with its payload.
     fn wr<'a>(&self, s: &'a Scratch) -> SendWr<'a> {
         let payload = match self.inline {
             Some((a, n)) => Payload::Inline(&s.inline[a..a + n]),
             None => Payload::Sges(&s.sges[self.sges.0..self.sges.0 + self.sges.1]),
         };
-        let mut w = SendWr::new(self.wr_id, self.opcode, self.flags, payload);
-        w.imm_data = self.imm_data;
-        w.invalidate_rkey = self.invalidate_rkey;
-        w.remote_addr = self.remote_addr;
-        w.rkey = self.rkey;
-        w.compare_add = self.compare_add;
-        w.swap = self.swap;
-        w.ud = self.ud;
-        w.bind = self.bind;
-        w
+        SendWr { payload, ..self.wr }
     }
 }
 
@@ -613,7 +570,7 @@ unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pend
     let mut p = Pending::new(w.wr_id, opcode, w.send_flags);
     // SAFETY: per the contract.
     p.sges = unsafe { take_sges(s, w.sg_list, w.num_sge as usize) };
-    if p.flags.contains(SendFlags::INLINE) && !fetches(opcode) {
+    if p.wr.flags.contains(SendFlags::INLINE) && !fetches(opcode) {
         // SAFETY: per the contract: the SGEs name the caller's memory.
         p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
     }
@@ -621,30 +578,30 @@ unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pend
     // is meaningful follows from the opcode, as in C.
     unsafe {
         match opcode {
-            WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => p.imm_data = u32::from_be(w.imm_data),
-            WrOpcode::SendWithInv | WrOpcode::LocalInv => p.invalidate_rkey = w.imm_data,
+            WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => p.wr.imm_data = u32::from_be(w.imm_data),
+            WrOpcode::SendWithInv | WrOpcode::LocalInv => p.wr.invalidate_rkey = w.imm_data,
             _ => {}
         }
         match opcode {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
-                p.remote_addr = w.wr.rdma.remote_addr;
-                p.rkey = w.wr.rdma.rkey;
+                p.wr.remote_addr = w.wr.rdma.remote_addr;
+                p.wr.rkey = w.wr.rdma.rkey;
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                p.remote_addr = w.wr.atomic.remote_addr;
-                p.compare_add = w.wr.atomic.compare_add;
-                p.swap = w.wr.atomic.swap;
-                p.rkey = w.wr.atomic.rkey;
+                p.wr.remote_addr = w.wr.atomic.remote_addr;
+                p.wr.compare_add = w.wr.atomic.compare_add;
+                p.wr.swap = w.wr.atomic.swap;
+                p.wr.rkey = w.wr.atomic.rkey;
             }
             WrOpcode::BindMw => {
                 let b = &w.bind_mw_tso.bind_mw;
-                p.bind = Some(crate::mw::bind_of(b.mw, b.rkey, &b.bind_info)?);
+                p.wr.bind = Some(crate::mw::bind_of(b.mw, b.rkey, &b.bind_info)?);
                 p.mw = b.mw as usize;
             }
             _ => {}
         }
         if o.qp.qp_type() == QpType::Ud {
-            p.ud = Some(UdDest {
+            p.wr.ud = Some(UdDest {
                 ah: ah_handle(w.wr.ud.ah)?,
                 remote_qpn: w.wr.ud.remote_qpn,
                 remote_qkey: w.wr.ud.remote_qkey,
@@ -900,38 +857,40 @@ unsafe extern "C" fn wr_send(qp: *mut IbvQpEx) {
     begin(qp, WrOpcode::Send, |_| {});
 }
 unsafe extern "C" fn wr_send_imm(qp: *mut IbvQpEx, imm_data: u32) {
-    begin(qp, WrOpcode::SendWithImm, |p| p.imm_data = u32::from_be(imm_data));
+    begin(qp, WrOpcode::SendWithImm, |p| p.wr.imm_data = u32::from_be(imm_data));
 }
 unsafe extern "C" fn wr_send_inv(qp: *mut IbvQpEx, invalidate_rkey: u32) {
-    begin(qp, WrOpcode::SendWithInv, |p| p.invalidate_rkey = invalidate_rkey);
+    begin(qp, WrOpcode::SendWithInv, |p| p.wr.invalidate_rkey = invalidate_rkey);
 }
 unsafe extern "C" fn wr_rdma_write(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64) {
-    begin(qp, WrOpcode::RdmaWrite, |p| (p.rkey, p.remote_addr) = (rkey, remote_addr));
+    begin(qp, WrOpcode::RdmaWrite, |p| (p.wr.rkey, p.wr.remote_addr) = (rkey, remote_addr));
 }
 unsafe extern "C" fn wr_rdma_write_imm(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, imm_data: u32) {
     begin(qp, WrOpcode::RdmaWriteWithImm, |p| {
-        (p.rkey, p.remote_addr, p.imm_data) = (rkey, remote_addr, u32::from_be(imm_data));
+        (p.wr.rkey, p.wr.remote_addr, p.wr.imm_data) = (rkey, remote_addr, u32::from_be(imm_data));
     });
 }
 unsafe extern "C" fn wr_rdma_read(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64) {
-    begin(qp, WrOpcode::RdmaRead, |p| (p.rkey, p.remote_addr) = (rkey, remote_addr));
+    begin(qp, WrOpcode::RdmaRead, |p| (p.wr.rkey, p.wr.remote_addr) = (rkey, remote_addr));
 }
 unsafe extern "C" fn wr_atomic_cmp_swp(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, compare: u64, swap: u64) {
     begin(qp, WrOpcode::AtomicCmpAndSwp, |p| {
-        (p.rkey, p.remote_addr, p.compare_add, p.swap) = (rkey, remote_addr, compare, swap);
+        (p.wr.rkey, p.wr.remote_addr, p.wr.compare_add, p.wr.swap) = (rkey, remote_addr, compare, swap);
     });
 }
 unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, add: u64) {
-    begin(qp, WrOpcode::AtomicFetchAndAdd, |p| (p.rkey, p.remote_addr, p.compare_add) = (rkey, remote_addr, add));
+    begin(qp, WrOpcode::AtomicFetchAndAdd, |p| {
+        (p.wr.rkey, p.wr.remote_addr, p.wr.compare_add) = (rkey, remote_addr, add)
+    });
 }
 unsafe extern "C" fn wr_local_inv(qp: *mut IbvQpEx, invalidate_rkey: u32) {
-    begin(qp, WrOpcode::LocalInv, |p| p.invalidate_rkey = invalidate_rkey);
+    begin(qp, WrOpcode::LocalInv, |p| p.wr.invalidate_rkey = invalidate_rkey);
 }
 unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, info: *const IbvMwBindInfo) {
     // SAFETY: the caller passes a readable bind info (checked for NULL).
     let bind = if info.is_null() { Err(libc::EINVAL) } else { crate::mw::bind_of(mw, rkey, unsafe { &*info }) };
     begin(qp, WrOpcode::BindMw, |p| {
-        p.bind = bind.ok();
+        p.wr.bind = bind.ok();
         p.mw = mw as usize;
     });
     if bind.is_err() {
@@ -960,7 +919,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut IbvQpEx, num_sge: usize, sg_list: 
 
 /// `IBV_SEND_INLINE` in `wr_flags` with SGEs: the bytes are taken now.
 fn inline_if_flagged(o: &QpObj, p: &mut Pending, s: &mut Scratch) -> Result<(), c_int> {
-    if p.flags.contains(SendFlags::INLINE) && !fetches(p.opcode) {
+    if p.wr.flags.contains(SendFlags::INLINE) && !fetches(p.wr.opcode) {
         // SAFETY: the SGEs name the caller's memory (verbs contract).
         p.inline = Some(unsafe { inline_from_sges(s, p.sges, o.cap.max_inline_data) }?);
     }
@@ -978,7 +937,7 @@ unsafe extern "C" fn wr_set_inline_data(qp: *mut IbvQpEx, addr: *mut c_void, len
             s.inline.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, length) });
         }
         p.inline = Some((start, length));
-        p.flags = SendFlags(p.flags.0 | SendFlags::INLINE.0);
+        p.wr.flags = SendFlags(p.wr.flags.0 | SendFlags::INLINE.0);
         Ok(())
     });
 }
@@ -1001,7 +960,7 @@ unsafe extern "C" fn wr_set_inline_data_list(qp: *mut IbvQpEx, num_buf: usize, b
             }
         }
         p.inline = Some((start, s.inline.len() - start));
-        p.flags = SendFlags(p.flags.0 | SendFlags::INLINE.0);
+        p.wr.flags = SendFlags(p.wr.flags.0 | SendFlags::INLINE.0);
         Ok(())
     });
 }
@@ -1009,7 +968,7 @@ unsafe extern "C" fn wr_set_ud_addr(qp: *mut IbvQpEx, ah: *mut IbvAh, remote_qpn
     last(qp, |o, p, _| {
         // Other QP types have no use for an address (rxe ignores it too).
         if o.qp.qp_type() == QpType::Ud {
-            p.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
+            p.wr.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
         }
         Ok(())
     });

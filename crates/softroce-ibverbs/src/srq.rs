@@ -10,7 +10,7 @@ use softroce::Srq;
 
 use crate::abi::*;
 use crate::context::{self, errno};
-use crate::export::{guard, ibv_export, set_errno};
+use crate::export::{guard, ibv_export, ptr_or_errno, set_errno};
 use crate::pd::pd_obj;
 
 /// An `ibv_srq` and the softroce SRQ behind it.
@@ -66,13 +66,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: the caller passes a readable ibv_srq_init_attr.
         let a = unsafe { &*srq_init_attr };
-        match make(pd, a.srq_context, &a.attr) {
-            Ok(o) => o as *mut IbvSrq,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
+        ptr_or_errno(make(pd, a.srq_context, &a.attr))
     }
 }
 
@@ -95,13 +89,7 @@ pub(crate) unsafe extern "C" fn create_srq_ex(context: *mut IbvContext, attr: *m
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
-        match make(a.pd, a.srq_context, &a.attr) {
-            Ok(o) => o as *mut IbvSrq,
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        }
+        ptr_or_errno(make(a.pd, a.srq_context, &a.attr))
     })
 }
 
