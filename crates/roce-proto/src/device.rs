@@ -678,9 +678,9 @@ impl Device {
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (out, src, src_port, hasher) = self.next_packet(now, buf, None)?;
+        let (out, src, src_port, icrc_ctx) = self.next_packet(now, buf, None)?;
         let total = out.len + roce_wire::ICRC_LEN;
-        let icrc = hasher.finish_over(&buf[..out.len]).ok()?;
+        let icrc = IcrcHasher::new(&icrc_ctx, total).finish_over(&buf[..out.len]).ok()?;
         buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
         Some(Transmit { src, dst: out.dst, src_port, len: total })
     }
@@ -699,7 +699,8 @@ impl Device {
         pieces: &mut Vec<crate::ctx::Piece>,
     ) -> Option<TransmitGather> {
         pieces.clear();
-        let (out, src, src_port, mut icrc) = self.next_packet(now, buf, Some(pieces))?;
+        let (out, src, src_port, icrc_ctx) = self.next_packet(now, buf, Some(pieces))?;
+        let mut icrc = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN);
         let head = &buf[..out.head_len];
         let mut bth = [0u8; roce_wire::bth::LEN];
         bth.copy_from_slice(&head[..roce_wire::bth::LEN]);
@@ -719,14 +720,14 @@ impl Device {
 
     /// The next packet of the next QP with work (round robin from the QP
     /// after the last one that sent; each is tried at most once per call; no
-    /// allocation per packet), and an ICRC hasher set up for it. With
+    /// allocation per packet), and what its ICRC covers besides it. With
     /// `gather`, payload in registered memory is listed there, not copied.
     fn next_packet(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         mut gather: Option<&mut Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcHasher)> {
+    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcContext)> {
         // The list moves into the roles' context and back, keeping its capacity.
         let mut pieces = gather.as_deref_mut().map(std::mem::take);
         let r = self.next_packet_from(now, buf, &mut pieces);
@@ -741,16 +742,16 @@ impl Device {
         now: Instant,
         buf: &mut [u8],
         pieces: &mut Option<Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcHasher)> {
+    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcContext)> {
         self.now = Some(now);
         let mut cursor = self.tx_cursor;
         for _ in 0..self.qps.len() {
-            let qpn = self
-                .qps
-                .range(cursor..)
-                .chain(self.qps.range(..cursor))
-                .find(|(_, q)| q.responder_has_work() || q.requester_has_work())
-                .map(|(n, _)| *n)?;
+            let has_work = |(_, q): &(&u32, &Qp)| q.responder_has_work() || q.requester_has_work();
+            // The wrapped-around part is searched only when needed.
+            let qpn = match self.qps.range(cursor..).find(has_work) {
+                Some((n, _)) => *n,
+                None => *self.qps.range(..cursor).find(has_work)?.0,
+            };
             cursor = qpn.wrapping_add(1);
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             let mut ctx = ctx!(self, now);
@@ -758,7 +759,12 @@ impl Device {
                 l.clear();
                 l
             });
-            let out = qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf));
+            let out = if qp.ack_may_follow_request() {
+                qp.resp.ack_waited = true;
+                qp.requester_poll(&mut ctx, buf).or_else(|| qp.responder_poll(&mut ctx, buf))
+            } else {
+                qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf))
+            };
             *pieces = ctx.gather.take();
             let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
             self.after_call();
@@ -769,8 +775,7 @@ impl Device {
                 (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(s, d),
                 (s, d) => IpContext::V6 { src: to_v6(s), dst: to_v6(d) },
             };
-            let ctx = IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT };
-            return Some((out, src, src_port, IcrcHasher::new(&ctx, out.len + roce_wire::ICRC_LEN)));
+            return Some((out, src, src_port, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }));
         }
         None
     }

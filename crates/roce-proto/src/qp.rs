@@ -138,6 +138,9 @@ pub struct Responder {
     pub uc_drop: bool,
     /// Responses to send, oldest first.
     pub responses: VecDeque<Response>,
+    /// A lone ACK already let one request packet of this QP go first
+    /// (see [`Qp::ack_may_follow_request`]).
+    pub ack_waited: bool,
     /// READ/atomic resources, oldest first, at most `max_dest_rd_atomic`.
     pub resources: VecDeque<Resource>,
     /// DMA length of the RDMA WRITE in progress (reported by WRITE with immediate).
@@ -212,6 +215,7 @@ impl Qp {
                 nak_sent: false,
                 uc_drop: false,
                 responses: VecDeque::new(),
+                ack_waited: false,
                 resources: VecDeque::new(),
                 write_len: 0,
                 srq_wqe: RecvWqe { wr_id: 0, sges: Vec::new(), length: 0 },

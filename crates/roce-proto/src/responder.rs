@@ -507,6 +507,19 @@ impl Qp {
         !self.resp.responses.is_empty()
     }
 
+    /// Whether the responder holds only a positive ACK that has not yet
+    /// waited, while the requester has work: the device then sends one
+    /// request packet first and the ACK right after it, so the ACK can leave
+    /// in the same GSO send as its (shorter or equal) last segment: in a
+    /// ping-pong the reply and the ACK of the request cost one datagram
+    /// send. The ACK waits for one packet at most.
+    pub fn ack_may_follow_request(&self) -> bool {
+        !self.resp.ack_waited
+            && self.requester_has_work()
+            && self.resp.responses.len() == 1
+            && matches!(self.resp.responses.front(), Some(Response::Ack { syndrome: Syndrome::Ack { .. }, .. }))
+    }
+
     /// Writes the next response packet into `buf`.
     pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         let mtu = self.mtu();
@@ -517,6 +530,7 @@ impl Qp {
         let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
             Response::Ack { psn, syndrome, msn } => {
                 self.resp.responses.pop_front();
+                self.resp.ack_waited = false;
                 let ext = ExtRepr { aeth: Some(AethRepr { syndrome, msn }), ..Default::default() };
                 (PacketRepr { bth: bth(Opcode::RC_ACKNOWLEDGE, psn), ext }, None)
             }

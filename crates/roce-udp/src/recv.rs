@@ -68,9 +68,9 @@ impl RecvBatch {
     }
 
     /// Receives into the batch, replacing what it held.
-    pub(crate) fn receive(&mut self, fd: BorrowedFd<'_>, local: IpAddr) -> io::Result<usize> {
+    pub(crate) fn receive(&mut self, fd: BorrowedFd<'_>, local: IpAddr, mode: sys::RecvMode) -> io::Result<usize> {
         self.local = Some(local);
-        let n = sys::recv_mmsg(fd, &mut self.scratch, &mut self.buf, self.slot, &mut self.meta)?;
+        let n = sys::recv_mmsg(fd, &mut self.scratch, &mut self.buf, self.slot, &mut self.meta, mode)?;
         if n > 0 {
             self.stats.calls += 1;
         }

@@ -56,11 +56,18 @@ pub const MAX_GSO_BYTES: usize = 65_507;
 /// [`recycle`](SendBatch::recycle) reuses an empty batch's buffers for
 /// another lifetime.
 pub struct SendBatch<'a> {
+    /// Everything but the borrowed pieces, boxed: a batch changes lifetime
+    /// ([`SendBatch::recycle`]) every pass, and moves stay two words.
+    b: Box<Buffers>,
+    /// Borrowed payload pieces of all queued packets, in order.
+    pieces: Vec<&'a [u8]>,
+}
+
+/// The owned part of a [`SendBatch`].
+struct Buffers {
     arena: Vec<u8>,
     used: usize,
     packets: Vec<Pkt>,
-    /// Borrowed payload pieces of all queued packets, in order.
-    pieces: Vec<&'a [u8]>,
     msgs: Vec<OutMsg>,
     next_msg: usize,
     max_packets: usize,
@@ -160,50 +167,52 @@ impl<'a> SendBatch<'a> {
     pub fn new(packets: usize, bytes: usize) -> SendBatch<'a> {
         let packets = packets.max(1);
         SendBatch {
-            arena: vec![0; bytes],
-            used: 0,
-            packets: Vec::with_capacity(packets),
+            b: Box::new(Buffers {
+                arena: vec![0; bytes],
+                used: 0,
+                packets: Vec::with_capacity(packets),
+                msgs: Vec::with_capacity(packets),
+                next_msg: 0,
+                max_packets: packets,
+                max_segments: MAX_GSO_SEGMENTS,
+                gso_off: false,
+                failures: Vec::with_capacity(packets),
+                stats: SendStats::default(),
+                scratch: sys::SendScratch::new(),
+            }),
             pieces: Vec::with_capacity(packets * 4),
-            msgs: Vec::with_capacity(packets),
-            next_msg: 0,
-            max_packets: packets,
-            max_segments: MAX_GSO_SEGMENTS,
-            gso_off: false,
-            failures: Vec::with_capacity(packets),
-            stats: SendStats::default(),
-            scratch: sys::SendScratch::new(),
         }
     }
 
     /// Limits GSO messages to `n` packets (1 to [`MAX_GSO_SEGMENTS`]; 1
     /// turns coalescing off). Applies to packets queued from now on.
     pub fn set_max_segments(&mut self, n: usize) {
-        self.max_segments = n.clamp(1, MAX_GSO_SEGMENTS);
+        self.b.max_segments = n.clamp(1, MAX_GSO_SEGMENTS);
     }
 
     /// The GSO message size limit in packets.
     pub fn max_segments(&self) -> usize {
-        self.max_segments
+        self.b.max_segments
     }
 
     /// Whether coalescing stopped after the kernel refused GSO with `EIO`.
     pub fn gso_disabled(&self) -> bool {
-        self.gso_off
+        self.b.gso_off
     }
 
     /// Packets queued and not yet sent.
     pub fn len(&self) -> usize {
-        self.msgs[self.next_msg..].iter().map(|m| m.count).sum()
+        self.b.msgs[self.b.next_msg..].iter().map(|m| m.count).sum()
     }
 
     /// Whether nothing is waiting to be sent.
     pub fn is_empty(&self) -> bool {
-        self.next_msg == self.msgs.len()
+        self.b.next_msg == self.b.msgs.len()
     }
 
     /// Whether a packet of `bytes` copied bytes still fits.
     pub fn has_room(&self, bytes: usize) -> bool {
-        self.packets.len() < self.max_packets && self.arena.len() - self.used >= bytes
+        self.b.packets.len() < self.b.max_packets && self.b.arena.len() - self.b.used >= bytes
     }
 
     /// Queues a copy of `packet` for `dst`.
@@ -241,7 +250,7 @@ impl<'a> SendBatch<'a> {
     /// The free buffer to write the next packet into, then
     /// [`commit`](SendBatch::commit); empty when no packet fits.
     pub fn spare(&mut self) -> &mut [u8] {
-        if self.packets.len() < self.max_packets { &mut self.arena[self.used..] } else { &mut [] }
+        if self.b.packets.len() < self.b.max_packets { &mut self.b.arena[self.b.used..] } else { &mut [] }
     }
 
     /// Queues the first `len` bytes of [`spare`](SendBatch::spare) for `dst`.
@@ -249,12 +258,12 @@ impl<'a> SendBatch<'a> {
     /// # Panics
     /// If `len` exceeds what `spare` offered.
     pub fn commit(&mut self, dst: SocketAddr, len: usize) -> Result<Queued, BatchFull> {
-        if self.packets.len() >= self.max_packets {
+        if self.b.packets.len() >= self.b.max_packets {
             return Err(BatchFull);
         }
-        assert!(len <= self.arena.len() - self.used, "SendBatch::commit: {len} bytes exceed spare()");
-        let off = self.used;
-        self.used += len;
+        assert!(len <= self.b.arena.len() - self.b.used, "SendBatch::commit: {len} bytes exceed spare()");
+        let off = self.b.used;
+        self.b.used += len;
         Ok(self.enqueue(dst, off, len, &[], 0, 0))
     }
 
@@ -262,15 +271,15 @@ impl<'a> SendBatch<'a> {
     /// [`push_parts`](SendBatch::push_parts)), to patch after queueing: e.g.
     /// an ICRC that depends on [`Queued::gso_index`].
     pub fn last_mut(&mut self) -> Option<&mut [u8]> {
-        let p = *self.packets.last()?;
-        Some(&mut self.arena[p.off..p.off + p.head])
+        let p = *self.b.packets.last()?;
+        Some(&mut self.b.arena[p.off..p.off + p.head])
     }
 
     /// The copied trailer of the packet queued last
     /// ([`push_gather`](SendBatch::push_gather)), to patch after queueing.
     pub fn last_trailer_mut(&mut self) -> Option<&mut [u8]> {
-        let p = *self.packets.last()?;
-        Some(&mut self.arena[p.trail..p.trail + p.trail_len])
+        let p = *self.b.packets.last()?;
+        Some(&mut self.b.arena[p.trail..p.trail + p.trail_len])
     }
 
     /// Copies `bytes` into the arena; returns where.
@@ -278,9 +287,9 @@ impl<'a> SendBatch<'a> {
         if !self.has_room(bytes.len()) {
             return Err(BatchFull);
         }
-        let off = self.used;
-        self.arena[off..off + bytes.len()].copy_from_slice(bytes);
-        self.used += bytes.len();
+        let off = self.b.used;
+        self.b.arena[off..off + bytes.len()].copy_from_slice(bytes);
+        self.b.used += bytes.len();
         Ok(off)
     }
 
@@ -295,15 +304,15 @@ impl<'a> SendBatch<'a> {
         trail_len: usize,
     ) -> Queued {
         let len = head + pieces.iter().map(|p| p.len()).sum::<usize>() + trail_len;
-        let index = self.packets.len();
+        let index = self.b.packets.len();
         let first = self.pieces.len();
         self.pieces.extend_from_slice(pieces);
-        self.packets.push(Pkt { off, head, first, count: pieces.len(), trail, trail_len, len });
-        let unsent = self.msgs.len() > self.next_msg;
-        if let Some(m) = self.msgs.last_mut().filter(|_| unsent && !self.gso_off)
+        self.b.packets.push(Pkt { off, head, first, count: pieces.len(), trail, trail_len, len });
+        let unsent = self.b.msgs.len() > self.b.next_msg;
+        if let Some(m) = self.b.msgs.last_mut().filter(|_| unsent && !self.b.gso_off)
             && !m.closed
             && m.dst == dst
-            && m.count < self.max_segments
+            && m.count < self.b.max_segments
             && len > 0
             && len <= m.segment
             && m.bytes + len <= MAX_GSO_BYTES
@@ -314,7 +323,7 @@ impl<'a> SendBatch<'a> {
             m.closed = len < m.segment;
             return Queued { index, gso_index: k as u16 };
         }
-        self.msgs.push(OutMsg { dst, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
+        self.b.msgs.push(OutMsg { dst, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
         Queued { index, gso_index: 0 }
     }
 
@@ -328,10 +337,10 @@ impl<'a> SendBatch<'a> {
     /// Errors only when the socket itself is unusable (`EBADF`,
     /// `ENOTSOCK`, `EFAULT`); the packets then stay queued.
     pub fn flush(&mut self, socket: &Socket) -> io::Result<Flushed> {
-        self.failures.clear();
+        self.b.failures.clear();
         let mut out = Flushed::default();
-        while self.next_msg < self.msgs.len() {
-            let (arena, packets, pieces) = (&self.arena, &self.packets, &self.pieces);
+        while self.b.next_msg < self.b.msgs.len() {
+            let (arena, packets, pieces) = (&self.b.arena, &self.b.packets, &self.pieces);
             let parts = |i: usize| {
                 let p = &packets[i];
                 (
@@ -340,18 +349,18 @@ impl<'a> SendBatch<'a> {
                     &arena[p.trail..p.trail + p.trail_len],
                 )
             };
-            let r = sys::send_mmsg(socket.as_fd(), &mut self.scratch, &self.msgs[self.next_msg..], parts);
-            self.stats.calls += 1;
+            let r = sys::send_mmsg(socket.as_fd(), &mut self.b.scratch, &self.b.msgs[self.b.next_msg..], parts);
+            self.b.stats.calls += 1;
             let e = match r {
                 Ok(n) => {
-                    for m in &self.msgs[self.next_msg..self.next_msg + n] {
+                    for m in &self.b.msgs[self.b.next_msg..self.b.next_msg + n] {
                         out.packets += m.count;
                         out.messages += 1;
-                        self.stats.packets += m.count as u64;
-                        self.stats.messages += 1;
-                        self.stats.gso_messages += u64::from(m.count > 1);
+                        self.b.stats.packets += m.count as u64;
+                        self.b.stats.messages += 1;
+                        self.b.stats.gso_messages += u64::from(m.count > 1);
                     }
-                    self.next_msg += n;
+                    self.b.next_msg += n;
                     continue;
                 }
                 Err(e) => e,
@@ -360,25 +369,25 @@ impl<'a> SendBatch<'a> {
             match errno {
                 libc::EINTR => {}
                 libc::EAGAIN => {
-                    self.stats.would_block += 1;
+                    self.b.stats.would_block += 1;
                     break;
                 }
                 libc::ENOBUFS | libc::ENOMEM => {
-                    self.stats.no_buffers += 1;
+                    self.b.stats.no_buffers += 1;
                     break;
                 }
                 libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(e),
                 _ => {
-                    let m = self.msgs[self.next_msg];
+                    let m = self.b.msgs[self.b.next_msg];
                     if m.count > 1 {
-                        self.split(self.next_msg);
-                        self.stats.gso_splits += 1;
-                        self.gso_off |= errno == libc::EIO;
+                        self.split(self.b.next_msg);
+                        self.b.stats.gso_splits += 1;
+                        self.b.gso_off |= errno == libc::EIO;
                     } else {
-                        self.failures.push(Failure { index: m.first, dst: m.dst, errno });
+                        self.b.failures.push(Failure { index: m.first, dst: m.dst, errno });
                         out.failed += 1;
-                        self.stats.failed += 1;
-                        self.next_msg += 1;
+                        self.b.stats.failed += 1;
+                        self.b.next_msg += 1;
                     }
                 }
             }
@@ -392,27 +401,27 @@ impl<'a> SendBatch<'a> {
 
     /// Replaces GSO message `at` by one message per packet.
     fn split(&mut self, at: usize) {
-        let m = self.msgs[at];
-        let packets = &self.packets;
+        let m = self.b.msgs[at];
+        let packets = &self.b.packets;
         let singles = (m.first..m.first + m.count).map(|i| {
             let len = packets[i].len;
             OutMsg { dst: m.dst, first: i, count: 1, segment: len, bytes: len, closed: true }
         });
-        self.msgs.splice(at..=at, singles);
+        self.b.msgs.splice(at..=at, singles);
     }
 
     /// Forgets every packet and buffer use.
     fn reset(&mut self) {
-        self.packets.clear();
+        self.b.packets.clear();
         self.pieces.clear();
-        self.msgs.clear();
-        self.next_msg = 0;
-        self.used = 0;
+        self.b.msgs.clear();
+        self.b.next_msg = 0;
+        self.b.used = 0;
     }
 
     /// Packets the last [`flush`](SendBatch::flush) could not send, with why.
     pub fn failures(&self) -> &[Failure] {
-        &self.failures
+        &self.b.failures
     }
 
     /// Drops every queued packet; returns how many were still unsent.
@@ -424,7 +433,7 @@ impl<'a> SendBatch<'a> {
 
     /// Counters since the batch was made.
     pub fn stats(&self) -> SendStats {
-        self.stats
+        self.b.stats
     }
 
     /// This batch's buffers, for payloads of another lifetime. Only an
@@ -434,36 +443,13 @@ impl<'a> SendBatch<'a> {
         if !self.is_empty() {
             return Err(Box::new(self));
         }
-        let SendBatch {
-            arena,
-            packets,
-            mut pieces,
-            msgs,
-            max_packets,
-            max_segments,
-            gso_off,
-            failures,
-            stats,
-            scratch,
-            ..
-        } = self;
+        let SendBatch { mut b, mut pieces } = self;
         pieces.clear();
+        b.used = 0;
+        b.next_msg = 0;
         // Maps an empty vector: no element is touched, the allocation is reused.
         let pieces = pieces.into_iter().map(|_| -> &'b [u8] { &[] }).collect();
-        Ok(SendBatch {
-            arena,
-            used: 0,
-            packets,
-            pieces,
-            msgs,
-            next_msg: 0,
-            max_packets,
-            max_segments,
-            gso_off,
-            failures,
-            stats,
-            scratch,
-        })
+        Ok(SendBatch { b, pieces })
     }
 }
 
@@ -471,11 +457,11 @@ impl std::fmt::Debug for SendBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendBatch")
             .field("queued", &self.len())
-            .field("max_packets", &self.max_packets)
-            .field("bytes_used", &self.used)
-            .field("bytes", &self.arena.len())
-            .field("max_segments", &self.max_segments)
-            .field("stats", &self.stats)
+            .field("max_packets", &self.b.max_packets)
+            .field("bytes_used", &self.b.used)
+            .field("bytes", &self.b.arena.len())
+            .field("max_segments", &self.b.max_segments)
+            .field("stats", &self.b.stats)
             .finish()
     }
 }
@@ -485,7 +471,7 @@ mod tests {
     use super::*;
 
     fn runs(b: &SendBatch<'_>) -> Vec<(usize, usize)> {
-        b.msgs.iter().map(|m| (m.first, m.count)).collect()
+        b.b.msgs.iter().map(|m| (m.first, m.count)).collect()
     }
 
     #[test]
@@ -541,7 +527,7 @@ mod tests {
         let mut b2: SendBatch<'_> = b.recycle().unwrap();
         b2.push_parts(a, &[1, 2], &payload).unwrap();
         assert_eq!(b2.len(), 1);
-        assert!(b2.packets.capacity() >= 2);
+        assert!(b2.b.packets.capacity() >= 2);
     }
 
     /// Receives `want` packets on `sock` (5 s at most) and returns them.
@@ -571,7 +557,7 @@ mod tests {
         for p in &packets {
             tx.push(b.local_addr(), p).unwrap();
         }
-        assert_eq!(tx.msgs.len(), 8);
+        assert_eq!(tx.b.msgs.len(), 8);
         // The kernel takes two messages, then has no room; then takes three,
         // is out of buffers; is interrupted; then takes the rest.
         faults::script(&[Fault::Accept(2), Fault::Errno(libc::EAGAIN)]);

@@ -3,6 +3,8 @@
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Type};
 
@@ -109,6 +111,8 @@ pub struct Socket {
     local: SocketAddr,
     buffers: BufferSizes,
     gro: bool,
+    /// The `SO_RCVTIMEO` last set, in µs (0: none yet).
+    recv_timeout_us: AtomicU64,
 }
 
 impl Socket {
@@ -143,14 +147,16 @@ impl Socket {
         };
         // Kernels before 5.0 have no UDP_GRO: receive datagram by datagram.
         let gro = sys::set_int(fd, sys::SOL_UDP, sys::UDP_GRO, 1).is_ok();
-        sock.set_nonblocking(true).map_err(io("setting O_NONBLOCK"))?;
+        // Blocking, so that `recv_wait` can sleep in `recvmmsg` itself; every
+        // other call passes MSG_DONTWAIT.
+        sock.set_nonblocking(false).map_err(io("clearing O_NONBLOCK"))?;
         sock.bind(&SockAddr::from(addr)).map_err(|e| bind_error(addr, e))?;
         let local = sock
             .local_addr()
             .map_err(io("reading the bound address"))?
             .as_socket()
             .ok_or_else(|| io("reading the bound address")(io::Error::other("not an IP address")))?;
-        Ok(Socket { inner: sock, local, buffers, gro })
+        Ok(Socket { inner: sock, local, buffers, gro, recv_timeout_us: AtomicU64::new(0) })
     }
 
     /// The bound address and port.
@@ -180,17 +186,43 @@ impl Socket {
     /// with one `recvmmsg`, without blocking. Returns the number of datagrams
     /// (GRO super-datagrams count once): 0 when nothing was waiting.
     pub fn recv(&self, batch: &mut RecvBatch) -> io::Result<usize> {
-        batch.receive(self.inner.as_fd(), self.local.ip())
+        batch.receive(self.inner.as_fd(), self.local.ip(), sys::RecvMode::NoWait)
+    }
+
+    /// Like [`Socket::recv`], but sleeps in the `recvmmsg` call until a
+    /// datagram arrives, `timeout` passes (rounded up to a millisecond) or a
+    /// signal comes: one system call where `poll` then `recvmmsg` take two.
+    /// Returns 0 when nothing came. [`Socket::wake_receiver`] ends the sleep
+    /// from another thread.
+    pub fn recv_wait(&self, batch: &mut RecvBatch, timeout: Duration) -> io::Result<usize> {
+        let us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX).div_ceil(1000).max(1) * 1000;
+        if self.recv_timeout_us.swap(us, Ordering::Relaxed) != us {
+            self.inner.set_read_timeout(Some(Duration::from_micros(us)))?;
+        }
+        batch.receive(self.inner.as_fd(), self.local.ip(), sys::RecvMode::WaitForOne)
+    }
+
+    /// Ends a [`Socket::recv_wait`] sleeping on this socket in another
+    /// thread: sends the socket an empty datagram from itself, which
+    /// [`Socket::is_wake_up`] recognizes.
+    pub fn wake_receiver(&self) -> io::Result<()> {
+        self.inner.send_to_with_flags(&[], &SockAddr::from(self.local), libc::MSG_DONTWAIT).map(|_| ())
+    }
+
+    /// Whether a received datagram is a [`Socket::wake_receiver`] call (an
+    /// empty one from this socket): not a packet.
+    pub fn is_wake_up(&self, src: SocketAddr, len: usize) -> bool {
+        len == 0 && src == self.local
     }
 
     /// Sends one datagram with one `sendto`, without blocking.
     pub fn send_to(&self, data: &[u8], dst: SocketAddr) -> io::Result<usize> {
-        self.inner.send_to(data, &SockAddr::from(dst))
+        self.inner.send_to_with_flags(data, &SockAddr::from(dst), libc::MSG_DONTWAIT)
     }
 
     /// Sends one datagram gathered from `parts` with one `sendmsg`, without blocking.
     pub fn send_to_vectored(&self, parts: &[IoSlice<'_>], dst: SocketAddr) -> io::Result<usize> {
-        self.inner.send_to_vectored(parts, &SockAddr::from(dst))
+        self.inner.send_to_vectored_with_flags(parts, &SockAddr::from(dst), libc::MSG_DONTWAIT)
     }
 }
 

@@ -139,6 +139,11 @@ pub(crate) struct RecvScratch {
     iovs: Vec<libc::iovec>,
     names: Vec<Name>,
     ctrl: Vec<Ctrl>,
+    /// (buffer address, slot, message count) the headers were last set up
+    /// for: a call with the same ones only resets what the kernel wrote.
+    prepared: Option<(usize, usize, usize)>,
+    /// Headers the kernel wrote in the last call (its result).
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers in `hdrs` and `iovs` are written at the start of
@@ -168,19 +173,34 @@ impl RecvScratch {
             iovs: vec![zero_iovec(); n],
             names: vec![Name([0; NAME_LEN]); n],
             ctrl: vec![Ctrl([0; CTRL_LEN]); n],
+            prepared: None,
+            dirty: 0,
         }
     }
 }
 
-/// Receives up to `buf.len() / slot` datagrams without blocking, datagram `i`
-/// into `buf[i * slot..][..slot]`, and describes them in `out` (cleared
-/// first). Returns how many arrived: 0 when none was waiting.
+/// How [`recv_mmsg`] treats an empty socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecvMode {
+    /// Return at once (`MSG_DONTWAIT`).
+    NoWait,
+    /// Sleep until one datagram arrives or the socket's `SO_RCVTIMEO`
+    /// passes, then take what else waits (`MSG_WAITFORONE`); a signal ends
+    /// the sleep early.
+    WaitForOne,
+}
+
+/// Receives up to `buf.len() / slot` datagrams, datagram `i` into
+/// `buf[i * slot..][..slot]`, and describes them in `out` (cleared first).
+/// Returns how many arrived: 0 when none was waiting (or, waiting, none
+/// came in time).
 pub(crate) fn recv_mmsg(
     fd: BorrowedFd<'_>,
     s: &mut RecvScratch,
     buf: &mut [u8],
     slot: usize,
     out: &mut Vec<RecvMeta>,
+    mode: RecvMode,
 ) -> io::Result<usize> {
     out.clear();
     let n = s.hdrs.len().min(buf.len() / slot.max(1));
@@ -188,31 +208,54 @@ pub(crate) fn recv_mmsg(
         return Ok(0);
     }
     let base = buf.as_mut_ptr();
-    for (i, iov) in s.iovs[..n].iter_mut().enumerate() {
-        *iov = libc::iovec { iov_base: base.wrapping_add(i * slot).cast(), iov_len: slot };
+    let key = (base as usize, slot, n);
+    if s.prepared == Some(key) {
+        // The kernel writes back only the lengths and flags of the messages
+        // it filled; the pointers and iovecs are as set up before.
+        for h in &mut s.hdrs[..s.dirty.min(n)] {
+            h.msg_len = 0;
+            h.msg_hdr.msg_namelen = NAME_LEN as libc::socklen_t;
+            h.msg_hdr.msg_controllen = CTRL_LEN;
+            h.msg_hdr.msg_flags = 0;
+        }
+    } else {
+        for (i, iov) in s.iovs[..n].iter_mut().enumerate() {
+            *iov = libc::iovec { iov_base: base.wrapping_add(i * slot).cast(), iov_len: slot };
+        }
+        let (iovs, names, ctrl) = (s.iovs.as_mut_ptr(), s.names.as_mut_ptr(), s.ctrl.as_mut_ptr());
+        for (i, h) in s.hdrs[..n].iter_mut().enumerate() {
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = names.wrapping_add(i).cast();
+            h.msg_hdr.msg_namelen = NAME_LEN as libc::socklen_t;
+            h.msg_hdr.msg_iov = iovs.wrapping_add(i);
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = ctrl.wrapping_add(i).cast();
+            h.msg_hdr.msg_controllen = CTRL_LEN;
+            h.msg_hdr.msg_flags = 0;
+        }
+        s.prepared = Some(key);
     }
-    let (iovs, names, ctrl) = (s.iovs.as_mut_ptr(), s.names.as_mut_ptr(), s.ctrl.as_mut_ptr());
-    for (i, h) in s.hdrs[..n].iter_mut().enumerate() {
-        h.msg_len = 0;
-        h.msg_hdr.msg_name = names.wrapping_add(i).cast();
-        h.msg_hdr.msg_namelen = NAME_LEN as libc::socklen_t;
-        h.msg_hdr.msg_iov = iovs.wrapping_add(i);
-        h.msg_hdr.msg_iovlen = 1;
-        h.msg_hdr.msg_control = ctrl.wrapping_add(i).cast();
-        h.msg_hdr.msg_controllen = CTRL_LEN;
-        h.msg_hdr.msg_flags = 0;
-    }
+    s.dirty = 0;
+    let flags = match mode {
+        RecvMode::NoWait => libc::MSG_DONTWAIT,
+        RecvMode::WaitForOne => libc::MSG_WAITFORONE,
+    };
     let got = loop {
         // SAFETY: the first `n` headers point at `n` distinct iovecs, names and
         // control buffers of the sizes given, all owned by `s`, and each iovec
         // at its own `slot`-byte window of `buf` (n * slot <= buf.len()); all
-        // stay borrowed and unmoved for the duration of the call.
-        let rc = unsafe {
-            libc::recvmmsg(fd.as_raw_fd(), s.hdrs.as_mut_ptr(), n as c_uint, libc::MSG_DONTWAIT, ptr::null_mut())
-        };
+        // stay borrowed and unmoved for the duration of the call. Pointers
+        // set up by an earlier call are the same values: computed from the
+        // same buffer address, slot and count (`prepared`), and from `s`'s
+        // vectors, which never grow, so their storage never moves.
+        let rc = unsafe { libc::recvmmsg(fd.as_raw_fd(), s.hdrs.as_mut_ptr(), n as c_uint, flags, ptr::null_mut()) };
         match cvt(rc) {
-            Ok(k) => break k as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(k) => {
+                s.dirty = k as usize;
+                break k as usize;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted && mode == RecvMode::NoWait => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
             Err(e) => return Err(e),
         }

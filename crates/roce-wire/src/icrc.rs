@@ -66,7 +66,7 @@ pub struct IcrcContext {
 }
 
 /// An ICRC computation in progress: the masked IP/UDP pseudo header, then
-/// the packet from its BTH on. The pseudo header and the BTH are buffered and
+/// the packet from its BTH on. Bytes are buffered while they fit and
 /// absorbed in one CRC update with whatever follows, since every update call
 /// has a fixed cost that matters for 20-byte ACKs.
 #[derive(Clone)]
@@ -76,8 +76,10 @@ pub struct IcrcHasher {
     pending_len: usize,
 }
 
-/// Room for the longest pseudo header (IPv4 with options, 60 + UDP 8) and a BTH.
-const PENDING_CAP: usize = 60 + 8 + bth::LEN;
+/// Room for the longest pseudo header (IPv4 with options, 60 + UDP 8), a
+/// BTH, and the rest of a small packet (an ACK, an 8-byte SEND or WRITE):
+/// such a packet then costs one CRC update, not one per piece.
+const PENDING_CAP: usize = 96;
 
 const LRH_STANDIN: [u8; 8] = [0xff; 8];
 const UDP_LEN: usize = 8;
@@ -209,6 +211,12 @@ impl IcrcHasher {
 
     /// Absorbs bytes that follow the BTH (headers, payload, pad).
     pub fn update(&mut self, bytes: &[u8]) {
+        let at = self.pending_len;
+        if let Some(room) = self.pending.get_mut(at..at + bytes.len()) {
+            room.copy_from_slice(bytes);
+            self.pending_len = at + bytes.len();
+            return;
+        }
         self.flush();
         self.crc.update(bytes);
     }
@@ -361,42 +369,83 @@ fn solve_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Result<IcrcCheck, WireErro
     }
     // Bytes the CRC runs over: LRH stand-in, IPv4 and UDP headers, packet less ICRC.
     let n = LRH_STANDIN.len() + 20 + UDP_LEN + packet.len() - ICRC_LEN;
-    let (inv_id_shift, df_term) = id_terms(n);
-    let mut diff = found ^ computed;
-    for dont_fragment in [true, false] {
-        // diff = E(x) * x^(8k+32) mod P for the 16-bit ID polynomial E.
-        let e = gf2::mul(diff, inv_id_shift);
-        if e & 0xffff == 0 {
-            let identification = ((e >> 16) as u16).swap_bytes();
-            return Ok(IcrcCheck::IdSolved { identification, dont_fragment });
+    id_terms(n, |inv_id_shift, df_term| {
+        let mut diff = found ^ computed;
+        for dont_fragment in [true, false] {
+            // diff = E(x) * x^(8k+32) mod P for the 16-bit ID polynomial E.
+            let e = inv_id_shift.mul(diff);
+            if e & 0xffff == 0 {
+                let identification = ((e >> 16) as u16).swap_bytes();
+                return Ok(IcrcCheck::IdSolved { identification, dont_fragment });
+            }
+            diff ^= df_term;
         }
-        diff ^= df_term;
-    }
-    Err(WireError::BadIcrc { found, computed })
+        Err(WireError::BadIcrc { found, computed })
+    })
 }
 
-/// For a CRC message of `n` bytes: the inverse of the factor that moves the
-/// identification (bytes 12..14) to the CRC, and the DF bit's term. They
-/// depend only on the length, and a flow has few lengths: a small
-/// per-thread cache saves the ~2,000 field operations per packet.
-fn id_terms(n: usize) -> (u32, u32) {
+/// Multiplication by a constant modulo the CRC polynomial, by byte tables:
+/// the product is linear in the other factor, so four lookups replace the
+/// 32 shift-and-add steps of [`gf2::mul`].
+struct ConstMul {
+    tables: [[u32; 256]; 4],
+}
+
+impl ConstMul {
+    fn new(c: u32) -> Box<ConstMul> {
+        let mut m = Box::new(ConstMul { tables: [[0; 256]; 4] });
+        for (j, t) in m.tables.iter_mut().enumerate() {
+            for v in 1..256usize {
+                let low = v & v.wrapping_neg();
+                t[v] = if v == low { gf2::mul((low as u32) << (8 * j), c) } else { t[v ^ low] ^ t[low] };
+            }
+        }
+        m
+    }
+
+    fn mul(&self, a: u32) -> u32 {
+        let t = &self.tables;
+        t[0][(a & 0xff) as usize]
+            ^ t[1][((a >> 8) & 0xff) as usize]
+            ^ t[2][((a >> 16) & 0xff) as usize]
+            ^ t[3][(a >> 24) as usize]
+    }
+}
+
+/// For a CRC message of `n` bytes, calls `f` with multiplication by the
+/// inverse of the factor that moves the identification (bytes 12..14) to
+/// the CRC, and with the DF bit's term. They depend only on the length, and
+/// a flow has few lengths: a small per-thread cache saves the ~2,000 field
+/// operations per packet.
+fn id_terms<R>(n: usize, f: impl FnOnce(&ConstMul, u32) -> R) -> R {
     use std::cell::RefCell;
-    /// (length, inverse shift, DF term) entries and the next slot to replace.
-    type Cache = ([(usize, u32, u32); 8], usize);
+    /// (length, multiplication by the inverse shift, DF term) entries and
+    /// the next slot to replace.
+    type Cache = (Vec<(usize, Box<ConstMul>, u32)>, usize);
+    const SLOTS: usize = 8;
     thread_local! {
-        static CACHE: RefCell<Cache> = const { RefCell::new(([(0, 0, 0); 8], 0)) };
+        static CACHE: RefCell<Cache> = const { RefCell::new((Vec::new(), 0)) };
     }
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        if let Some(&(_, inv, df)) = c.0.iter().find(|e| e.0 == n) {
-            return (inv, df);
-        }
-        let inv = gf2::inverse(gf2::x_pow(8 * (n - 14) as u64 + 32));
-        let df = gf2::mul(0x40 << 24, gf2::x_pow(8 * (n - 15) as u64 + 32));
-        let slot = c.1;
-        c.0[slot] = (n, inv, df);
-        c.1 = (slot + 1) % 8;
-        (inv, df)
+        let at = match c.0.iter().position(|e| e.0 == n) {
+            Some(i) => i,
+            None => {
+                let inv = ConstMul::new(gf2::inverse(gf2::x_pow(8 * (n - 14) as u64 + 32)));
+                let df = gf2::mul(0x40 << 24, gf2::x_pow(8 * (n - 15) as u64 + 32));
+                if c.0.len() < SLOTS {
+                    c.0.push((n, inv, df));
+                    c.0.len() - 1
+                } else {
+                    let slot = c.1;
+                    c.0[slot] = (n, inv, df);
+                    c.1 = (slot + 1) % SLOTS;
+                    slot
+                }
+            }
+        };
+        let (_, inv, df) = &c.0[at];
+        f(inv, *df)
     })
 }
 
@@ -494,6 +543,21 @@ mod tests {
         let mut roce = hex("0400ffff0000001180e5847f");
         roce.extend(std::iter::repeat_n(0x7b, 64));
         (ip, udp, roce)
+    }
+
+    #[test]
+    fn table_multiplication_matches_shift_and_add() {
+        let mut x = 0x1234_5678u32;
+        for _ in 0..200 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let c = x.rotate_left(7) ^ 0x9e37_79b9;
+            let m = ConstMul::new(c);
+            for a in [0, 1, 0x8000_0000, x, !x, x.swap_bytes()] {
+                assert_eq!(m.mul(a), gf2::mul(a, c), "a={a:#x} c={c:#x}");
+            }
+        }
     }
 
     fn hex(s: &str) -> Vec<u8> {

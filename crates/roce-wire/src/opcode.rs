@@ -166,9 +166,58 @@ impl HeaderSet {
 
     /// The headers of the set in wire order.
     pub fn iter(self) -> impl Iterator<Item = ExtHeader> {
-        ExtHeader::ALL.into_iter().filter(move |h| self.contains(*h))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits.wrapping_sub(1);
+            ExtHeader::ALL.get(i).copied()
+        })
+    }
+
+    /// The set with these bits (bit i: `ExtHeader::ALL[i]`).
+    pub(crate) const fn from_bits(bits: u8) -> HeaderSet {
+        HeaderSet(bits)
+    }
+
+    /// Total bytes of the headers in the set (a table lookup: bit `i` is
+    /// `ExtHeader::ALL[i]`, so any set is one of 256).
+    pub const fn byte_len(self) -> usize {
+        SET_LEN[self.0 as usize] as usize
+    }
+
+    /// The headers of the set that come before `h` on the wire.
+    const fn before(self, h: ExtHeader) -> HeaderSet {
+        HeaderSet(self.0 & (h.bit() - 1))
     }
 }
+
+// `HeaderSet` bit i is `ExtHeader::ALL[i]`: wire order is discriminant order.
+const _: () = {
+    let mut i = 0;
+    while i < ExtHeader::ALL.len() {
+        assert!(ExtHeader::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
+/// Bytes of every header set, indexed by its bits.
+const SET_LEN: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut bits = 0;
+    while bits < 256 {
+        let mut len = 0;
+        let mut i = 0;
+        while i < ExtHeader::ALL.len() {
+            if bits & (1 << i) != 0 {
+                len += ExtHeader::ALL[i].byte_len();
+            }
+            i += 1;
+        }
+        t[bits] = len as u8;
+        bits += 1;
+    }
+    t
+};
 
 /// Everything the table knows about one opcode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,32 +244,12 @@ impl OpcodeInfo {
         if !self.headers.contains(h) {
             return None;
         }
-        let mut off = crate::bth::LEN;
-        let mut i = 0;
-        while i < ExtHeader::ALL.len() {
-            let other = ExtHeader::ALL[i];
-            if other as u8 == h as u8 {
-                return Some(off);
-            }
-            if self.headers.contains(other) {
-                off += other.byte_len();
-            }
-            i += 1;
-        }
-        None
+        Some(crate::bth::LEN + self.headers.before(h).byte_len())
     }
 
     /// Length of BTH plus all extended headers: where the payload starts.
     pub const fn header_len(&self) -> usize {
-        let mut len = crate::bth::LEN;
-        let mut i = 0;
-        while i < ExtHeader::ALL.len() {
-            if self.headers.contains(ExtHeader::ALL[i]) {
-                len += ExtHeader::ALL[i].byte_len();
-            }
-            i += 1;
-        }
-        len
+        crate::bth::LEN + self.headers.byte_len()
     }
 
     /// Whether a requester or a responder sends this opcode.

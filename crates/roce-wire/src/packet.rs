@@ -24,7 +24,7 @@ use crate::field::check_len;
 use crate::icrc::{self, IcrcContext, IcrcHasher};
 use crate::ieth::{Ieth, IethRepr};
 use crate::immdt::{ImmDt, ImmDtRepr};
-use crate::opcode::{ExtHeader, OpcodeInfo, PayloadRule};
+use crate::opcode::{ExtHeader, HeaderSet, OpcodeInfo, PayloadRule};
 use crate::reth::{Reth, RethRepr};
 use crate::{ICRC_LEN, WireError};
 
@@ -201,17 +201,22 @@ pub struct ExtRepr {
 }
 
 impl ExtRepr {
-    fn has(&self, h: ExtHeader) -> bool {
-        match h {
-            ExtHeader::Deth => self.deth.is_some(),
-            ExtHeader::Feth => self.feth.is_some(),
-            ExtHeader::Reth => self.reth.is_some(),
-            ExtHeader::AtomicEth => self.atomic_eth.is_some(),
-            ExtHeader::Aeth => self.aeth.is_some(),
-            ExtHeader::AtomicAckEth => self.atomic_ack_eth.is_some(),
-            ExtHeader::ImmDt => self.immdt.is_some(),
-            ExtHeader::Ieth => self.ieth.is_some(),
-        }
+    /// The headers present.
+    fn set(&self) -> HeaderSet {
+        let bits = [
+            self.deth.is_some(),
+            self.feth.is_some(),
+            self.reth.is_some(),
+            self.atomic_eth.is_some(),
+            self.aeth.is_some(),
+            self.atomic_ack_eth.is_some(),
+            self.immdt.is_some(),
+            self.ieth.is_some(),
+        ]
+        .iter()
+        .enumerate()
+        .fold(0u8, |b, (i, &on)| b | (u8::from(on) << i));
+        HeaderSet::from_bits(bits)
     }
 }
 
@@ -263,7 +268,7 @@ impl PacketRepr {
         let op = self.bth.opcode;
         let info = op.info().ok_or(WireError::UnknownOpcode(op.0))?;
         let inconsistent = |reason| Err(WireError::Inconsistent { opcode: op.0, reason });
-        if ExtHeader::ALL.iter().any(|h| info.headers.contains(*h) != self.ext.has(*h)) {
+        if info.headers != self.ext.set() {
             return inconsistent("extended headers differ from the opcode's");
         }
         match info.payload {
@@ -296,9 +301,11 @@ impl PacketRepr {
         let buf = &mut buf[..len];
         self.bth.emit(&mut Bth::new_unchecked(&mut buf[..bth::LEN]), pad_for(payload_len) as u8);
         let e = &self.ext;
+        // Headers follow the BTH in wire order, each right after the last.
+        let mut off = bth::LEN;
         for h in info.headers.iter() {
-            let off = info.offset(h).unwrap_or(bth::LEN);
             let slot = &mut buf[off..off + h.byte_len()];
+            off += h.byte_len();
             match h {
                 ExtHeader::Deth => e.deth.map(|r| r.emit(&mut Deth::new_unchecked(slot))),
                 ExtHeader::Feth => e.feth.map(|r| r.emit(&mut Feth::new_unchecked(slot))),

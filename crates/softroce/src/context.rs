@@ -95,6 +95,8 @@ impl Drop for Owner {
             let _ = t.join();
         }
         let mut st = self.shared.lock();
+        // Deferred packets (a last ACK) leave before the socket closes.
+        let _ = self.shared.flush(&mut st);
         if let Some(t) = st.tap.as_mut() {
             let _ = t.flush();
         }
@@ -183,6 +185,7 @@ impl Context {
             async_events: EventQueue::new()?,
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
+            in_socket: std::sync::atomic::AtomicBool::new(false),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
@@ -247,27 +250,19 @@ impl Context {
     }
 
     /// For applications that watch memory rather than a CQ (the target of
-    /// a peer's RDMA WRITE): makes progress from this thread, and if no
-    /// packet arrived, sleeps until one does, a timer is due, another thread
-    /// made completions, or `timeout` passes. Returns whether packets were
+    /// a peer's RDMA WRITE): sleeps until a packet arrives (not at all if
+    /// some wait), another thread made completions, or `timeout` passes,
+    /// and processes what came in this thread. Returns whether packets were
     /// processed.
     pub fn progress_wait(&self, timeout: Duration) -> Result<bool, Error> {
         let s = self.shared();
         s.waiters.fetch_add(1, Ordering::AcqRel);
-        let r = (|| -> Result<bool, Error> {
-            let (got, next) = {
-                let mut st = s.lock();
-                let before = st.stats.rx_packets;
-                let next = s.progress(&mut st)?;
-                (st.stats.rx_packets != before, next)
-            };
-            if got {
-                return Ok(true);
-            }
-            let now = std::time::Instant::now();
-            s.sleep_on_socket(next.map_or(now + timeout, |t| t.min(now + timeout)))?;
-            Ok(false)
-        })();
+        // The caller reads its memory next: what the packets call for (an
+        // ACK) may wait for its next verb, as after a completion.
+        let r = s
+            .sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived)
+            .map(|(_, got)| got)
+            .map_err(Error::from);
         s.waiters.fetch_sub(1, Ordering::AcqRel);
         r
     }

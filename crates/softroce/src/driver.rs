@@ -29,6 +29,21 @@ use crate::config::DeviceInfo;
 use crate::faults::{Fate, Faults, Held};
 use crate::tap::{PORT, Tap};
 
+/// The longest sleep in the socket: a waiter whose deadline is further
+/// away looks again after this.
+const MAX_SOCKET_SLEEP: Duration = Duration::from_millis(50);
+
+/// When a waiter's pass may leave packets unsent for the application's
+/// next call (see [`Shared::progress_for_app`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Defer {
+    Never,
+    /// The pass made completions: the caller returns them.
+    IfCompleted,
+    /// The pass received packets: the caller looks at its memory.
+    IfReceived,
+}
+
 /// Who makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
@@ -72,12 +87,19 @@ pub struct DriverStats {
     pub tx_dropped: u64,
     /// Progress passes.
     pub passes: u64,
+    /// Wake-up datagrams a thread sent to end another's sleep in the socket.
+    pub wake_ups: u64,
+    /// Passes of a waiting application thread that returned its
+    /// completions before sending what the packets it received called for
+    /// (ACKs, READ responses); the next call or pass sent it.
+    pub tx_deferred: u64,
 }
 
 /// Device state behind the lock.
 pub(crate) struct State {
     pub(crate) dev: Device,
-    rx: RecvBatch,
+    /// `None` while an application thread sleeps in the socket with it.
+    rx: Option<Box<RecvBatch>>,
     /// Kept empty between passes: a pass lends it registered memory.
     tx: Option<SendBatch<'static>>,
     /// Headers of the packet being built.
@@ -93,13 +115,15 @@ pub(crate) struct State {
     pub(crate) graveyard: Vec<OwnedBuffer>,
     pub(crate) stats: DriverStats,
     scratch: Vec<u8>,
+    /// A waiter's pass left packets unsent (see [`Shared::progress_for_app`]).
+    tx_owed: bool,
 }
 
 impl State {
     pub(crate) fn new(dev: Device, faults: Option<Faults>, tap: Option<Tap>) -> State {
         State {
             dev,
-            rx: RecvBatch::new(BATCH),
+            rx: Some(Box::new(RecvBatch::new(BATCH))),
             // Headers and trailers only: payloads are sent from where they are.
             tx: Some(SendBatch::new(BATCH, BATCH * 512)),
             head: vec![0; MAX_PACKET],
@@ -111,6 +135,7 @@ impl State {
             graveyard: Vec::new(),
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
+            tx_owed: false,
         }
     }
 }
@@ -129,6 +154,8 @@ pub(crate) struct Shared {
     pub(crate) cq_waker: Waker,
     /// Threads blocked in `Cq::wait`.
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
+    /// Whether one of them sleeps in `recvmmsg` (woken by a datagram).
+    pub(crate) in_socket: AtomicBool,
     /// When the driver thread wakes next, in ns since `epoch` (`u64::MAX`: never).
     pub(crate) driver_deadline: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
@@ -177,13 +204,64 @@ impl Shared {
     fn wake_others_if_made(&self, now: u64, before: u64, caller_waits: bool) {
         if now != before && self.waiters.load(Ordering::Acquire) > usize::from(caller_waits) {
             let _ = self.cq_waker.wake();
+            if self.in_socket.load(Ordering::Acquire) {
+                let _ = self.sock.wake_receiver();
+            }
         }
     }
 
-    /// An application thread's sleep (it is counted in `waiters` by the
-    /// caller): until a packet arrives, another thread made completions, or
-    /// `until`, whichever is first.
-    pub(crate) fn sleep_on_socket(&self, until: Instant) -> io::Result<()> {
+    /// An application thread's sleep and the pass after it (the caller is
+    /// counted in `waiters`, so the driver thread stays out of the way):
+    /// sleeps until a packet arrives, another thread made completions, or
+    /// `until`, then hands what came to the engine and returns the device
+    /// locked, e.g. to poll a CQ, with whether packets arrived.
+    ///
+    /// The sleep is in `recvmmsg` itself (one system call per wake-up, not
+    /// `poll` then `recvmmsg`); a second sleeping thread polls beside it.
+    /// Timers stay with the driver thread, which runs them when due.
+    pub(crate) fn sleep_and_progress(&self, until: Instant, defer: Defer) -> io::Result<(MutexGuard<'_, State>, bool)> {
+        let taken = self.lock().rx.take();
+        let Some(mut rx) = taken else {
+            self.sleep_on_socket(until)?;
+            let mut st = self.lock();
+            let before = st.stats.rx_packets;
+            let made = st.dev.counters().completions;
+            st.stats.passes += 1;
+            self.progress_pass(&mut st, defer)?;
+            self.wake_others_if_made(st.dev.counters().completions, made, true);
+            let got = st.stats.rx_packets != before;
+            return Ok((st, got));
+        };
+        let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
+        self.in_socket.store(true, Ordering::Release);
+        let r = self.sock.recv_wait(&mut rx, left);
+        self.in_socket.store(false, Ordering::Release);
+        let mut st = self.lock();
+        let n = match r {
+            Ok(n) => n,
+            Err(e) => {
+                st.rx = Some(rx);
+                return Err(e);
+            }
+        };
+        let before = st.stats.rx_packets;
+        let made = st.dev.counters().completions;
+        st.stats.passes += 1;
+        let pre = if n > 0 {
+            Some((rx, n))
+        } else {
+            st.rx = Some(rx);
+            None
+        };
+        self.progress_pass_with(&mut st, defer, pre)?;
+        self.wake_others_if_made(st.dev.counters().completions, made, true);
+        let got = st.stats.rx_packets != before;
+        Ok((st, got))
+    }
+
+    /// A sleep beside a thread that sleeps in the socket: until the socket
+    /// is readable, the waker fires or `until`.
+    fn sleep_on_socket(&self, until: Instant) -> io::Result<()> {
         // `wait` clears the waker when it fired; one that fires later makes
         // the next sleep return at once, which costs a pass, not a wake-up lost.
         wait(
@@ -230,21 +308,68 @@ impl Shared {
     /// [`Shared::progress`] for an application thread polling a CQ; one
     /// that is itself a waiter (`caller_waits`) sees the completions it makes
     /// without waking itself through the waker.
+    ///
+    /// A waiter's pass that made completions returns them before sending
+    /// what the received packets call for (the ACK of a SEND, typically):
+    /// the application's reply, posted next, takes it along in the same
+    /// `sendmmsg` (one GSO send when sizes match), so a ping-pong pays one
+    /// send per turn, not two. At most one pass in a row defers, and only
+    /// with a driver thread: it is blind while waiters exist and flushes at
+    /// its next look (at most `BLIND_TICK` later) if no verb did before.
+    /// IBTA allows coalesced ACKs; the delay stays far below any local ACK
+    /// timeout a requester uses in practice.
     pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
         let made = st.dev.counters().completions;
-        let r = self.progress_pass(st);
+        let defer = if caller_waits { Defer::IfCompleted } else { Defer::Never };
+        let r = self.progress_pass(st, defer);
         self.wake_others_if_made(st.dev.counters().completions, made, caller_waits);
         r
     }
 
-    fn progress_pass(&self, st: &mut State) -> io::Result<Option<Instant>> {
+    fn progress_pass(&self, st: &mut State, defer: Defer) -> io::Result<Option<Instant>> {
+        self.progress_pass_with(st, defer, None)
+    }
+
+    /// A pass that first hands the engine `pre`, a batch the caller received
+    /// (`n` datagrams) while sleeping in the socket; it goes back to `st`.
+    fn progress_pass_with(
+        &self,
+        st: &mut State,
+        defer: Defer,
+        pre: Option<(Box<RecvBatch>, usize)>,
+    ) -> io::Result<Option<Instant>> {
         let now = Instant::now();
-        self.receive(st, now)?;
+        let (made, got) = (st.dev.counters().completions, st.stats.rx_packets);
+        match pre {
+            // A full batch may have left more on the socket.
+            Some((rx, n)) => {
+                self.release_held(st, now);
+                let r = self.handle_batch(st, &rx, now);
+                st.rx = Some(rx);
+                r?;
+                if n >= BATCH {
+                    self.receive(st, now)?;
+                }
+            }
+            None => self.receive(st, now)?,
+        }
         if st.dev.poll_timeout().is_some_and(|t| t <= now) {
             st.dev.handle_timeout(now);
         }
-        self.transmit(st, now)?;
+        let deferred = self.mode == Progress::Thread
+            && !st.tx_owed
+            && match defer {
+                Defer::Never => false,
+                Defer::IfCompleted => st.dev.counters().completions != made,
+                Defer::IfReceived => st.stats.rx_packets != got,
+            };
+        if deferred {
+            st.tx_owed = true;
+            st.stats.tx_deferred += 1;
+        } else {
+            self.transmit(st, now)?;
+        }
         self.route_events(st);
         if !st.graveyard.is_empty() {
             let dev = &st.dev;
@@ -255,66 +380,96 @@ impl Shared {
         Ok(next)
     }
 
+    /// Hands what waits on the socket to the engine (nothing while an
+    /// application thread sleeps in the socket with the batch).
     fn receive(&self, st: &mut State, now: Instant) -> io::Result<()> {
-        let State { dev, rx, faults, tap, stats, scratch, .. } = st;
-        // Held (reordered) packets whose time came.
+        self.release_held(st, now);
+        let Some(mut rx) = st.rx.take() else { return Ok(()) };
+        let r = loop {
+            match self.sock.recv(&mut rx) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    let r = self.handle_batch(st, &rx, now);
+                    if r.is_err() || n < BATCH {
+                        break r;
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        st.rx = Some(rx);
+        r
+    }
+
+    /// Held (reordered) packets whose time came.
+    fn release_held(&self, st: &mut State, now: Instant) {
+        let State { dev, faults, .. } = st;
         if let Some(f) = faults.as_mut() {
             while f.held.front().is_some_and(|h| h.release <= now) {
                 let h = f.held.pop_front().expect("front checked");
                 dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
             }
         }
-        loop {
-            let n = self.sock.recv(rx)?;
-            if n == 0 {
-                return Ok(());
+    }
+
+    /// The packets of one received batch to the engine (through the fault
+    /// injector and the capture when configured).
+    fn handle_batch(&self, st: &mut State, rx: &RecvBatch, now: Instant) -> io::Result<()> {
+        let State { dev, faults, tap, stats, scratch, .. } = st;
+        for seg in rx.segments() {
+            if self.sock.is_wake_up(SocketAddr::new(seg.src, seg.src_port), seg.data.len()) {
+                stats.wake_ups += 1;
+                continue;
             }
-            for seg in rx.segments() {
-                stats.rx_packets += 1;
-                if let Some(t) = tap.as_mut() {
-                    t.write(seg.src, seg.src_port, seg.dst, PORT, None, seg.data)?;
-                }
-                let Some(f) = faults.as_mut() else {
+            stats.rx_packets += 1;
+            if let Some(t) = tap.as_mut() {
+                t.write(seg.src, seg.src_port, seg.dst, PORT, None, seg.data)?;
+            }
+            let Some(f) = faults.as_mut() else {
+                dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                continue;
+            };
+            match f.fate(seg.data.len()) {
+                Fate::Deliver => dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data),
+                Fate::Drop => {}
+                Fate::Duplicate => {
                     dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
-                    continue;
-                };
-                match f.fate(seg.data.len()) {
-                    Fate::Deliver => dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data),
-                    Fate::Drop => {}
-                    Fate::Duplicate => {
-                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
-                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
-                    }
-                    Fate::Hold => f.held.push_back(Held {
-                        release: now + f.spec.reorder_delay,
-                        src: seg.src,
-                        src_port: seg.src_port,
-                        dst: seg.dst,
-                        data: seg.data.to_vec(),
-                    }),
-                    Fate::Corrupt { bit } => {
-                        scratch.clear();
-                        scratch.extend_from_slice(seg.data);
-                        scratch[bit / 8] ^= 1 << (bit % 8);
-                        dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, scratch);
-                    }
+                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
                 }
-                // A reordered packet is overtaken by this one, then released.
-                if let Some(h) = f.held.front()
-                    && h.release > now
-                    && f.held.len() > 8
-                {
-                    let h = f.held.pop_front().expect("front checked");
-                    dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
+                Fate::Hold => f.held.push_back(Held {
+                    release: now + f.spec.reorder_delay,
+                    src: seg.src,
+                    src_port: seg.src_port,
+                    dst: seg.dst,
+                    data: seg.data.to_vec(),
+                }),
+                Fate::Corrupt { bit } => {
+                    scratch.clear();
+                    scratch.extend_from_slice(seg.data);
+                    scratch[bit / 8] ^= 1 << (bit % 8);
+                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, scratch);
                 }
             }
-            if n < BATCH {
-                return Ok(());
+            // A reordered packet is overtaken by this one, then released.
+            if let Some(h) = f.held.front()
+                && h.release > now
+                && f.held.len() > 8
+            {
+                let h = f.held.pop_front().expect("front checked");
+                dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
             }
         }
+        Ok(())
+    }
+
+    /// Sends everything the engine has to send now (also what a waiter's
+    /// pass deferred), e.g. before a QP is destroyed.
+    pub(crate) fn flush(&self, st: &mut State) -> io::Result<()> {
+        self.transmit(st, Instant::now())
     }
 
     fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
+        st.tx_owed = false;
         let State { dev, tx: slot, head, pieces, fixup, tap, stats, scratch, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.

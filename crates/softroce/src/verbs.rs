@@ -398,7 +398,8 @@ impl Cq {
         Ok(self.0.ctx.shared().lock().dev.poll_cq(self.0.handle, out)?)
     }
 
-    /// [`Cq::poll`] by a thread counted in `waiters` (`caller_waits`) or not.
+    /// [`Cq::poll`] by a thread counted in `waiters` (`caller_waits`) or not:
+    /// the CQ, and if it is empty a progress pass first.
     fn poll_as(&self, out: &mut [Wc], caller_waits: bool) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let mut st = s.lock();
@@ -429,44 +430,48 @@ impl Cq {
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let deadline = std::time::Instant::now() + timeout;
-        // The first look only checks the CQ: the socket is read when a
-        // packet wakes the sleep that follows, not once more before it (one
-        // `recvmmsg` less per wait).
-        let mut first = s.spin.is_zero();
-        loop {
+        // Counted as a waiter before the first look, so a completion made by
+        // another thread after it wakes this one, and the driver thread
+        // stays off the socket meanwhile (also while this one spins).
+        s.waiters.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let r = (|| -> Result<usize, Error> {
             if !s.spin.is_zero() {
                 let spin_until = std::time::Instant::now() + s.spin;
                 loop {
-                    let n = self.poll(out)?;
+                    let n = self.poll_as(out, true)?;
                     if n > 0 {
                         return Ok(n);
                     }
                     let now = std::time::Instant::now();
-                    if now >= deadline || now >= spin_until {
+                    if now >= deadline {
+                        return Ok(0);
+                    }
+                    if now >= spin_until {
                         break;
                     }
                     std::hint::spin_loop();
                 }
             }
-            // Counted as a waiter before the poll that decides to sleep, so a
-            // completion made by another thread after it wakes this one (and
-            // the driver stays off the socket meanwhile).
-            s.waiters.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let n = if std::mem::take(&mut first) { self.peek(out) } else { self.poll_as(out, true) };
-            let now = std::time::Instant::now();
-            if matches!(n, Ok(0)) && now < deadline {
-                let next = s.lock().dev.poll_timeout();
-                let _ = s.sleep_on_socket(next.map_or(deadline, |t| t.min(deadline)));
-            }
-            s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            let n = n?;
+            // Without spinning, the first look only checks the CQ: the socket
+            // is read by the sleep that follows, not once more before it.
+            let n = self.peek(out)?;
             if n > 0 {
                 return Ok(n);
             }
-            if now >= deadline {
-                return Ok(0);
+            while std::time::Instant::now() < deadline {
+                let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted)?;
+                let n = st.dev.poll_cq(self.0.handle, out)?;
+                let next = st.dev.poll_timeout();
+                drop(st);
+                s.nudge_driver(next);
+                if n > 0 {
+                    return Ok(n);
+                }
             }
-        }
+            Ok(0)
+        })();
+        s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        r
     }
 }
 
@@ -721,7 +726,12 @@ struct QpInner {
 impl Drop for QpInner {
     fn drop(&mut self) {
         let q = self.qpn;
-        let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_qp(q));
+        let s = self.pd.ctx().shared();
+        let mut st = s.lock();
+        // What a waiter's pass deferred (its last ACK) leaves first.
+        let _ = s.flush(&mut st);
+        drop(st);
+        let _ = s.with_dev(false, |d| d.destroy_qp(q));
     }
 }
 

@@ -424,6 +424,7 @@ fn print_stats(who: &str, ctx: &softroce::Context) {
         ("tx_would_block", d.tx_would_block),
         ("tx_dropped", d.tx_dropped),
         ("passes", d.passes),
+        ("tx_deferred", d.tx_deferred),
     ] {
         println!("   {name:<24} {v}");
     }
