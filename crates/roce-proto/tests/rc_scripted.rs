@@ -404,3 +404,37 @@ fn a_read_being_answered_keeps_its_memory_in_use_after_dereg() {
     p.dev[B].dealloc_pd(p.pd[B]).unwrap();
     assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::UnknownHandle(p.pd[B])));
 }
+
+#[test]
+fn a_lone_ack_follows_one_request_packet_of_its_qp_and_no_more() {
+    let mut p = Pair::new(Setup::default());
+    p.recv(B, 7, 8192, 4096);
+    p.recv(A, 8, 8192, 4096);
+    p.recv(A, 9, 12288, 4096);
+    p.send(A, 1, WrOpcode::Send, 0, 8, 0);
+    let req = p.transmit();
+    assert_eq!(req.iter().map(|k| k.opcode()).collect::<Vec<_>>(), [Opcode::RC_SEND_ONLY]);
+    p.deliver(&req[0]);
+    // B owes an ACK and has two requests queued: the ACK goes right after
+    // the first (so both can share one GSO send), not after both.
+    p.send(B, 2, WrOpcode::Send, 0, 8, 0);
+    p.send(B, 3, WrOpcode::Send, 0, 16, 0);
+    let out = p.transmit();
+    let from_b: Vec<Opcode> = out.iter().filter(|k| k.from == B).map(|k| k.opcode()).collect();
+    assert_eq!(from_b, [Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE, Opcode::RC_SEND_ONLY]);
+    let ack = out.iter().find(|k| k.opcode() == Opcode::RC_ACKNOWLEDGE).unwrap();
+    assert_eq!(ack.psn(), req[0].psn());
+    // With no request queued, an ACK leaves at once.
+    for k in &out {
+        p.deliver(k);
+    }
+    let acks = p.transmit();
+    assert_eq!(acks.iter().map(|k| (k.from, k.opcode())).collect::<Vec<_>>(), [(A, Opcode::RC_ACKNOWLEDGE)]);
+    p.run(|_| true);
+    let mut a: Vec<_> = p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect();
+    a.sort_by_key(|w| w.0);
+    assert_eq!(a, [(1, WcStatus::Success), (8, WcStatus::Success), (9, WcStatus::Success)]);
+    let mut b: Vec<_> = p.completions(B).iter().map(|w| (w.wr_id, w.status)).collect();
+    b.sort_by_key(|w| w.0);
+    assert_eq!(b, [(2, WcStatus::Success), (3, WcStatus::Success), (7, WcStatus::Success)]);
+}

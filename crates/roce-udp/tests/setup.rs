@@ -96,6 +96,66 @@ fn wait_reports_a_readable_socket() {
     assert_eq!(collect(&b, &mut rx, 1)[0].data, b"ping");
 }
 
+#[test]
+fn recv_wait_sleeps_until_a_datagram_arrives_then_takes_what_waits() {
+    let a = bind("127.0.0.26");
+    let b = Arc::new(bind("127.0.0.27"));
+    let to = b.local_addr();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        a.send_to(b"one", to).unwrap();
+        a.send_to(b"two", to).unwrap();
+        a
+    });
+    let mut rx = RecvBatch::new(8);
+    let start = Instant::now();
+    let mut got = Vec::new();
+    while got.len() < 2 && start.elapsed() < Duration::from_secs(5) {
+        let n = b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap();
+        assert!(n > 0, "woke with nothing after {:?}", start.elapsed());
+        got.extend(rx.segments().map(|s| s.data.to_vec()));
+    }
+    assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+    assert!(start.elapsed() >= Duration::from_millis(25), "did not sleep: {:?}", start.elapsed());
+    t.join().unwrap();
+}
+
+#[test]
+fn recv_wait_on_an_idle_socket_times_out_with_nothing() {
+    let b = bind("127.0.0.28");
+    let mut rx = RecvBatch::new(4);
+    let start = Instant::now();
+    assert_eq!(b.recv_wait(&mut rx, Duration::from_millis(20)).unwrap(), 0);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(19) && took < Duration::from_secs(2), "{took:?}");
+    // The socket stays usable without blocking.
+    assert_eq!(b.recv(&mut rx).unwrap(), 0);
+}
+
+#[test]
+fn wake_receiver_ends_a_recv_wait_with_a_recognizable_datagram() {
+    let b = Arc::new(bind("127.0.0.29"));
+    let b2 = Arc::clone(&b);
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        b2.wake_receiver().unwrap();
+    });
+    let mut rx = RecvBatch::new(4);
+    let start = Instant::now();
+    let n = b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(4), "not woken: {:?}", start.elapsed());
+    assert_eq!(n, 1);
+    let seg = rx.segments().next().expect("the wake-up datagram");
+    assert!(b.is_wake_up(seg.src_addr(), seg.data.len()), "{:?} {} bytes", seg.src_addr(), seg.data.len());
+    // An empty datagram from another socket is not a wake-up.
+    let other = bind("127.0.0.29");
+    other.send_to(&[], b.local_addr()).unwrap();
+    assert_eq!(b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap(), 1);
+    let seg = rx.segments().next().expect("the empty datagram");
+    assert!(!b.is_wake_up(seg.src_addr(), seg.data.len()));
+    t.join().unwrap();
+}
+
 /// Reads raw IPv4 datagrams to `dst` until one is UDP from `src`; returns
 /// (identification, DF, UDP payload length).
 fn raw_ipv4_header(raw: &socket2::Socket, src: SocketAddr, dst: SocketAddr) -> (u16, bool, usize) {
