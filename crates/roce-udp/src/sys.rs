@@ -393,8 +393,19 @@ pub(crate) fn send_mmsg<'d>(
         for p in m.first..m.first + m.count {
             let (head, pieces, trailer) = parts(p);
             for part in std::iter::once(head).chain(pieces.iter().copied()).chain(std::iter::once(trailer)) {
-                if !part.is_empty() {
-                    s.iovs.push(libc::iovec { iov_base: part.as_ptr().cast_mut().cast(), iov_len: part.len() });
+                if part.is_empty() {
+                    continue;
+                }
+                // A part that starts where the message's last iovec ends
+                // extends it (a trailer and the next header in the arena;
+                // whole small packets): fewer iovecs for the kernel to walk.
+                let at = part.as_ptr().cast_mut().cast::<c_void>();
+                let in_message = s.iovs.len() > start;
+                match s.iovs.last_mut() {
+                    Some(last) if in_message && last.iov_base.wrapping_byte_add(last.iov_len) == at => {
+                        last.iov_len += part.len();
+                    }
+                    _ => s.iovs.push(libc::iovec { iov_base: at, iov_len: part.len() }),
                 }
             }
         }

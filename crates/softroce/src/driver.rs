@@ -485,7 +485,7 @@ impl Shared {
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         loop {
-            if tx.len() >= BATCH || !tx.has_room(MAX_PACKET) {
+            if !tx.has_room(MAX_PACKET) {
                 result = self.flush_all(&mut tx, stats);
                 if result.is_err() {
                     break;
