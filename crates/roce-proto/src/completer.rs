@@ -204,6 +204,7 @@ impl Qp {
         }
         self.comp.timer =
             if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
+        ctx.timers_changed.set(true);
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: roce_wire::RnrTimer) {
@@ -222,6 +223,7 @@ impl Qp {
         self.rewind_to(self.comp.psn);
         self.comp.timer = None;
         self.req.rnr_until = Some(ctx.now + timer.duration());
+        ctx.timers_changed.set(true);
     }
 
     fn on_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
@@ -263,11 +265,13 @@ impl Qp {
         ctx.counters.completer_retry_err += 1;
         self.rewind_to(self.comp.psn);
         self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        ctx.timers_changed.set(true);
     }
 
     /// The retransmit timer expired.
     pub fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.comp.timer = None;
+        ctx.timers_changed.set(true);
         if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
             return;
         }

@@ -191,6 +191,10 @@ pub struct Device {
     srqs: Vec<Option<Srq>>,
     ahs: Vec<Option<AhAttr>>,
     qps: BTreeMap<u32, Qp>,
+    /// A QP timer changed since [`Device::poll_timeout`] last scanned.
+    timers_changed: std::cell::Cell<bool>,
+    /// What that scan found.
+    next_timer: std::cell::Cell<Option<Instant>>,
     next_qpn: u32,
     tx_cursor: u32,
     counters: Counters,
@@ -217,6 +221,7 @@ macro_rules! ctx {
             comp_events: &mut $d.comp_events,
             overrun: &mut $d.overrun,
             gather: None,
+            timers_changed: &$d.timers_changed,
         }
     };
 }
@@ -232,6 +237,8 @@ impl Device {
             srqs: Vec::new(),
             ahs: Vec::new(),
             qps: BTreeMap::new(),
+            timers_changed: std::cell::Cell::new(true),
+            next_timer: std::cell::Cell::new(None),
             next_qpn: FIRST_QPN,
             tx_cursor: 0,
             counters: Counters::default(),
@@ -482,6 +489,7 @@ impl Device {
 
     /// Destroys a QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        self.timers_changed.set(true);
         self.qps.remove(&qpn).map(|_| ()).ok_or(VerbError::UnknownHandle(qpn))
     }
 
@@ -492,6 +500,8 @@ impl Device {
 
     /// `ibv_modify_qp`.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
+        // A reset or an error state drops the QP's timers.
+        self.timers_changed.set(true);
         let l = self.cfg.limits;
         if mask.contains(QpAttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= self.cfg.gids.len() {
             return Err(VerbError::Invalid("sgid_index"));
@@ -781,8 +791,18 @@ impl Device {
     }
 
     /// The earliest instant at which [`Device::handle_timeout`] has work.
+    /// Cached: the QPs are scanned again only after a timer changed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min()
+        if self.timers_changed.replace(false) {
+            let next = self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min();
+            self.next_timer.set(next);
+        }
+        debug_assert_eq!(
+            self.next_timer.get(),
+            self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min(),
+            "stale timer cache"
+        );
+        self.next_timer.get()
     }
 
     /// Runs the timers due at `now`.
@@ -792,6 +812,7 @@ impl Device {
         for qp in self.qps.values_mut() {
             if qp.req.rnr_until.is_some_and(|t| t <= now) {
                 qp.req.rnr_until = None;
+                self.timers_changed.set(true);
             }
         }
         let due: Vec<u32> =

@@ -345,6 +345,7 @@ impl Qp {
         self.attr.qp_state = QpState::Err;
         self.comp.timer = None;
         self.req.rnr_until = None;
+        ctx.timers_changed.set(true);
         self.resp.responses.clear();
         self.resp.current = None;
         self.flush(ctx);
@@ -405,6 +406,7 @@ impl Qp {
             if self.comp.psn == self.req.psn {
                 // Nothing is outstanding any more.
                 self.comp.timer = None;
+                ctx.timers_changed.set(true);
             }
         }
     }

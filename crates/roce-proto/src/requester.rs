@@ -144,6 +144,7 @@ impl Qp {
                 return None;
             }
             self.req.rnr_until = None;
+            ctx.timers_changed.set(true);
         }
         let ty = self.qp_type();
         if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= MAX_UNACKED_PSNS as i32 {
@@ -309,6 +310,7 @@ impl Qp {
         }
         if ty == QpType::Rc && self.comp.timer.is_none() {
             self.comp.timer = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+            ctx.timers_changed.set(true);
         }
         ctx.counters.sent_pkts += 1;
         Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })
