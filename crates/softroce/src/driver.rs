@@ -221,38 +221,31 @@ impl Shared {
     /// Timers stay with the driver thread, which runs them when due.
     pub(crate) fn sleep_and_progress(&self, until: Instant, defer: Defer) -> io::Result<(MutexGuard<'_, State>, bool)> {
         let taken = self.lock().rx.take();
-        let Some(mut rx) = taken else {
-            self.sleep_on_socket(until)?;
-            let mut st = self.lock();
-            let before = st.stats.rx_packets;
-            let made = st.dev.counters().completions;
-            st.stats.passes += 1;
-            self.progress_pass(&mut st, defer)?;
-            self.wake_others_if_made(st.dev.counters().completions, made, true);
-            let got = st.stats.rx_packets != before;
-            return Ok((st, got));
-        };
-        let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
-        self.in_socket.store(true, Ordering::Release);
-        let r = self.sock.recv_wait(&mut rx, left);
-        self.in_socket.store(false, Ordering::Release);
-        let mut st = self.lock();
-        let n = match r {
-            Ok(n) => n,
-            Err(e) => {
-                st.rx = Some(rx);
-                return Err(e);
+        let pre = match taken {
+            // Another thread sleeps in the socket: sleep beside it.
+            None => {
+                self.sleep_on_socket(until)?;
+                None
+            }
+            Some(mut rx) => {
+                let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
+                self.in_socket.store(true, Ordering::Release);
+                let r = self.sock.recv_wait(&mut rx, left);
+                self.in_socket.store(false, Ordering::Release);
+                match r {
+                    Ok(n) if n > 0 => Some((rx, n)),
+                    r => {
+                        self.lock().rx = Some(rx);
+                        r?;
+                        None
+                    }
+                }
             }
         };
+        let mut st = self.lock();
         let before = st.stats.rx_packets;
         let made = st.dev.counters().completions;
         st.stats.passes += 1;
-        let pre = if n > 0 {
-            Some((rx, n))
-        } else {
-            st.rx = Some(rx);
-            None
-        };
         self.progress_pass_with(&mut st, defer, pre)?;
         self.wake_others_if_made(st.dev.counters().completions, made, true);
         let got = st.stats.rx_packets != before;
