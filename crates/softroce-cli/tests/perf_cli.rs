@@ -48,6 +48,21 @@ fn each_of_the_eight_tests_runs_and_its_table_parses() {
     }
 }
 
+/// A stall (ACKs held back, a timer missed) leaves a bandwidth test at a
+/// few percent of the UDP baseline measured in the same run: this floor is
+/// far below what any of them reaches (0.5x and up in release builds,
+/// about half that in test builds) and far above a stalled run (0.01x).
+#[test]
+fn no_bandwidth_test_stalls_next_to_its_baseline() {
+    for test in ["send-bw", "write-bw", "read-bw"] {
+        let (ok, out, err) = softroce(&["perf", test, "--loopback", "--baseline", "-n", "2000", "-s", "65536"]);
+        assert!(ok, "{test}: {err}\n{out}");
+        let r = rows(&out);
+        let ratio: f64 = r[0].last().unwrap().strip_suffix('x').unwrap().parse().unwrap();
+        assert!(ratio >= 0.08, "{test} stalled: {ratio}x of the baseline\n{out}");
+    }
+}
+
 #[test]
 fn baseline_adds_a_ratio_scripts_can_read() {
     let (ok, out, err) = softroce(&["perf", "write-bw", "--loopback", "--baseline", "-n", "500", "-s", "65536"]);

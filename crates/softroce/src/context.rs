@@ -186,6 +186,7 @@ impl Context {
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
             in_socket: std::sync::atomic::AtomicBool::new(false),
+            tx_owed: std::sync::atomic::AtomicBool::new(false),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,

@@ -115,8 +115,6 @@ pub(crate) struct State {
     pub(crate) graveyard: Vec<OwnedBuffer>,
     pub(crate) stats: DriverStats,
     scratch: Vec<u8>,
-    /// A waiter's pass left packets unsent (see [`Shared::progress_for_app`]).
-    tx_owed: bool,
 }
 
 impl State {
@@ -135,7 +133,6 @@ impl State {
             graveyard: Vec::new(),
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
-            tx_owed: false,
         }
     }
 }
@@ -156,6 +153,9 @@ pub(crate) struct Shared {
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
     /// Whether one of them sleeps in `recvmmsg` (woken by a datagram).
     pub(crate) in_socket: AtomicBool,
+    /// A waiter's pass left packets unsent (see [`Shared::progress_for_app`]);
+    /// changed under the device lock, read by the driver thread without it.
+    pub(crate) tx_owed: AtomicBool,
     /// When the driver thread wakes next, in ns since `epoch` (`u64::MAX`: never).
     pub(crate) driver_deadline: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
@@ -220,7 +220,15 @@ impl Shared {
     /// `poll` then `recvmmsg`); a second sleeping thread polls beside it.
     /// Timers stay with the driver thread, which runs them when due.
     pub(crate) fn sleep_and_progress(&self, until: Instant, defer: Defer) -> io::Result<(MutexGuard<'_, State>, bool)> {
-        let taken = self.lock().rx.take();
+        let taken = {
+            let mut st = self.lock();
+            // What an earlier pass deferred leaves before this thread sleeps
+            // (its application did not post a reply that took it along).
+            if self.tx_owed.load(Ordering::Acquire) {
+                self.flush(&mut st)?;
+            }
+            st.rx.take()
+        };
         let pre = match taken {
             // Another thread sleeps in the socket: sleep beside it.
             None => {
@@ -307,10 +315,11 @@ impl Shared {
     /// the application's reply, posted next, takes it along in the same
     /// `sendmmsg` (one GSO send when sizes match), so a ping-pong pays one
     /// send per turn, not two. At most one pass in a row defers, and only
-    /// with a driver thread: it is blind while waiters exist and flushes at
-    /// its next look (at most `BLIND_TICK` later) if no verb did before.
-    /// IBTA allows coalesced ACKs; the delay stays far below any local ACK
-    /// timeout a requester uses in practice.
+    /// with a driver thread. What is deferred leaves with the next post,
+    /// before any thread of the context sleeps again (a receiver that only
+    /// reposts receives), or at the driver thread's next look (at most
+    /// `BLIND_TICK` later). IBTA allows coalesced ACKs; the delay stays far
+    /// below any local ACK timeout a requester uses in practice.
     pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
         let made = st.dev.counters().completions;
@@ -351,14 +360,14 @@ impl Shared {
             st.dev.handle_timeout(now);
         }
         let deferred = self.mode == Progress::Thread
-            && !st.tx_owed
+            && !self.tx_owed.load(Ordering::Acquire)
             && match defer {
                 Defer::Never => false,
                 Defer::IfCompleted => st.dev.counters().completions != made,
                 Defer::IfReceived => st.stats.rx_packets != got,
             };
         if deferred {
-            st.tx_owed = true;
+            self.tx_owed.store(true, Ordering::Release);
             st.stats.tx_deferred += 1;
         } else {
             self.transmit(st, now)?;
@@ -462,7 +471,7 @@ impl Shared {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
-        st.tx_owed = false;
+        self.tx_owed.store(false, Ordering::Release);
         let State { dev, tx: slot, head, pieces, fixup, tap, stats, scratch, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
@@ -567,9 +576,11 @@ impl Shared {
             // socket and makes progress itself: stay out of its way (no
             // second wake-up per packet, no fight for the lock) and only run
             // timers, looking again every BLIND_TICK.
+            // Packets a waiter's pass deferred are sent here too when no verb
+            // sent them by the next look.
             let blind = self.waiters.load(Ordering::Acquire) > 0;
             let due = next.is_some_and(|t| t <= Instant::now());
-            if !blind || due {
+            if !blind || due || self.tx_owed.load(Ordering::Acquire) {
                 let mut st = self.lock();
                 next = match self.progress(&mut st) {
                     Ok(n) => n,
