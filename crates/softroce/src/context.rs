@@ -261,7 +261,7 @@ impl Context {
         // The caller reads its memory next: what the packets call for (an
         // ACK) may wait for its next verb, as after a completion.
         let r = s
-            .sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived)
+            .sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived, None)
             .map(|(_, got)| got)
             .map_err(Error::from);
         s.waiters.fetch_sub(1, Ordering::AcqRel);

@@ -44,6 +44,16 @@ pub(crate) enum Defer {
     IfReceived,
 }
 
+/// How a waiter sleeps (see [`Shared::sleep_and_progress`]).
+enum Sleep {
+    /// Not at all: completions came meanwhile.
+    No,
+    /// In `recvmmsg`, with the device's receive batch.
+    InSocket(Box<RecvBatch>),
+    /// In `poll`, beside a thread that sleeps in the socket.
+    BesideSocket,
+}
+
 /// Who makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
@@ -219,25 +229,43 @@ impl Shared {
     /// The sleep is in `recvmmsg` itself (one system call per wake-up, not
     /// `poll` then `recvmmsg`); a second sleeping thread polls beside it.
     /// Timers stay with the driver thread, which runs them when due.
-    pub(crate) fn sleep_and_progress(&self, until: Instant, defer: Defer) -> io::Result<(MutexGuard<'_, State>, bool)> {
-        let taken = {
+    ///
+    /// `seen`: the device's completion count when the caller last looked at
+    /// its CQ. If another thread made completions since, there is no sleep;
+    /// from the moment the sleep is decided (under the lock) another
+    /// thread's completions end it (`wake_others_if_made`): no wake-up is
+    /// lost between the look and the sleep.
+    pub(crate) fn sleep_and_progress(
+        &self,
+        until: Instant,
+        defer: Defer,
+        seen: Option<u64>,
+    ) -> io::Result<(MutexGuard<'_, State>, bool)> {
+        let sleep = {
             let mut st = self.lock();
             // What an earlier pass deferred leaves before this thread sleeps
             // (its application did not post a reply that took it along).
             if self.tx_owed.load(Ordering::Acquire) {
                 self.flush(&mut st)?;
             }
-            st.rx.take()
+            if seen.is_some_and(|c| c != st.dev.counters().completions) {
+                Sleep::No
+            } else if let Some(rx) = st.rx.take() {
+                self.in_socket.store(true, Ordering::Release);
+                Sleep::InSocket(rx)
+            } else {
+                Sleep::BesideSocket
+            }
         };
-        let pre = match taken {
+        let pre = match sleep {
+            Sleep::No => None,
             // Another thread sleeps in the socket: sleep beside it.
-            None => {
+            Sleep::BesideSocket => {
                 self.sleep_on_socket(until)?;
                 None
             }
-            Some(mut rx) => {
+            Sleep::InSocket(mut rx) => {
                 let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
-                self.in_socket.store(true, Ordering::Release);
                 let r = self.sock.recv_wait(&mut rx, left);
                 self.in_socket.store(false, Ordering::Release);
                 match r {

@@ -393,9 +393,11 @@ impl Cq {
     }
 
     /// Completions already in the CQ, without receiving (the caller is
-    /// about to sleep on the socket).
-    fn peek(&self, out: &mut [Wc]) -> Result<usize, Error> {
-        Ok(self.0.ctx.shared().lock().dev.poll_cq(self.0.handle, out)?)
+    /// about to sleep on the socket), and the device's completion count.
+    fn peek(&self, out: &mut [Wc]) -> Result<(usize, u64), Error> {
+        let mut st = self.0.ctx.shared().lock();
+        let n = st.dev.poll_cq(self.0.handle, out)?;
+        Ok((n, st.dev.counters().completions))
     }
 
     /// [`Cq::poll`] by a thread counted in `waiters` (`caller_waits`) or not:
@@ -454,13 +456,14 @@ impl Cq {
             }
             // Without spinning, the first look only checks the CQ: the socket
             // is read by the sleep that follows, not once more before it.
-            let n = self.peek(out)?;
+            let (n, mut seen) = self.peek(out)?;
             if n > 0 {
                 return Ok(n);
             }
             while std::time::Instant::now() < deadline {
-                let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted)?;
+                let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted, Some(seen))?;
                 let n = st.dev.poll_cq(self.0.handle, out)?;
+                seen = st.dev.counters().completions;
                 let next = st.dev.poll_timeout();
                 drop(st);
                 s.nudge_driver(next);

@@ -384,3 +384,63 @@ fn a_waiter_returns_before_the_ack_which_leaves_with_the_reply_or_at_teardown() 
     let s = wait_one(&x);
     assert_eq!((s.wr_id, s.status), (3, WcStatus::Success));
 }
+
+#[test]
+fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
+    // One thread sleeps in the socket, the other beside it: whichever takes
+    // a packet for the other's CQ, the other still gets its completion.
+    let access = AccessFlags::LOCAL_WRITE;
+    let open = |last: u8| Context::open_with(&device(&format!("w{last}"), last), Options::default()).unwrap();
+    let (cx, cy) = (open(18), open(19));
+    let (pdx, pdy) = (cx.alloc_pd().unwrap(), cy.alloc_pd().unwrap());
+    let cqx = cx.create_cq(64, None).unwrap();
+    let cqs = [cy.create_cq(64, None).unwrap(), cy.create_cq(64, None).unwrap()];
+    let (mrx, mry) = (pdx.reg_mr(4096, access).unwrap(), pdy.reg_mr(4096, access).unwrap());
+    let qx = [pdx.create_qp(QpInit::rc(&cqx, &cqx, 16)).unwrap(), pdx.create_qp(QpInit::rc(&cqx, &cqx, 16)).unwrap()];
+    let qy = [
+        pdy.create_qp(QpInit::rc(&cqs[0], &cqs[0], 16)).unwrap(),
+        pdy.create_qp(QpInit::rc(&cqs[1], &cqs[1], 16)).unwrap(),
+    ];
+    for i in 0..2 {
+        let (ex, ey) = (qx[i].endpoint(10 + i as u32), qy[i].endpoint(20 + i as u32));
+        qx[i].connect(10 + i as u32, &ey).unwrap();
+        qy[i].connect(20 + i as u32, &ex).unwrap();
+        let rsge = [mry.sge(64 * i, 64)];
+        qy[i].post_recv(&RecvWr { wr_id: 100 + i as u64, sg_list: &rsge }).unwrap();
+    }
+    for first in [1usize, 0] {
+        let got = std::thread::scope(|s| {
+            let waiters: Vec<_> = cqs
+                .iter()
+                .map(|cq| {
+                    s.spawn(move || {
+                        let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+                        let n = cq.wait(&mut wc, Duration::from_secs(20)).unwrap();
+                        (n, wc[0].wr_id)
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(100));
+            for i in [first, 1 - first] {
+                let sge = [mrx.sge(0, 8)];
+                qx[i]
+                    .post_send(&SendWr::new(i as u64, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge)))
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            waiters.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        });
+        assert_eq!(got, [(1, 100), (1, 101)], "each waiter got its own completion (first sent to {first})");
+        for (i, q) in qy.iter().enumerate() {
+            let rsge = [mry.sge(64 * i, 64)];
+            q.post_recv(&RecvWr { wr_id: 100 + i as u64, sg_list: &rsge }).unwrap();
+        }
+        let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 2];
+        let mut sent = 0;
+        while sent < 2 {
+            let n = cqx.wait(&mut wc, Duration::from_secs(20)).unwrap();
+            assert!(n > 0 && wc[..n].iter().all(|w| w.status == WcStatus::Success), "{:?}", &wc[..n]);
+            sent += n;
+        }
+    }
+}
