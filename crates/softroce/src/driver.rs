@@ -37,6 +37,7 @@ const MAX_SOCKET_SLEEP: Duration = Duration::from_millis(50);
 /// next call (see [`Shared::progress_for_app`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Defer {
+    /// Send at once: the driver thread's passes and `Cq::poll`.
     Never,
     /// The pass made completions: the caller returns them.
     IfCompleted,
