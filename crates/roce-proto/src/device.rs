@@ -794,15 +794,15 @@ impl Device {
     /// Cached: the QPs are scanned again only after a timer changed.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.timers_changed.replace(false) {
-            let next = self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min();
-            self.next_timer.set(next);
+            self.next_timer.set(self.earliest_timer());
         }
-        debug_assert_eq!(
-            self.next_timer.get(),
-            self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min(),
-            "stale timer cache"
-        );
+        debug_assert_eq!(self.next_timer.get(), self.earliest_timer(), "stale timer cache");
         self.next_timer.get()
+    }
+
+    /// The earliest retransmit or RNR timer of any QP (a scan).
+    fn earliest_timer(&self) -> Option<Instant> {
+        self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min()
     }
 
     /// Runs the timers due at `now`.

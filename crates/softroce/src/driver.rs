@@ -106,6 +106,25 @@ pub struct DriverStats {
     pub tx_deferred: u64,
 }
 
+impl DriverStats {
+    /// `(name, value)` for each counter, in declaration order: the list
+    /// `perf --stats` prints, kept beside the fields so none is left out.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("rx_packets", self.rx_packets),
+            ("tx_packets", self.tx_packets),
+            ("tx_messages", self.tx_messages),
+            ("tx_failed", self.tx_failed),
+            ("tx_would_block", self.tx_would_block),
+            ("tx_dropped", self.tx_dropped),
+            ("passes", self.passes),
+            ("wake_ups", self.wake_ups),
+            ("tx_deferred", self.tx_deferred),
+        ]
+        .into_iter()
+    }
+}
+
 /// Device state behind the lock.
 pub(crate) struct State {
     pub(crate) dev: Device,

@@ -425,10 +425,10 @@ impl Cq {
 
     /// Polls until `out` has at least one completion or `timeout` passes;
     /// returns how many were polled (0 on timeout). It polls for the
-    /// context's spin time, then sleeps until a packet arrives, a timer is
-    /// due or another thread made completions, and makes progress itself
-    /// when it wakes: no hand-over between threads on the way to the
-    /// application.
+    /// context's spin time, then sleeps in the socket until a packet
+    /// arrives or another thread made completions, and makes progress
+    /// itself when it wakes: no hand-over between threads on the way to the
+    /// application. Timers meanwhile are the driver thread's.
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let deadline = std::time::Instant::now() + timeout;

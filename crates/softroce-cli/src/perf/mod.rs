@@ -415,17 +415,8 @@ fn print_stats(who: &str, ctx: &softroce::Context) {
     for (name, v) in c.iter() {
         println!("   {name:<24} {v}");
     }
-    let d = ctx.driver_stats();
     println!(" {who} driver:");
-    for (name, v) in [
-        ("rx_packets", d.rx_packets),
-        ("tx_packets", d.tx_packets),
-        ("tx_messages", d.tx_messages),
-        ("tx_would_block", d.tx_would_block),
-        ("tx_dropped", d.tx_dropped),
-        ("passes", d.passes),
-        ("tx_deferred", d.tx_deferred),
-    ] {
+    for (name, v) in ctx.driver_stats().iter() {
         println!("   {name:<24} {v}");
     }
 }
