@@ -186,7 +186,8 @@ impl Context {
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
             in_socket: std::sync::atomic::AtomicBool::new(false),
-            tx_owed: std::sync::atomic::AtomicBool::new(false),
+            waiter_left: std::sync::atomic::AtomicU64::new(0),
+            tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
@@ -257,15 +258,12 @@ impl Context {
     /// processed.
     pub fn progress_wait(&self, timeout: Duration) -> Result<bool, Error> {
         let s = self.shared();
-        s.waiters.fetch_add(1, Ordering::AcqRel);
+        let _waiting = s.enter_wait();
         // The caller reads its memory next: what the packets call for (an
         // ACK) may wait for its next verb, as after a completion.
-        let r = s
-            .sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived, None)
+        s.sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived, None)
             .map(|(_, got)| got)
-            .map_err(Error::from);
-        s.waiters.fetch_sub(1, Ordering::AcqRel);
-        r
+            .map_err(Error::from)
     }
 
     /// The next async event (`ibv_get_async_event`), waiting up to

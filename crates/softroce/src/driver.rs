@@ -73,6 +73,14 @@ pub enum Progress {
 const TICK: Duration = Duration::from_millis(10);
 /// Its longest sleep while an application thread drives progress.
 const BLIND_TICK: Duration = Duration::from_millis(1);
+/// How long the driver thread stays off the socket after the last waiter
+/// returned: an application in a wait loop is back within microseconds,
+/// and a driver thread polling the socket meanwhile would wake with every
+/// packet only to find the waiter had it, then fight it for the lock.
+const WAITER_GRACE: Duration = Duration::from_millis(2);
+/// How long deferred packets may wait for a post to take them along before
+/// the driver thread sends them (a ping-pong replies within microseconds).
+const OWED_GRACE: Duration = Duration::from_micros(200);
 
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
@@ -98,6 +106,8 @@ pub struct DriverStats {
     pub tx_dropped: u64,
     /// Progress passes.
     pub passes: u64,
+    /// The passes of those made by the driver thread.
+    pub driver_passes: u64,
     /// Wake-up datagrams a thread sent to end another's sleep in the socket.
     pub wake_ups: u64,
     /// Passes of a waiting application thread that returned its
@@ -118,6 +128,7 @@ impl DriverStats {
             ("tx_would_block", self.tx_would_block),
             ("tx_dropped", self.tx_dropped),
             ("passes", self.passes),
+            ("driver_passes", self.driver_passes),
             ("wake_ups", self.wake_ups),
             ("tx_deferred", self.tx_deferred),
         ]
@@ -179,18 +190,35 @@ pub(crate) struct Shared {
     /// Wakes application threads blocked in `Cq::wait` when a pass made
     /// completions (only while some are blocked).
     pub(crate) cq_waker: Waker,
-    /// Threads blocked in `Cq::wait`.
+    /// Threads blocked in `Cq::wait` or `Context::progress_wait` (see [`Waiting`]).
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
+    /// When a waiter last returned, in ns since `epoch` plus one (0: never).
+    pub(crate) waiter_left: std::sync::atomic::AtomicU64,
     /// Whether one of them sleeps in `recvmmsg` (woken by a datagram).
     pub(crate) in_socket: AtomicBool,
-    /// A waiter's pass left packets unsent (see [`Shared::progress_for_app`]);
-    /// changed under the device lock, read by the driver thread without it.
-    pub(crate) tx_owed: AtomicBool,
+    /// Since when a waiter's pass left packets unsent (see
+    /// [`Shared::progress_for_app`]), in ns since `epoch` plus one (0:
+    /// nothing owed); changed under the device lock, read by the driver
+    /// thread without it.
+    pub(crate) tx_owed: std::sync::atomic::AtomicU64,
     /// When the driver thread wakes next, in ns since `epoch` (`u64::MAX`: never).
     pub(crate) driver_deadline: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
+}
+
+/// A thread blocked in `Cq::wait` or `Context::progress_wait`: counted in
+/// `Shared::waiters` while this lives, so the driver thread stays off the
+/// socket, and its return is timed for `WAITER_GRACE`.
+pub(crate) struct Waiting<'a>(&'a Shared);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let s = self.0;
+        s.waiter_left.store(s.nanos(Instant::now()) + 1, Ordering::Release);
+        s.waiters.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Shared {
@@ -265,7 +293,7 @@ impl Shared {
             let mut st = self.lock();
             // What an earlier pass deferred leaves before this thread sleeps
             // (its application did not post a reply that took it along).
-            if self.tx_owed.load(Ordering::Acquire) {
+            if self.tx_owed.load(Ordering::Acquire) != 0 {
                 self.flush(&mut st)?;
             }
             if seen.is_some_and(|c| c != st.dev.counters().completions) {
@@ -321,6 +349,21 @@ impl Shared {
         .map(|_| ())
     }
 
+    /// How long before `now` the moment `at` records was (ns since `epoch`
+    /// plus one; 0: none, `None`).
+    fn since(&self, at: &std::sync::atomic::AtomicU64, now: Instant) -> Option<Duration> {
+        match at.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(Duration::from_nanos(self.nanos(now).saturating_sub(t - 1))),
+        }
+    }
+
+    /// Counts the calling thread in `waiters` until the guard drops.
+    pub(crate) fn enter_wait(&self) -> Waiting<'_> {
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        Waiting(self)
+    }
+
     fn nanos(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
@@ -365,8 +408,8 @@ impl Shared {
     /// send per turn, not two. At most one pass in a row defers, and only
     /// with a driver thread. What is deferred leaves with the next post,
     /// before any thread of the context sleeps again (a receiver that only
-    /// reposts receives), or at the driver thread's next look (at most
-    /// `BLIND_TICK` later). IBTA allows coalesced ACKs; the delay stays far
+    /// reposts receives), or by the driver thread once they waited
+    /// `OWED_GRACE` (200 us). IBTA allows coalesced ACKs; the delay stays far
     /// below any local ACK timeout a requester uses in practice.
     pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
@@ -408,14 +451,14 @@ impl Shared {
             st.dev.handle_timeout(now);
         }
         let deferred = self.mode == Progress::Thread
-            && !self.tx_owed.load(Ordering::Acquire)
+            && self.tx_owed.load(Ordering::Acquire) == 0
             && match defer {
                 Defer::Never => false,
                 Defer::IfCompleted => st.dev.counters().completions != made,
                 Defer::IfReceived => st.stats.rx_packets != got,
             };
         if deferred {
-            self.tx_owed.store(true, Ordering::Release);
+            self.tx_owed.store(self.nanos(now) + 1, Ordering::Release);
             st.stats.tx_deferred += 1;
         } else {
             self.transmit(st, now)?;
@@ -519,7 +562,7 @@ impl Shared {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
-        self.tx_owed.store(false, Ordering::Release);
+        self.tx_owed.store(0, Ordering::Release);
         let State { dev, tx: slot, head, pieces, fixup, tap, stats, scratch, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
@@ -623,23 +666,33 @@ impl Shared {
             // While an application thread waits in `Cq::wait` it watches the
             // socket and makes progress itself: stay out of its way (no
             // second wake-up per packet, no fight for the lock) and only run
-            // timers, looking again every BLIND_TICK.
+            // timers, looking again every BLIND_TICK. A waiter that just
+            // returned counts for WAITER_GRACE: it is back within
+            // microseconds in a wait loop.
             // Packets a waiter's pass deferred are sent here too when no verb
-            // sent them by the next look.
-            let blind = self.waiters.load(Ordering::Acquire) > 0;
-            let due = next.is_some_and(|t| t <= Instant::now());
-            if !blind || due || self.tx_owed.load(Ordering::Acquire) {
+            // sent them within OWED_GRACE.
+            let now = Instant::now();
+            let blind = self.waiters.load(Ordering::Acquire) > 0
+                || self.since(&self.waiter_left, now).is_some_and(|d| d < WAITER_GRACE);
+            let due = next.is_some_and(|t| t <= now);
+            let owed = self.since(&self.tx_owed, now);
+            let mut recheck = None;
+            if !blind || due || owed.is_some_and(|d| d >= OWED_GRACE) {
                 let mut st = self.lock();
+                st.stats.driver_passes += 1;
                 next = match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 };
+            } else if let Some(owed) = owed {
+                // Look again when the deferred packets would be due.
+                recheck = Some(now + (OWED_GRACE - owed));
             }
             // Wake at least every TICK: a timer armed meanwhile by a verb on
             // another thread that is due later than that needs no wake-up
             // call (see `nudge_driver`), so posting stays free of syscalls.
             let tick = Instant::now() + if blind { BLIND_TICK } else { TICK };
-            let until = next.map_or(tick, |t| t.min(tick));
+            let until = [next, recheck].into_iter().flatten().fold(tick, Instant::min);
             self.driver_deadline.store(self.nanos(until), Ordering::Release);
             let timeout = Some(until.saturating_duration_since(Instant::now()));
             let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =

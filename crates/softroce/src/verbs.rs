@@ -435,46 +435,42 @@ impl Cq {
         // Counted as a waiter before the first look, so a completion made by
         // another thread after it wakes this one, and the driver thread
         // stays off the socket meanwhile (also while this one spins).
-        s.waiters.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let r = (|| -> Result<usize, Error> {
-            if !s.spin.is_zero() {
-                let spin_until = std::time::Instant::now() + s.spin;
-                loop {
-                    let n = self.poll_as(out, true)?;
-                    if n > 0 {
-                        return Ok(n);
-                    }
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        return Ok(0);
-                    }
-                    if now >= spin_until {
-                        break;
-                    }
-                    std::hint::spin_loop();
-                }
-            }
-            // Without spinning, the first look only checks the CQ: the socket
-            // is read by the sleep that follows, not once more before it.
-            let (n, mut seen) = self.peek(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            while std::time::Instant::now() < deadline {
-                let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted, Some(seen))?;
-                let n = st.dev.poll_cq(self.0.handle, out)?;
-                seen = st.dev.counters().completions;
-                let next = st.dev.poll_timeout();
-                drop(st);
-                s.nudge_driver(next);
+        let _waiting = s.enter_wait();
+        if !s.spin.is_zero() {
+            let spin_until = std::time::Instant::now() + s.spin;
+            loop {
+                let n = self.poll_as(out, true)?;
                 if n > 0 {
                     return Ok(n);
                 }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Ok(0);
+                }
+                if now >= spin_until {
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            Ok(0)
-        })();
-        s.waiters.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        r
+        }
+        // Without spinning, the first look only checks the CQ: the socket
+        // is read by the sleep that follows, not once more before it.
+        let (n, mut seen) = self.peek(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        while std::time::Instant::now() < deadline {
+            let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted, Some(seen))?;
+            let n = st.dev.poll_cq(self.0.handle, out)?;
+            seen = st.dev.counters().completions;
+            let next = st.dev.poll_timeout();
+            drop(st);
+            s.nudge_driver(next);
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        Ok(0)
     }
 }
 

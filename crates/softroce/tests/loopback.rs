@@ -444,3 +444,54 @@ fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
         }
     }
 }
+
+#[test]
+fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
+    // Each side's thread receives its packets itself while it waits, and is
+    // back in `Cq::wait` microseconds after it returns: the driver threads
+    // neither poll the socket meanwhile (they would wake with each packet
+    // and fight the waiter for the lock) nor send the ACKs the replies carry.
+    let (x, y) = pair(20, 21, Progress::Thread);
+    const TURNS: u64 = 4000;
+    let (sx, sy) = ([x.mr.sge(0, 8)], [y.mr.sge(0, 8)]);
+    let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
+    let before = (x.ctx.driver_stats(), y.ctx.driver_stats());
+    // Receives are posted a turn ahead, so no SEND meets an empty queue.
+    y.qp.post_recv(&RecvWr { wr_id: 0, sg_list: &ry }).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..TURNS {
+                let mut got = 0;
+                while got < 2 - u64::from(i == 0) {
+                    let w = wait_one(&y);
+                    assert_eq!(w.status, WcStatus::Success);
+                    got += 1;
+                }
+                y.qp.post_recv(&RecvWr { wr_id: i + 1, sg_list: &ry }).unwrap();
+                y.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sy))).unwrap();
+            }
+        });
+        for i in 0..TURNS {
+            x.qp.post_recv(&RecvWr { wr_id: i, sg_list: &rx }).unwrap();
+            x.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx))).unwrap();
+            for _ in 0..2 {
+                let w = wait_one(&x);
+                assert_eq!(w.status, WcStatus::Success);
+            }
+        }
+    });
+    // y's last send completes when its ACK arrives, which x sends at teardown.
+    drop(x);
+    let w = wait_one(&y);
+    assert_eq!(w.status, WcStatus::Success);
+    let after = y.ctx.driver_stats();
+    assert_eq!(y.ctx.counters().send_rnr_err, 0);
+    let driver = after.driver_passes - before.1.driver_passes;
+    // Without the driver threads' grace after a waiter returns, about one
+    // pass per millisecond tick and one lone ACK per five (about 40 and 20
+    // in 4000 turns here); with it, a handful at most.
+    assert!(driver < TURNS / 100, "y's driver thread made {driver} passes in {TURNS} turns");
+    let (sent, msgs) = (after.tx_packets - before.1.tx_packets, after.tx_messages - before.1.tx_messages);
+    assert_eq!(sent, 2 * TURNS, "a reply and an ACK per turn");
+    assert!(msgs < TURNS + TURNS / 200, "the ACKs left with the replies: {msgs} sends for {sent} packets");
+}
