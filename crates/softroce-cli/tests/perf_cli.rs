@@ -149,3 +149,25 @@ fn several_qps_and_duration_mode() {
     assert!(iters > 100, "{out}");
     assert!(err.is_empty(), "silent on a pipe: {err:?}");
 }
+
+#[test]
+fn with_a_baseline_the_rounds_add_up_to_the_iterations_asked_for() {
+    // softroce and the baseline take turns in rounds (here 2 of 1250 per
+    // QP): the row still counts every message, receives posted for SEND
+    // never overflow a queue, and latency rounds continue each other.
+    let (ok, out, err) =
+        softroce(&["perf", "send-bw", "--loopback", "--baseline", "-q", "2", "-n", "2500", "-s", "4096"]);
+    assert!(ok, "{err}\n{out}");
+    assert_eq!(rows(&out)[0][1], "5000", "2 QPs x 2500\n{out}");
+    for test in ["send-lat", "write-lat", "read-lat"] {
+        let (ok, out, err) = softroce(&["perf", test, "--loopback", "--baseline", "-n", "2500", "-s", "8"]);
+        assert!(ok, "{test}: {err}\n{out}");
+        assert_eq!(rows(&out)[0][1], "2500", "{test}\n{out}");
+    }
+    // Timed rounds: a SEND round stopped by the clock leaves receives
+    // posted, which the next round uses instead of posting more.
+    let (ok, out, err) = softroce(&["perf", "send-bw", "--loopback", "--baseline", "-D", "1", "-s", "4096"]);
+    assert!(ok, "{err}\n{out}");
+    let iters: u64 = rows(&out)[0][1].parse().unwrap();
+    assert!(iters > 100, "{out}");
+}

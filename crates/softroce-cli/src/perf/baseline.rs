@@ -31,9 +31,32 @@ pub fn packet_sizes(size: usize, mtu: usize, first_ext: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Goodput in bytes (of message payload) per second of `msgs` messages of
-/// `size` bytes over UDP with at most `depth` messages in flight.
-pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<f64, PerfError> {
+/// Message payload moved and the time it took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Moved {
+    /// Bytes of message payload.
+    pub bytes: f64,
+    /// Seconds from the first packet received to the last.
+    pub secs: f64,
+}
+
+impl Moved {
+    /// Bytes per second (0 when nothing was timed).
+    pub fn rate(&self) -> f64 {
+        if self.secs > 0.0 { self.bytes / self.secs } else { 0.0 }
+    }
+}
+
+impl std::ops::AddAssign for Moved {
+    fn add_assign(&mut self, o: Moved) {
+        self.bytes += o.bytes;
+        self.secs += o.secs;
+    }
+}
+
+/// The goodput of `msgs` messages of `size` bytes over UDP with at most
+/// `depth` messages in flight.
+pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, PerfError> {
     let rx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
     let tx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
     let rx = Socket::bind_addr(SocketAddr::new(rx_addr, 0))?;
@@ -127,8 +150,7 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<f64, Per
     done.store(true, Ordering::Relaxed);
     let (count, span) = receiver.join().map_err(|_| PerfError::Baseline("receiver thread panicked".into()))??;
     let msgs_in = count / per_msg;
-    let secs = span.as_secs_f64().max(1e-9);
-    Ok(msgs_in as f64 * size as f64 / secs)
+    Ok(Moved { bytes: msgs_in as f64 * size as f64, secs: span.as_secs_f64().max(1e-9) })
 }
 
 fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
@@ -141,10 +163,10 @@ fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
     }
 }
 
-/// Median one-way latency (round trip / 2, or the round trip when
-/// `round_trip`) in microseconds of a UDP ping-pong: `req` bytes out,
-/// `resp` bytes back, blocking receives.
-pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<f64, PerfError> {
+/// One-way latencies (round trip / 2, or the round trip when `round_trip`)
+/// in microseconds of a UDP ping-pong: `req` bytes out, `resp` bytes back,
+/// blocking receives.
+pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<Vec<f64>, PerfError> {
     let a = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 4), 0))?;
     let b = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 5), 0))?;
     let (a_addr, b_addr) = (a.local_addr()?, b.local_addr()?);
@@ -172,8 +194,7 @@ pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<f6
         }
     }
     echo.join().map_err(|_| PerfError::Baseline("echo thread panicked".into()))??;
-    samples.sort_by(f64::total_cmp);
-    Ok(samples[samples.len() / 2])
+    Ok(samples)
 }
 
 /// RoCEv2 sizes of a latency test's request and response datagrams.

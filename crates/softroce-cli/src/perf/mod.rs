@@ -1,8 +1,8 @@
 //! `softroce perf`: perftest's tests (`ib_{send,write,read,atomic}_{bw,lat}`)
 //! over softroce, with perftest's main options and tables; `--loopback`
 //! runs both ends in this process with no configuration, and `--baseline`
-//! measures the same traffic over plain UDP sockets in the same run and
-//! prints the ratio beside each row.
+//! measures the same traffic over plain UDP sockets in the same run, the
+//! two taking turns in rounds, and prints the ratio beside each row.
 
 mod baseline;
 mod plot;
@@ -142,7 +142,8 @@ pub struct PerfArgs {
     /// Both ends in this process on 127.0.0.2 and 127.0.0.3: no configuration.
     #[arg(long)]
     loopback: bool,
-    /// Also measure the same traffic over plain UDP sockets and print the ratio.
+    /// Also measure the same traffic over plain UDP sockets, taking turns with
+    /// softroce in up to 5 rounds, and print the ratio.
     #[arg(long)]
     baseline: bool,
     /// With -a: draw bandwidth and latency against message size into this SVG.
@@ -166,6 +167,16 @@ pub struct Settings {
     pub qp_timeout: u8,
     pub mtu: Option<softroce::Mtu>,
     pub duration: Option<Duration>,
+}
+
+impl Settings {
+    /// The settings of round `r` of `rounds`: its share of the iterations
+    /// (the first rounds take the remainder) or of the duration.
+    pub fn round(&self, r: usize, rounds: usize) -> Settings {
+        let rounds = rounds.max(1);
+        let iters = self.iters / rounds + usize::from(r < self.iters % rounds);
+        Settings { iters, duration: self.duration.map(|d| d / rounds as u32), ..self.clone() }
+    }
 }
 
 /// Why a perf run failed.
@@ -312,59 +323,52 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
                 report::lat_header(args.baseline)
             }
         );
+        // With a baseline, softroce and the baseline take turns in rounds:
+        // this machine's speed may swing by 2x within seconds (a shared VM),
+        // and the ratio must compare the two under the same conditions.
+        let rounds = if args.baseline { rounds_for(s.iters, s.duration.is_some()) } else { 1 };
+        let mut outstanding = vec![0usize; s.qps];
+        let mut lat_done = 0usize;
         for &size in &sizes {
             if args.test.is_bw() {
-                let stop = std::sync::atomic::AtomicBool::new(false);
-                let row = std::thread::scope(|sc| -> Result<BwRow, PerfError> {
-                    let recv = (s.op == Op::Send).then(|| {
-                        let (b, s, stop) = (&b, &s, &stop);
-                        let expected = if s.duration.is_some() { usize::MAX } else { s.iters * s.qps };
-                        sc.spawn(move || {
-                            rdma::bw_receiver(b, s, size, expected, &|| stop.load(std::sync::atomic::Ordering::Relaxed))
-                        })
-                    });
-                    let mut progress = |bytes: u64, t: Duration| {
-                        if tty && s.duration.is_some() {
-                            eprint!(
-                                "\r {:.2} MiB/sec after {:.0} s   ",
-                                bytes as f64 / t.as_secs_f64() / 1048576.0,
-                                t.as_secs_f64()
-                            );
-                        }
-                    };
-                    let r = rdma::bw_client(&a, &s, &rb, size, &mut progress);
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                    if let Some(h) = recv {
-                        h.join().map_err(|_| PerfError::Usage("receiver thread panicked".into()))??;
+                let mut parts = Vec::with_capacity(rounds);
+                let mut base = args.baseline.then(baseline::Moved::default);
+                for r in 0..rounds {
+                    let sr = s.round(r, rounds);
+                    let part = bw_round(&a, &b, &sr, &rb, size, tty, &mut outstanding)?;
+                    if let Some(m) = base.as_mut() {
+                        let size = if s.op == Op::Atomic { 8 } else { size };
+                        // The same messages as softroce moved (fewer with -D:
+                        // the baseline is the faster, and a fraction suffices).
+                        let msgs = if s.duration.is_some() { part.iters.min(sr.iters.max(200)) } else { part.iters };
+                        *m += baseline::bw(size, mtu, msgs.max(1), s.tx_depth)?;
                     }
-                    if tty && s.duration.is_some() {
-                        eprintln!();
-                    }
-                    r
-                })?;
-                let base = if args.baseline {
-                    let size = if s.op == Op::Atomic { 8 } else { size };
-                    Some(baseline::bw(size, mtu, row.iters.min(s.iters.max(1000)), s.tx_depth)?)
-                } else {
-                    None
-                };
+                    parts.push(part);
+                }
+                let row = BwRow::combine(&parts).ok_or_else(|| PerfError::Usage("no rounds ran".into()))?;
+                let base = base.map(|m| m.rate());
                 println!("{}", report::bw_line(&row, args.report_gbits, base));
                 rows.push((row, base));
             } else {
-                let samples = std::thread::scope(|sc| -> Result<Vec<f64>, PerfError> {
-                    let (bref, sref, ra2) = (&b, &s, ra.clone());
-                    let server = sc.spawn(move || rdma::lat_run(bref, sref, &ra2, size, false));
-                    let r = rdma::lat_run(&a, &s, &rb, size, true);
-                    server.join().map_err(|_| PerfError::Usage("server thread panicked".into()))??;
-                    r
-                })?;
+                let mut samples = Vec::with_capacity(s.iters);
+                let mut base = Vec::new();
+                for r in 0..rounds {
+                    let sr = s.round(r, rounds);
+                    samples.extend(std::thread::scope(|sc| -> Result<Vec<f64>, PerfError> {
+                        let (bref, sref, ra2) = (&b, &sr, ra.clone());
+                        let server = sc.spawn(move || rdma::lat_run(bref, sref, &ra2, size, false, lat_done));
+                        let r = rdma::lat_run(&a, &sr, &rb, size, true, lat_done);
+                        server.join().map_err(|_| PerfError::Usage("server thread panicked".into()))??;
+                        r
+                    })?);
+                    lat_done += sr.iters;
+                    if args.baseline {
+                        let (req, resp) = baseline::lat_sizes(s.op, size);
+                        base.extend(baseline::lat(req, resp, sr.iters, matches!(s.op, Op::Read | Op::Atomic))?);
+                    }
+                }
                 let row = LatRow::from_samples(size, samples);
-                let base = if args.baseline {
-                    let (req, resp) = baseline::lat_sizes(s.op, size);
-                    Some(baseline::lat(req, resp, s.iters, matches!(s.op, Op::Read | Op::Atomic))?)
-                } else {
-                    None
-                };
+                let base = args.baseline.then(|| LatRow::from_samples(size, base).typical);
                 println!("{}", report::lat_line(&row, base));
                 lat_rows.push((row, base));
             }
@@ -383,6 +387,53 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
         println!("plot written to {}", path.display());
     }
     Ok(())
+}
+
+/// How many rounds a run with a baseline takes: 5, each of at least 1000
+/// iterations where there are that many.
+fn rounds_for(iters: usize, timed: bool) -> usize {
+    if timed { 5 } else { (iters / 1000).clamp(1, 5) }
+}
+
+/// One round of a bandwidth test on the loopback pair: the client posts,
+/// and for SEND a thread keeps receives posted on the server.
+fn bw_round(
+    a: &rdma::End,
+    b: &rdma::End,
+    s: &Settings,
+    rb: &rdma::Remote,
+    size: usize,
+    tty: bool,
+    outstanding: &mut [usize],
+) -> Result<BwRow, PerfError> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| -> Result<BwRow, PerfError> {
+        let recv = (s.op == Op::Send).then(|| {
+            let stop = &stop;
+            let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
+            sc.spawn(move || {
+                rdma::bw_receiver(b, s, size, per_qp, &|| stop.load(std::sync::atomic::Ordering::Relaxed), outstanding)
+            })
+        });
+        let mut progress = |bytes: u64, t: Duration| {
+            if tty && s.duration.is_some() {
+                eprint!(
+                    "\r {:.2} MiB/sec after {:.0} s   ",
+                    bytes as f64 / t.as_secs_f64() / 1048576.0,
+                    t.as_secs_f64()
+                );
+            }
+        };
+        let r = rdma::bw_client(a, s, rb, size, &mut progress);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = recv {
+            h.join().map_err(|_| PerfError::Usage("receiver thread panicked".into()))??;
+        }
+        if tty && s.duration.is_some() {
+            eprintln!();
+        }
+        r
+    })
 }
 
 /// A device on 127.0.0.`last`, for tools that need one with no configuration.
@@ -447,6 +498,8 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
         "{}",
         if args.test.is_bw() { report::bw_header(args.report_gbits, false) } else { report::lat_header(false) }
     );
+    let mut outstanding = vec![0usize; s.qps];
+    let mut lat_done = 0usize;
     for &size in sizes {
         // Both sides are ready for this size before traffic starts.
         sync(&mut stream)?;
@@ -457,12 +510,13 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
                 sync(&mut stream)?;
             } else {
                 if s.op == Op::Send {
-                    rdma::bw_receiver(&me, s, size, s.iters * s.qps, &|| false)?;
+                    rdma::bw_receiver(&me, s, size, s.iters, &|| false, &mut outstanding)?;
                 }
                 sync(&mut stream)?;
             }
         } else {
-            let samples = rdma::lat_run(&me, s, &peer, size, client)?;
+            let samples = rdma::lat_run(&me, s, &peer, size, client, lat_done)?;
+            lat_done += s.iters;
             if client {
                 println!("{}", report::lat_line(&LatRow::from_samples(size, samples), None));
             }

@@ -232,52 +232,62 @@ pub fn bw_client(
     }
     let secs = t0.elapsed().as_secs_f64();
     let avg = (total_done * size) as f64 / secs;
-    Ok(BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs })
+    Ok(BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs, secs })
 }
 
-/// The responder side of a SEND bandwidth test: keeps `rx_depth` receives
-/// posted per QP until `expected` messages arrived (or `stop` says so).
+/// The responder side of a SEND bandwidth test: keeps up to `rx_depth`
+/// receives posted per QP until each QP got `per_qp` messages (or `stop`
+/// says so), and never more than it will still get. `outstanding` counts
+/// each QP's posted receives across calls: a run that stopped early leaves
+/// some for the next.
 pub fn bw_receiver(
     e: &End,
     s: &Settings,
     size: usize,
-    expected: usize,
+    per_qp: usize,
     stop: &dyn Fn() -> bool,
+    outstanding: &mut [usize],
 ) -> Result<usize, PerfError> {
     let sge = [e.mr.sge(0, size as u32)];
-    let mut posted = vec![0usize; e.qps.len()];
-    let mut got = 0usize;
+    let mut got = vec![0usize; e.qps.len()];
     let mut wc = empty_wc();
-    let post = |q: usize, qp: &Qp, posted: &mut Vec<usize>| -> Result<(), PerfError> {
-        qp.post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
-        posted[q] += 1;
+    let top_up = |q: usize, got: &[usize], outstanding: &mut [usize]| -> Result<(), PerfError> {
+        while outstanding[q] < s.rx_depth.max(1).min(per_qp.saturating_sub(got[q])) {
+            e.qps[q].post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
+            outstanding[q] += 1;
+        }
         Ok(())
     };
-    for (q, qp) in e.qps.iter().enumerate() {
-        for _ in 0..s.rx_depth.min(expected.max(1)) {
-            post(q, qp, &mut posted)?;
-        }
+    for q in 0..e.qps.len() {
+        top_up(q, &got, outstanding)?;
     }
-    while got < expected && !stop() {
+    while got.iter().any(|&g| g < per_qp) && !stop() {
         let n = e.cq.wait(&mut wc, Duration::from_millis(50))?;
         for w in &wc[..n] {
             check(w)?;
-            got += 1;
             let q = w.wr_id as usize;
-            if posted[q] < expected {
-                post(q, &e.qps[q], &mut posted)?;
-            }
+            got[q] += 1;
+            outstanding[q] = outstanding[q].saturating_sub(1);
+            top_up(q, &got, outstanding)?;
         }
     }
-    Ok(got)
+    Ok(got.iter().sum())
 }
 
 /// One side of a latency test. SEND: ping-pong (the server answers each
 /// receive); WRITE: ping-pong of WRITEs, each side polling its memory for
 /// the peer's next value; READ and atomics: the client alone, one at a
 /// time. Returns the client's samples in microseconds (one-way for SEND and
-/// WRITE, round trip for READ and atomics, as perftest reports).
-pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) -> Result<Vec<f64>, PerfError> {
+/// WRITE, round trip for READ and atomics, as perftest reports). `first`:
+/// the iterations run before on these QPs (a run in rounds continues).
+pub fn lat_run(
+    e: &End,
+    s: &Settings,
+    peer: &Remote,
+    size: usize,
+    client: bool,
+    first: usize,
+) -> Result<Vec<f64>, PerfError> {
     let mut samples = Vec::with_capacity(s.iters);
     let mut wc = empty_wc();
     let qp = &e.qps[0];
@@ -303,7 +313,10 @@ pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) 
     };
     match s.op {
         Op::Send => {
-            qp.post_recv(&RecvWr { wr_id: 0, sg_list: &rsge })?;
+            // Each side keeps one receive posted; the first run posts it.
+            if first == 0 {
+                qp.post_recv(&RecvWr { wr_id: 0, sg_list: &rsge })?;
+            }
             for _ in 0..s.iters {
                 let t = Instant::now();
                 if client {
@@ -325,7 +338,7 @@ pub fn lat_run(e: &End, s: &Settings, peer: &Remote, size: usize, client: bool) 
             // peer spins on its memory for it, as perftest's write_lat does.
             let last = half + size - 1;
             let mut buf = [0u8; 1];
-            for i in 0..s.iters {
+            for i in first..first + s.iters {
                 let tag = (i % 255) as u8 + 1;
                 let t = Instant::now();
                 let mut wr = SendWr::new(i as u64, WrOpcode::RdmaWrite, flags, Payload::Sges(&sge));

@@ -16,6 +16,22 @@ pub struct BwRow {
     pub avg: f64,
     /// Messages per second.
     pub msg_rate: f64,
+    /// Seconds the messages took.
+    pub secs: f64,
+}
+
+impl BwRow {
+    /// The row of several runs of one size taken in turn: totals over the
+    /// total time, the highest peak.
+    pub fn combine(parts: &[BwRow]) -> Option<BwRow> {
+        let first = parts.first()?;
+        let iters: usize = parts.iter().map(|p| p.iters).sum();
+        let secs: f64 = parts.iter().map(|p| p.secs).sum();
+        let per_sec = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let avg = per_sec((iters * first.bytes) as f64);
+        let peak = parts.iter().map(|p| p.peak).fold(avg, f64::max);
+        Some(BwRow { bytes: first.bytes, iters, peak, avg, msg_rate: per_sec(iters as f64), secs })
+    }
 }
 
 /// One latency row, in microseconds.
@@ -135,7 +151,7 @@ mod tests {
 
     #[test]
     fn rows_line_up_with_perftest_columns_and_carry_a_readable_ratio() {
-        let r = BwRow { bytes: 65536, iters: 5000, peak: 2.0e9, avg: 1.5e9, msg_rate: 22_888.0 };
+        let r = BwRow { bytes: 65536, iters: 5000, peak: 2.0e9, avg: 1.5e9, msg_rate: 22_888.0, secs: 0.218 };
         let line = bw_line(&r, false, Some(2.0e9));
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f[0], "65536");
@@ -147,5 +163,14 @@ mod tests {
         assert_eq!((l.min, l.max, l.typical, l.p99, l.p999), (1.0, 1000.0, 500.0, 990.0, 999.0));
         assert_eq!(ratio_of(&lat_line(&l, Some(400.0))), Some(1.25));
         assert!(lat_header(false).contains("t_typical[usec]"));
+    }
+
+    #[test]
+    fn rounds_combine_into_totals_over_the_total_time() {
+        let a = BwRow { bytes: 1000, iters: 10, peak: 9000.0, avg: 5000.0, msg_rate: 5.0, secs: 2.0 };
+        let b = BwRow { bytes: 1000, iters: 30, peak: 12000.0, avg: 10000.0, msg_rate: 10.0, secs: 3.0 };
+        let c = BwRow::combine(&[a, b]).unwrap();
+        assert_eq!((c.iters, c.secs, c.avg, c.msg_rate, c.peak), (40, 5.0, 8000.0, 8.0, 12000.0));
+        assert_eq!(BwRow::combine(&[]), None);
     }
 }
