@@ -84,6 +84,8 @@ const OWED_GRACE: Duration = Duration::from_micros(200);
 
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
+/// Payload pieces of one packet kept on the stack while it is queued.
+const INLINE_PIECES: usize = 8;
 /// Room for one packet: 4096 bytes of payload plus headers and ICRC.
 const MAX_PACKET: usize = 4096 + 128;
 
@@ -574,7 +576,10 @@ impl Shared {
                 b.recycle().unwrap_or_else(|_| SendBatch::new(BATCH, BATCH * 512))
             }
         };
-        let mut slices: Vec<&[u8]> = Vec::with_capacity(8);
+        // A packet's payload pieces: on the stack, spilling to the heap only
+        // past INLINE_PIECES (a packet over many small SGEs).
+        let mut inline: [&[u8]; INLINE_PIECES] = [&[]; INLINE_PIECES];
+        let mut spill: Vec<&[u8]> = Vec::new();
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         loop {
@@ -585,19 +590,29 @@ impl Shared {
                 }
             }
             let Some(t) = dev.poll_transmit_gather(now, head, pieces) else { break };
-            slices.clear();
             let mut icrc = t.icrc;
+            let mut n = 0;
+            spill.clear();
             for p in pieces.iter() {
                 let Some(s) = crate::sg::piece_bytes(p) else { continue };
                 icrc.update(s);
-                slices.push(s);
+                if n < INLINE_PIECES {
+                    inline[n] = s;
+                } else {
+                    if n == INLINE_PIECES {
+                        spill.extend_from_slice(&inline);
+                    }
+                    spill.push(s);
+                }
+                n += 1;
             }
+            let slices: &[&[u8]] = if n <= INLINE_PIECES { &inline[..n] } else { &spill };
             icrc.update(&PAD[..t.pad_len]);
             let mut trailer = [0u8; 8];
             trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.finish().to_le_bytes());
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             let dst = SocketAddr::new(t.dst, PORT);
-            let Ok(q) = tx.push_gather(dst, &head[..t.head_len], &slices, trailer) else {
+            let Ok(q) = tx.push_gather(dst, &head[..t.head_len], slices, trailer) else {
                 // Room was made above; a packet that still does not fit is
                 // lost like one on the wire, and retransmitted.
                 stats.tx_dropped += 1;

@@ -25,6 +25,10 @@ struct End {
 const MEM: usize = 4 << 20;
 
 fn pair(a: u8, b: u8, progress: Progress) -> (End, End) {
+    pair_with(a, b, progress, |_| {})
+}
+
+fn pair_with(a: u8, b: u8, progress: Progress, caps: impl Fn(&mut QpInit)) -> (End, End) {
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let mk = |last: u8| {
@@ -33,7 +37,9 @@ fn pair(a: u8, b: u8, progress: Progress) -> (End, End) {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256, None).unwrap();
         let mr = pd.reg_mr(MEM, access).unwrap();
-        let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
+        let mut init = QpInit::rc(&cq, &cq, 128);
+        caps(&mut init);
+        let qp = pd.create_qp(init).unwrap();
         End { ctx, cq, qp, mr }
     };
     let (x, y) = (mk(a), mk(b));
@@ -494,4 +500,21 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     let (sent, msgs) = (after.tx_packets - before.1.tx_packets, after.tx_messages - before.1.tx_messages);
     assert_eq!(sent, 2 * TURNS, "a reply and an ACK per turn");
     assert!(msgs < TURNS + TURNS / 200, "the ACKs left with the replies: {msgs} sends for {sent} packets");
+}
+
+#[test]
+fn a_packet_gathered_from_many_sges_carries_them_in_order() {
+    // 20 scattered SGEs of 150 bytes make one 3000-byte WRITE packet: more
+    // pieces than the sender keeps on its stack per packet.
+    let (x, y) = pair_with(22, 23, Progress::Thread, |i| i.cap.max_send_sge = 20);
+    let data = pattern(20 * 4096, 9);
+    x.mr.write(0, &data).unwrap();
+    let sges: Vec<_> = (0..20).map(|i| x.mr.sge(i * 4096 + 7 * i, 150)).collect();
+    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sges));
+    (wr.remote_addr, wr.rkey) = (y.mr.addr() + 100, y.mr.rkey());
+    x.qp.post_send(&wr).unwrap();
+    let w = wait_one(&x);
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::Success));
+    let want: Vec<u8> = (0..20).flat_map(|i| data[i * 4096 + 7 * i..][..150].to_vec()).collect();
+    assert_eq!(y.mr.to_vec(100, 3000).unwrap(), want);
 }
