@@ -671,14 +671,7 @@ fn flush(
     pend: &[Option<(Pending, *mut IbvSendWr)>],
     bad_wr: *mut *mut IbvSendWr,
 ) -> Result<(), c_int> {
-    let r = match pend {
-        [] => Ok(()),
-        [Some((p, _))] => o.qp.post_send(&p.wr(s)).map_err(|e| (0, e)),
-        _ => {
-            let wrs: Vec<SendWr<'_>> = pend.iter().flatten().map(|(p, _)| p.wr(s)).collect();
-            o.qp.post_send_batch(&wrs)
-        }
-    };
+    let r = post_all(o, pend.iter().flatten().map(|(p, _)| p.wr(s)));
     let posted = r.as_ref().err().map_or(pend.len(), |(i, _)| *i);
     pend[..posted].iter().flatten().for_each(|(p, _)| p.posted());
     r.map_err(|(i, e)| {
@@ -690,6 +683,33 @@ fn flush(
         }
         errno(&e)
     })
+}
+
+/// WRs handed to the engine per call by [`post_all`].
+const POST_CHUNK: usize = 16;
+
+/// Posts `wrs` in order, up to `POST_CHUNK` per engine call from an array
+/// on the stack (no allocation per post); on error, the index of the first
+/// WR not posted (those before it are).
+fn post_all<'s>(o: &QpObj, mut wrs: impl Iterator<Item = SendWr<'s>>) -> Result<(), (usize, softroce::Error)> {
+    let mut chunk = [SendWr::new(0, WrOpcode::Send, SendFlags::EMPTY, Payload::Sges(&[])); POST_CHUNK];
+    let mut done = 0;
+    loop {
+        let mut n = 0;
+        for (slot, wr) in chunk.iter_mut().zip(&mut wrs) {
+            *slot = wr;
+            n += 1;
+        }
+        match &chunk[..n] {
+            [] => return Ok(()),
+            [one] => o.qp.post_send(one).map_err(|e| (done, e))?,
+            some => o.qp.post_send_batch(some).map_err(|(i, e)| (done + i, e))?,
+        }
+        done += n;
+        if n < POST_CHUNK {
+            return Ok(());
+        }
+    }
 }
 
 /// Posts receive WRs to `post` one by one; on error `*bad_wr` is the
@@ -794,14 +814,7 @@ unsafe extern "C" fn wr_complete(qp: *mut IbvQpEx) -> c_int {
             b.wrs.clear();
             return e;
         }
-        let r = match b.wrs.as_slice() {
-            [] => Ok(()),
-            [p] => o.qp.post_send(&p.wr(&b.scratch)).map_err(|e| (0, e)),
-            many => {
-                let wrs: Vec<SendWr<'_>> = many.iter().map(|p| p.wr(&b.scratch)).collect();
-                o.qp.post_send_batch(&wrs)
-            }
-        };
+        let r = post_all(o, b.wrs.iter().map(|p| p.wr(&b.scratch)));
         let posted = r.as_ref().err().map_or(b.wrs.len(), |(i, _)| *i);
         b.wrs[..posted].iter().for_each(Pending::posted);
         b.wrs.clear();

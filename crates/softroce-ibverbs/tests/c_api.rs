@@ -252,6 +252,7 @@ fn wr_api() {
             "wr_set_inline_data_list",
             "wr_inline_too_long",
             "wr_batch",
+            "wr_long_batch",
             "wr_abort",
             "wr_batch_overflow",
             "wr_ud_send",

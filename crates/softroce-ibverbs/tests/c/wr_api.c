@@ -369,6 +369,34 @@ static void check_batch(void)
 	end();
 }
 
+static void check_long_batch(void)
+{
+	struct ibv_wc wc[64];
+	int i, n, r;
+
+	begin("wr_long_batch");
+	/* 40 WRITEs in one batch (more than the library hands the engine at
+	 * once): all posted, in order, each to its own place. */
+	fill(abuf, 4096, 12);
+	memset(bbuf + 6000, 0, 40 * 16);
+	ibv_wr_start(xa);
+	for (i = 0; i < 40; i++) {
+		xa->wr_id = 700 + i;
+		xa->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(xa, bmr->rkey, (uintptr_t)(bbuf + 6000 + 16 * i));
+		ibv_wr_set_sge(xa, amr->lkey, (uintptr_t)(abuf + 100 * i), 16);
+	}
+	r = ibv_wr_complete(xa);
+	EXPECT(r == 0, "ibv_wr_complete: %d", r);
+	n = poll_n(scq, 40, wc, 3000);
+	EXPECT(n == 40, "%d completions, expected 40", n);
+	for (i = 0; i < n; i++)
+		EXPECT_WC(wc[i], (uint64_t)(700 + i), IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE);
+	for (i = 0; i < 40; i++)
+		EXPECT(memcmp(bbuf + 6000 + 16 * i, abuf + 100 * i, 16) == 0, "WRITE %d's bytes differ", i);
+	end();
+}
+
 static void check_abort(void)
 {
 	struct ibv_wc wc;
@@ -619,6 +647,7 @@ int main(void)
 	check_atomics();
 	check_inline();
 	check_batch();
+	check_long_batch();
 	check_abort();
 	check_overflow();
 	check_ud();
