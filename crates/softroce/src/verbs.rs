@@ -729,8 +729,8 @@ impl Drop for QpInner {
         let mut st = s.lock();
         // What a waiter's pass deferred (its last ACK) leaves first.
         let _ = s.flush(&mut st);
-        drop(st);
-        let _ = s.with_dev(false, |d| d.destroy_qp(q));
+        let _ = st.dev.destroy_qp(q);
+        s.route_events(&mut st);
     }
 }
 
