@@ -196,7 +196,12 @@ pub struct Device {
     /// What that scan found.
     next_timer: std::cell::Cell<Option<Instant>>,
     next_qpn: u32,
+    /// Where the round robin of [`Device::next_packet`] looks first.
     tx_cursor: u32,
+    /// The QP whose burst is under way (see [`TX_BURST`]).
+    burst_qpn: u32,
+    /// Packets its burst may still send; 0: no burst.
+    burst_left: u32,
     counters: Counters,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<u32>,
@@ -207,6 +212,11 @@ pub struct Device {
 
 /// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
 pub const FIRST_QPN: u32 = 0x11;
+
+/// Packets a QP may send in a row before the round robin moves on (rxe's
+/// per-QP tasks run in bursts too). The QP that sent last is polled
+/// directly, with one map lookup, not a scan: a bulk message costs that.
+pub const TX_BURST: u32 = 16;
 
 macro_rules! ctx {
     ($d:expr, $now:expr) => {
@@ -241,6 +251,8 @@ impl Device {
             next_timer: std::cell::Cell::new(None),
             next_qpn: FIRST_QPN,
             tx_cursor: 0,
+            burst_qpn: 0,
+            burst_left: 0,
             counters: Counters::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
@@ -490,6 +502,9 @@ impl Device {
     /// Destroys a QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
         self.timers_changed.set(true);
+        if qpn == self.burst_qpn {
+            self.burst_left = 0;
+        }
         self.qps.remove(&qpn).map(|_| ()).ok_or(VerbError::UnknownHandle(qpn))
     }
 
@@ -608,7 +623,17 @@ impl Device {
     }
 
     /// After a call into a QP: CQs that overran take their QPs to ERR.
+    /// Runs after every packet: the common case is one branch.
+    #[inline]
     fn after_call(&mut self) {
+        if !self.overrun.is_empty() {
+            self.fail_overrun();
+        }
+    }
+
+    /// The QPs of the CQs that overran enter ERR.
+    #[cold]
+    fn fail_overrun(&mut self) {
         while let Some(cq) = self.overrun.pop() {
             let now = self.verb_time();
             let qpns: Vec<u32> = self
@@ -688,7 +713,8 @@ impl Device {
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (out, src, src_port, icrc_ctx) = self.next_packet(now, buf, None)?;
+        let (out, src_port) = self.next_packet(now, buf, None)?;
+        let (src, icrc_ctx) = self.addressing(&out, src_port)?;
         let total = out.len + roce_wire::ICRC_LEN;
         let icrc = IcrcHasher::new(&icrc_ctx, total).finish_over(&buf[..out.len]).ok()?;
         buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
@@ -709,13 +735,12 @@ impl Device {
         pieces: &mut Vec<crate::ctx::Piece>,
     ) -> Option<TransmitGather> {
         pieces.clear();
-        let (out, src, src_port, icrc_ctx) = self.next_packet(now, buf, Some(pieces))?;
+        let (out, src_port) = self.next_packet(now, buf, Some(pieces))?;
+        let (src, icrc_ctx) = self.addressing(&out, src_port)?;
         let mut icrc = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN);
-        let head = &buf[..out.head_len];
-        let mut bth = [0u8; roce_wire::bth::LEN];
-        bth.copy_from_slice(&head[..roce_wire::bth::LEN]);
-        icrc.update_bth(&bth);
-        icrc.update(&head[roce_wire::bth::LEN..]);
+        let (bth, rest) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>()?;
+        icrc.update_bth(bth);
+        icrc.update(rest);
         let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
         Some(TransmitGather {
             src,
@@ -729,15 +754,16 @@ impl Device {
     }
 
     /// The next packet of the next QP with work (round robin from the QP
-    /// after the last one that sent; each is tried at most once per call; no
-    /// allocation per packet), and what its ICRC covers besides it. With
-    /// `gather`, payload in registered memory is listed there, not copied.
+    /// after the last one that sent, in bursts of up to [`TX_BURST`]
+    /// packets; each QP is tried at most once per call; no allocation per
+    /// packet), and its UDP source port. With `gather`, payload in
+    /// registered memory is listed there, not copied.
     fn next_packet(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         mut gather: Option<&mut Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcContext)> {
+    ) -> Option<(crate::requester::Outgoing, u16)> {
         // The list moves into the roles' context and back, keeping its capacity.
         let mut pieces = gather.as_deref_mut().map(std::mem::take);
         let r = self.next_packet_from(now, buf, &mut pieces);
@@ -752,42 +778,81 @@ impl Device {
         now: Instant,
         buf: &mut [u8],
         pieces: &mut Option<Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, IpAddr, u16, IcrcContext)> {
+    ) -> Option<(crate::requester::Outgoing, u16)> {
         self.now = Some(now);
+        // The QP that sent last goes on while its burst lasts and it has a
+        // packet; a QP that has none is not tried again by the scan below.
+        let mut tried = None;
+        if self.burst_left > 0 {
+            let qpn = self.burst_qpn;
+            if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
+                self.burst_left -= 1;
+                return Some(r);
+            }
+            self.burst_left = 0;
+            tried = Some(qpn);
+        }
         let mut cursor = self.tx_cursor;
         for _ in 0..self.qps.len() {
-            let has_work = |(_, q): &(&u32, &Qp)| q.responder_has_work() || q.requester_has_work();
+            let has_work = |(_, q): &(&u32, &Qp)| q.has_tx_work();
             // The wrapped-around part is searched only when needed.
             let qpn = match self.qps.range(cursor..).find(has_work) {
                 Some((n, _)) => *n,
                 None => *self.qps.range(..cursor).find(has_work)?.0,
             };
             cursor = qpn.wrapping_add(1);
-            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
-            let mut ctx = ctx!(self, now);
-            ctx.gather = pieces.take().map(|mut l| {
-                l.clear();
-                l
-            });
-            let out = if qp.ack_may_follow_request() {
-                qp.resp.ack_waited = true;
-                qp.requester_poll(&mut ctx, buf).or_else(|| qp.responder_poll(&mut ctx, buf))
-            } else {
-                qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf))
-            };
-            *pieces = ctx.gather.take();
-            let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
-            self.after_call();
-            let Some(out) = out else { continue };
+            if tried == Some(qpn) {
+                continue;
+            }
+            let Some(r) = self.poll_qp(qpn, now, buf, pieces) else { continue };
             self.tx_cursor = cursor;
-            let src = *self.cfg.gids.get(usize::from(out.sgid_index))?;
-            let ip = match (src, out.dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(s, d),
-                (s, d) => IpContext::V6 { src: to_v6(s), dst: to_v6(d) },
-            };
-            return Some((out, src, src_port, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }));
+            self.burst_qpn = qpn;
+            self.burst_left = TX_BURST - 1;
+            return Some(r);
         }
         None
+    }
+
+    /// The next packet of QP `qpn` if it has one, and its UDP source port.
+    fn poll_qp(
+        &mut self,
+        qpn: u32,
+        now: Instant,
+        buf: &mut [u8],
+        pieces: &mut Option<Vec<crate::ctx::Piece>>,
+    ) -> Option<(crate::requester::Outgoing, u16)> {
+        let qp = self.qps.get_mut(&qpn).filter(|q| q.has_tx_work())?;
+        let mut ctx = ctx!(self, now);
+        ctx.gather = pieces.take().map(|mut l| {
+            l.clear();
+            l
+        });
+        let out = if qp.ack_may_follow_request() {
+            qp.resp.ack_waited = true;
+            qp.requester_poll(&mut ctx, buf).or_else(|| qp.responder_poll(&mut ctx, buf))
+        } else if qp.responder_has_work() {
+            qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf))
+        } else {
+            // (Bulk sending: no call that finds no response.)
+            qp.requester_poll(&mut ctx, buf)
+        };
+        *pieces = ctx.gather.take();
+        let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
+        self.after_call();
+        Some((out?, src_port))
+    }
+
+    /// The source address of packet `out` and what its ICRC covers besides
+    /// it. Not inlined and by reference: where an `IpAddr` is both matched
+    /// on and moved, LLVM moves it byte by byte.
+    #[inline(never)]
+    fn addressing(&self, out: &crate::requester::Outgoing, src_port: u16) -> Option<(IpAddr, IcrcContext)> {
+        let src = self.cfg.gids.get(usize::from(out.sgid_index))?;
+        let ip = match (src, &out.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(*s, *d),
+            (s, d) => IpContext::V6 { src: to_v6(*s), dst: to_v6(*d) },
+        };
+        Some((*src, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
     }
 
     /// The earliest instant at which [`Device::handle_timeout`] has work.

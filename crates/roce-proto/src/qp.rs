@@ -241,6 +241,13 @@ impl Qp {
         self.attr.path_mtu.bytes() as u64
     }
 
+    /// Whether the responder or the requester may have a packet to send:
+    /// the device schedules such QPs.
+    #[inline]
+    pub fn has_tx_work(&self) -> bool {
+        self.responder_has_work() || self.requester_has_work()
+    }
+
     /// Applies `ibv_modify_qp` after checking the transition table.
     pub fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: M) -> Result<(), ModifyError> {
         let cur = self.state();

@@ -131,12 +131,16 @@ impl Qp {
     }
 
     fn request_packet(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
-        if self.sq.next >= self.sq.producer {
+        let idx = self.sq.next;
+        if idx >= self.sq.producer {
             return None;
         }
+        let (state, ty, mtu) = (self.state(), self.qp_type(), self.mtu());
+        // The WQE is looked up once per packet: the fields of the QP it
+        // needs besides are borrowed beside it.
+        let w = self.sq.get_mut(idx);
         // SQD finishes (and retransmits) what was started but starts nothing new.
-        let in_progress = self.sq.get(self.sq.next).psns_assigned;
-        if !(self.state() == QpState::Rts || (self.state() == QpState::Sqd && in_progress)) {
+        if !(state == QpState::Rts || (state == QpState::Sqd && w.psns_assigned)) {
             return None;
         }
         if let Some(t) = self.req.rnr_until {
@@ -146,23 +150,14 @@ impl Qp {
             self.req.rnr_until = None;
             ctx.timers_changed.set(true);
         }
-        let ty = self.qp_type();
         if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= MAX_UNACKED_PSNS as i32 {
             return None;
         }
-        let idx = self.sq.next;
-        let mtu = self.mtu();
-        let (starting, is_rd_atomic, fence) = {
-            let w = self.sq.get(idx);
-            (
-                w.offset == 0 && w.state == crate::queue::WqeState::Posted,
-                w.is_read_or_atomic(),
-                w.flags.contains(SendFlags::FENCE),
-            )
-        };
+        let starting = w.offset == 0 && w.state == WqeState::Posted;
+        let is_rd_atomic = w.is_read_or_atomic();
         if starting {
             // A FENCE waits for every earlier READ and atomic to complete.
-            if fence && self.req.rd_atomic > 0 {
+            if w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic > 0 {
                 return None;
             }
             if is_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
@@ -171,9 +166,6 @@ impl Qp {
         }
         let psn = self.req.psn;
         let pd = self.init.pd;
-        let (dest_qpn, dst, sgid, qkey_default) =
-            (self.attr.dest_qp_num, self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.qkey);
-        let w = self.sq.get_mut(idx);
         if starting {
             // The message's PSN range is fixed when it starts: ACKs are
             // judged against its end, whatever a retransmission resent.
@@ -197,9 +189,9 @@ impl Qp {
             w.first_psn
         );
         let remaining = w.length - w.offset;
-        let payload_len = if w.is_read_or_atomic() { 0 } else { remaining.min(mtu) };
-        let fits = remaining <= mtu;
-        let op = opcode(ty, w, fits || w.is_read_or_atomic());
+        let payload_len = if is_rd_atomic { 0 } else { remaining.min(mtu) };
+        let last = remaining <= mtu || is_rd_atomic;
+        let op = opcode(ty, w, last);
         let info = op.info().expect("requester opcodes are in the table");
         let mut ext = ExtRepr::default();
         if info.headers.contains(roce_wire::ExtHeader::Reth) {
@@ -222,23 +214,21 @@ impl Qp {
         }
         let (dst, sgid, dest_qpn) = match (ty, w.ud) {
             (QpType::Ud, Some(ud)) => {
-                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qkey_default } else { ud.remote_qkey };
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
                 ext.deth = Some(DethRepr { qkey, src_qpn: self.qpn });
                 let Some(ah) = ctx.ah(ud.ah) else {
                     return self.fail_wqe(ctx, idx, WcStatus::LocQpOpErr);
                 };
                 (ah.dest, ah.sgid_index, ud.remote_qpn)
             }
-            _ => (dst, sgid, dest_qpn),
+            _ => (self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.dest_qp_num),
         };
-        let last = fits || w.is_read_or_atomic();
         self.req.noack_pkts += 1;
         let ack_req = ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK || self.req.ack_next);
         if ack_req {
             self.req.noack_pkts = 0;
             self.req.ack_next = false;
         }
-        let w = self.sq.get_mut(idx);
         let repr = PacketRepr {
             bth: BthRepr {
                 solicited: last && w.flags.contains(SendFlags::SOLICITED),
@@ -278,7 +268,6 @@ impl Qp {
             }
             buf[hlen + plen..total].fill(0);
         }
-        let w = self.sq.get_mut(idx);
         // Advance.
         if w.opcode == WrOpcode::RdmaRead {
             let npsn = remaining.div_ceil(mtu).max(1);
@@ -290,8 +279,9 @@ impl Qp {
             w.offset += payload_len;
         }
         if last {
-            w.state = WqeState::Sent;
-            if w.is_read_or_atomic() {
+            // UC and UD complete once sent.
+            w.state = if ty == QpType::Rc { WqeState::Sent } else { WqeState::Done };
+            if is_rd_atomic {
                 self.req.rd_atomic += 1;
             }
             if matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
@@ -300,8 +290,6 @@ impl Qp {
             self.sq.next += 1;
             self.sq.high = self.sq.high.max(self.sq.next);
             if ty != QpType::Rc {
-                // UC and UD complete once sent.
-                self.sq.get_mut(idx).state = WqeState::Done;
                 self.complete_done(ctx);
             }
         }

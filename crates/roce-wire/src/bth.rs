@@ -164,14 +164,17 @@ impl BthRepr {
         })
     }
 
-    /// Writes the BTH with the given pad count (0..=3).
+    /// Writes the BTH with the given pad count (0..=3): the bytes the
+    /// setters write, built whole and stored at once (every packet sent
+    /// passes here).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>, pad_count: u8) {
-        bth.set_opcode(self.opcode);
-        bth.set_flags(self.solicited, self.mig_req, pad_count, 0);
-        bth.set_pkey(self.pkey);
-        bth.set_ecn(self.fecn, self.becn);
-        bth.set_dest_qpn(self.dest_qpn);
-        bth.set_ack_req_psn(self.ack_req, self.psn);
+        let flags = (u8::from(self.solicited) << 7) | (u8::from(self.mig_req) << 6) | ((pad_count & 3) << 4);
+        let ecn = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6);
+        let [p0, p1] = self.pkey.to_be_bytes();
+        let [_, q1, q2, q3] = self.dest_qpn.to_be_bytes();
+        let [_, s1, s2, s3] = self.psn.value().to_be_bytes();
+        let ack = u8::from(self.ack_req) << 7;
+        bth.bytes_mut()[..LEN].copy_from_slice(&[self.opcode.0, flags, p0, p1, ecn, q1, q2, q3, ack, s1, s2, s3]);
     }
 }
 

@@ -203,19 +203,15 @@ pub struct ExtRepr {
 impl ExtRepr {
     /// The headers present.
     fn set(&self) -> HeaderSet {
-        let bits = [
-            self.deth.is_some(),
-            self.feth.is_some(),
-            self.reth.is_some(),
-            self.atomic_eth.is_some(),
-            self.aeth.is_some(),
-            self.atomic_ack_eth.is_some(),
-            self.immdt.is_some(),
-            self.ieth.is_some(),
-        ]
-        .iter()
-        .enumerate()
-        .fold(0u8, |b, (i, &on)| b | (u8::from(on) << i));
+        // Bit i: `ExtHeader::ALL[i]`.
+        let bits = u8::from(self.deth.is_some())
+            | (u8::from(self.feth.is_some()) << 1)
+            | (u8::from(self.reth.is_some()) << 2)
+            | (u8::from(self.atomic_eth.is_some()) << 3)
+            | (u8::from(self.aeth.is_some()) << 4)
+            | (u8::from(self.atomic_ack_eth.is_some()) << 5)
+            | (u8::from(self.immdt.is_some()) << 6)
+            | (u8::from(self.ieth.is_some()) << 7);
         HeaderSet::from_bits(bits)
     }
 }
