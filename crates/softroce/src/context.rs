@@ -186,7 +186,6 @@ impl Context {
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
             in_socket: std::sync::atomic::AtomicBool::new(false),
-            waiter_left: std::sync::atomic::AtomicU64::new(0),
             tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),

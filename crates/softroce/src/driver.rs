@@ -194,8 +194,6 @@ pub(crate) struct Shared {
     pub(crate) cq_waker: Waker,
     /// Threads blocked in `Cq::wait` or `Context::progress_wait` (see [`Waiting`]).
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
-    /// When a waiter last returned, in ns since `epoch` plus one (0: never).
-    pub(crate) waiter_left: std::sync::atomic::AtomicU64,
     /// Whether one of them sleeps in `recvmmsg` (woken by a datagram).
     pub(crate) in_socket: AtomicBool,
     /// Since when a waiter's pass left packets unsent (see
@@ -212,14 +210,12 @@ pub(crate) struct Shared {
 
 /// A thread blocked in `Cq::wait` or `Context::progress_wait`: counted in
 /// `Shared::waiters` while this lives, so the driver thread stays off the
-/// socket, and its return is timed for `WAITER_GRACE`.
+/// socket (and for `WAITER_GRACE` after it saw the last one go).
 pub(crate) struct Waiting<'a>(&'a Shared);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let s = self.0;
-        s.waiter_left.store(s.nanos(Instant::now()) + 1, Ordering::Release);
-        s.waiters.fetch_sub(1, Ordering::AcqRel);
+        self.0.waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -654,7 +650,8 @@ impl Shared {
     /// Sends everything queued; waits (up to 100 ms in all) while the
     /// socket has no room, then drops what is left (counted).
     fn flush_all(&self, tx: &mut SendBatch<'_>, stats: &mut DriverStats) -> io::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(100);
+        // Read the clock only once the socket is full.
+        let mut deadline = None;
         loop {
             let f = tx.flush(&self.sock)?;
             stats.tx_packets += f.packets as u64;
@@ -664,7 +661,8 @@ impl Shared {
                 return Ok(());
             }
             stats.tx_would_block += 1;
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let left = deadline.get_or_insert(now + Duration::from_millis(100)).saturating_duration_since(now);
             if left.is_zero() {
                 stats.tx_dropped += tx.clear() as u64;
                 return Ok(());
@@ -677,6 +675,8 @@ impl Shared {
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
         let mut next: Option<Instant> = None;
+        // When this thread last saw the waiters go (`WAITER_GRACE`).
+        let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
             // While an application thread waits in `Cq::wait` it watches the
             // socket and makes progress itself: stay out of its way (no
@@ -687,8 +687,13 @@ impl Shared {
             // Packets a waiter's pass deferred are sent here too when no verb
             // sent them within OWED_GRACE.
             let now = Instant::now();
-            let blind = self.waiters.load(Ordering::Acquire) > 0
-                || self.since(&self.waiter_left, now).is_some_and(|d| d < WAITER_GRACE);
+            let waiting = self.waiters.load(Ordering::Acquire) > 0;
+            if waiting {
+                was_waiting = true;
+            } else if std::mem::take(&mut was_waiting) {
+                no_waiter_since = Some(now);
+            }
+            let blind = waiting || no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE);
             let due = next.is_some_and(|t| t <= now);
             let owed = self.since(&self.tx_owed, now);
             let mut recheck = None;

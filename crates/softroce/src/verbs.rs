@@ -459,7 +459,11 @@ impl Cq {
         if n > 0 {
             return Ok(n);
         }
-        while std::time::Instant::now() < deadline {
+        if timeout.is_zero() {
+            return Ok(0);
+        }
+        // The deadline was just set: the first sleep needs no look at the clock.
+        loop {
             let (mut st, _) = s.sleep_and_progress(deadline, crate::driver::Defer::IfCompleted, Some(seen))?;
             let n = st.dev.poll_cq(self.0.handle, out)?;
             seen = st.dev.counters().completions;
@@ -469,8 +473,10 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
+            if std::time::Instant::now() >= deadline {
+                return Ok(0);
+            }
         }
-        Ok(0)
     }
 }
 
