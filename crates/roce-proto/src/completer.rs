@@ -202,9 +202,8 @@ impl Qp {
             self.comp.rnr_left = self.attr.rnr_retry;
             self.comp.started_retry = false;
         }
-        self.comp.timer =
-            if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
-        ctx.timers_changed.set(true);
+        let t = if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
+        self.set_retransmit_timer(ctx, t);
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: roce_wire::RnrTimer) {
@@ -221,9 +220,8 @@ impl Qp {
             self.comp.rnr_left -= 1;
         }
         self.rewind_to(self.comp.psn);
-        self.comp.timer = None;
-        self.req.rnr_until = Some(ctx.now + timer.duration());
-        ctx.timers_changed.set(true);
+        self.set_retransmit_timer(ctx, None);
+        self.set_rnr_until(ctx, Some(ctx.now + timer.duration()));
     }
 
     fn on_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
@@ -264,14 +262,13 @@ impl Qp {
         self.comp.started_retry = from_nak;
         ctx.counters.completer_retry_err += 1;
         self.rewind_to(self.comp.psn);
-        self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-        ctx.timers_changed.set(true);
+        let t = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        self.set_retransmit_timer(ctx, t);
     }
 
     /// The retransmit timer expired.
     pub fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        self.comp.timer = None;
-        ctx.timers_changed.set(true);
+        self.set_retransmit_timer(ctx, None);
         if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
             return;
         }

@@ -52,9 +52,9 @@ pub struct Ctx<'a> {
     /// headers (scatter-gather sends).
     /// (Moved in and out for the call, so the list keeps its capacity.)
     pub gather: Option<Vec<Piece>>,
-    /// Set whenever a QP's retransmit or RNR timer is armed or disarmed:
-    /// [`crate::Device::poll_timeout`] scans the QPs again only then.
-    pub timers_changed: &'a std::cell::Cell<bool>,
+    /// The device's timers in deadline order (kept by the QPs' timer
+    /// setters).
+    pub timers: &'a mut crate::timers::Timers,
 }
 
 /// A piece of a packet's payload still in registered memory.

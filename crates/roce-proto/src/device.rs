@@ -28,6 +28,7 @@ use crate::qp_state::ModifyError;
 use crate::queue::PostError;
 use crate::responder::Origin;
 use crate::srq::Srq;
+use crate::timers::TimerKind;
 use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendWr, Wc};
 
@@ -191,10 +192,8 @@ pub struct Device {
     srqs: Vec<Option<Srq>>,
     ahs: Vec<Option<AhAttr>>,
     qps: BTreeMap<u32, Qp>,
-    /// A QP timer changed since [`Device::poll_timeout`] last scanned.
-    timers_changed: std::cell::Cell<bool>,
-    /// What that scan found.
-    next_timer: std::cell::Cell<Option<Instant>>,
+    /// The QPs' armed timers in deadline order.
+    timers: crate::timers::Timers,
     next_qpn: u32,
     /// Where the round robin of [`Device::next_packet`] looks first.
     tx_cursor: u32,
@@ -231,7 +230,7 @@ macro_rules! ctx {
             comp_events: &mut $d.comp_events,
             overrun: &mut $d.overrun,
             gather: None,
-            timers_changed: &$d.timers_changed,
+            timers: &mut $d.timers,
         }
     };
 }
@@ -247,8 +246,7 @@ impl Device {
             srqs: Vec::new(),
             ahs: Vec::new(),
             qps: BTreeMap::new(),
-            timers_changed: std::cell::Cell::new(true),
-            next_timer: std::cell::Cell::new(None),
+            timers: crate::timers::Timers::default(),
             next_qpn: FIRST_QPN,
             tx_cursor: 0,
             burst_qpn: 0,
@@ -501,11 +499,14 @@ impl Device {
 
     /// Destroys a QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
-        self.timers_changed.set(true);
         if qpn == self.burst_qpn {
             self.burst_left = 0;
         }
-        self.qps.remove(&qpn).map(|_| ()).ok_or(VerbError::UnknownHandle(qpn))
+        let qp = self.qps.remove(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        // Its timers leave the index with it.
+        self.timers.update(qpn, TimerKind::Retransmit, qp.comp.timer, None);
+        self.timers.update(qpn, TimerKind::Rnr, qp.req.rnr_until, None);
+        Ok(())
     }
 
     /// A QP, to inspect.
@@ -515,8 +516,6 @@ impl Device {
 
     /// `ibv_modify_qp`.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
-        // A reset or an error state drops the QP's timers.
-        self.timers_changed.set(true);
         let l = self.cfg.limits;
         if mask.contains(QpAttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= self.cfg.gids.len() {
             return Err(VerbError::Invalid("sgid_index"));
@@ -855,38 +854,36 @@ impl Device {
         Some((*src, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
     }
 
-    /// The earliest instant at which [`Device::handle_timeout`] has work.
-    /// Cached: the QPs are scanned again only after a timer changed.
+    /// The earliest instant at which [`Device::handle_timeout`] has work:
+    /// the first of the timer index (see [`crate::timers`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.timers_changed.replace(false) {
-            self.next_timer.set(self.earliest_timer());
-        }
-        debug_assert_eq!(self.next_timer.get(), self.earliest_timer(), "stale timer cache");
-        self.next_timer.get()
+        debug_assert_eq!(self.timers.earliest(), self.earliest_timer(), "timer index out of step with the QPs");
+        self.timers.earliest()
     }
 
-    /// The earliest retransmit or RNR timer of any QP (a scan).
+    /// The earliest retransmit or RNR timer of any QP (a scan, to check the
+    /// index in debug builds).
     fn earliest_timer(&self) -> Option<Instant> {
         self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min()
     }
 
-    /// Runs the timers due at `now`.
+    /// Runs the timers due at `now`, earliest first.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = Some(now);
-        // An RNR wait that ran out lets the requester send again.
-        for qp in self.qps.values_mut() {
-            if qp.req.rnr_until.is_some_and(|t| t <= now) {
-                qp.req.rnr_until = None;
-                self.timers_changed.set(true);
-            }
-        }
-        let due: Vec<u32> =
-            self.qps.values().filter(|q| q.comp.timer.is_some_and(|t| t <= now)).map(|q| q.qpn).collect();
-        for qpn in due {
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                let mut ctx = ctx!(self, now);
-                qp.completer_timeout(&mut ctx);
-                self.after_call();
+        while let Some((t, qpn, kind)) = self.timers.pop_due(now) {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            match kind {
+                // An RNR wait that ran out lets the requester send again.
+                TimerKind::Rnr => {
+                    debug_assert_eq!(qp.req.rnr_until, Some(t));
+                    qp.req.rnr_until = None;
+                }
+                TimerKind::Retransmit => {
+                    debug_assert_eq!(qp.comp.timer, Some(t));
+                    let mut ctx = ctx!(self, now);
+                    qp.completer_timeout(&mut ctx);
+                    self.after_call();
+                }
             }
         }
     }

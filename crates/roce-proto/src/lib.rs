@@ -19,6 +19,7 @@ pub mod queue;
 pub mod requester;
 pub mod responder;
 pub mod srq;
+pub mod timers;
 pub mod verbs;
 pub mod wr;
 

@@ -12,6 +12,7 @@ use crate::attr::{QpAttr, QpCap, QpInitAttr};
 use crate::ctx::Ctx;
 use crate::qp_state::{ModifyError, check_modify};
 use crate::queue::{RecvQueue, RecvWqe, SendQueue, WqeState};
+use crate::timers::TimerKind;
 use crate::verbs::{QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
 use crate::wr::Wc;
 
@@ -241,6 +242,19 @@ impl Qp {
         self.attr.path_mtu.bytes() as u64
     }
 
+    /// Arms (`Some`) or stops the retransmit timer, keeping the device's
+    /// timer index in step (see [`crate::timers`]).
+    pub(crate) fn set_retransmit_timer(&mut self, ctx: &mut Ctx<'_>, t: Option<Instant>) {
+        ctx.timers.update(self.qpn, TimerKind::Retransmit, self.comp.timer, t);
+        self.comp.timer = t;
+    }
+
+    /// Starts (`Some`) or ends an RNR wait, keeping the index in step.
+    pub(crate) fn set_rnr_until(&mut self, ctx: &mut Ctx<'_>, t: Option<Instant>) {
+        ctx.timers.update(self.qpn, TimerKind::Rnr, self.req.rnr_until, t);
+        self.req.rnr_until = t;
+    }
+
     /// Whether the responder or the requester may have a packet to send:
     /// the device schedules such QPs.
     #[inline]
@@ -313,7 +327,7 @@ impl Qp {
             self.comp.psn = self.req.psn;
         }
         match next {
-            QpState::Reset => self.reset(),
+            QpState::Reset => self.reset(ctx),
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),
             _ => self.attr.qp_state = next,
         }
@@ -340,7 +354,9 @@ impl Qp {
 
     /// RESET: empty the queues and forget all protocol state (completions
     /// already in CQs stay there).
-    fn reset(&mut self) {
+    fn reset(&mut self, ctx: &mut Ctx<'_>) {
+        self.set_retransmit_timer(ctx, None);
+        self.set_rnr_until(ctx, None);
         let init = self.init;
         let qpn = self.qpn;
         *self = Qp::new(qpn, init);
@@ -350,9 +366,8 @@ impl Qp {
     /// (a WQE already `Done` with an error keeps its status).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         self.attr.qp_state = QpState::Err;
-        self.comp.timer = None;
-        self.req.rnr_until = None;
-        ctx.timers_changed.set(true);
+        self.set_retransmit_timer(ctx, None);
+        self.set_rnr_until(ctx, None);
         self.resp.responses.clear();
         self.resp.current = None;
         self.flush(ctx);
@@ -412,8 +427,7 @@ impl Qp {
             self.rewind_to(psn);
             if self.comp.psn == self.req.psn {
                 // Nothing is outstanding any more.
-                self.comp.timer = None;
-                ctx.timers_changed.set(true);
+                self.set_retransmit_timer(ctx, None);
             }
         }
     }

@@ -147,8 +147,9 @@ impl Qp {
             if ctx.now < t {
                 return None;
             }
+            // `set_rnr_until`, spelled out: `w` borrows the send queue.
+            ctx.timers.update(self.qpn, crate::timers::TimerKind::Rnr, Some(t), None);
             self.req.rnr_until = None;
-            ctx.timers_changed.set(true);
         }
         if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= MAX_UNACKED_PSNS as i32 {
             return None;
@@ -297,8 +298,8 @@ impl Qp {
             self.req.sent_psn = self.req.psn;
         }
         if ty == QpType::Rc && self.comp.timer.is_none() {
-            self.comp.timer = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-            ctx.timers_changed.set(true);
+            let t = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+            self.set_retransmit_timer(ctx, t);
         }
         ctx.counters.sent_pkts += 1;
         Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })
