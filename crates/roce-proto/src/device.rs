@@ -195,12 +195,13 @@ pub struct Device {
     /// The QPs' armed timers in deadline order.
     timers: crate::timers::Timers,
     next_qpn: u32,
-    /// Where the round robin of [`Device::next_packet`] looks first.
-    tx_cursor: u32,
-    /// The QP whose burst is under way (see [`TX_BURST`]).
-    burst_qpn: u32,
-    /// Packets its burst may still send; 0: no burst.
-    burst_left: u32,
+    /// QPs that may have a packet to send, in turn: every call into a QP
+    /// that can give it one (a post, a packet for it, its timer, a state
+    /// change) lists it, so [`Device::next_packet`] never scans the QPs.
+    ready: VecDeque<u32>,
+    /// The QP whose burst is under way (see [`TX_BURST`]) and the packets
+    /// it may still send.
+    burst: Option<(u32, u32)>,
     counters: Counters,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<u32>,
@@ -248,9 +249,8 @@ impl Device {
             qps: BTreeMap::new(),
             timers: crate::timers::Timers::default(),
             next_qpn: FIRST_QPN,
-            tx_cursor: 0,
-            burst_qpn: 0,
-            burst_left: 0,
+            ready: VecDeque::new(),
+            burst: None,
             counters: Counters::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
@@ -499,9 +499,10 @@ impl Device {
 
     /// Destroys a QP.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
-        if qpn == self.burst_qpn {
-            self.burst_left = 0;
+        if self.burst.is_some_and(|(q, _)| q == qpn) {
+            self.burst = None;
         }
+        // (Its place in `ready`, if any, is skipped when reached.)
         let qp = self.qps.remove(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         // Its timers leave the index with it.
         self.timers.update(qpn, TimerKind::Retransmit, qp.comp.timer, None);
@@ -528,9 +529,11 @@ impl Device {
         let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         let mut ctx = ctx!(self, now);
-        qp.modify(&mut ctx, attr, mask)?;
+        let r = qp.modify(&mut ctx, attr, mask);
         self.after_call();
-        Ok(())
+        // RTS lets it send what was posted before.
+        self.mark_ready(qpn);
+        Ok(r?)
     }
 
     /// Posts a send WR. A QP in ERR takes it and flushes it at once.
@@ -576,6 +579,7 @@ impl Device {
             qp.flush(&mut ctx);
             self.after_call();
         }
+        self.mark_ready(qpn);
         Ok(())
     }
 
@@ -708,6 +712,8 @@ impl Device {
             Direction::Response => qp.completer_handle(&mut ctx, &p),
         }
         self.after_call();
+        // A response to send, a window opened, a rewind.
+        self.mark_ready(qpn);
     }
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
@@ -780,36 +786,48 @@ impl Device {
     ) -> Option<(crate::requester::Outgoing, u16)> {
         self.now = Some(now);
         // The QP that sent last goes on while its burst lasts and it has a
-        // packet; a QP that has none is not tried again by the scan below.
-        let mut tried = None;
-        if self.burst_left > 0 {
-            let qpn = self.burst_qpn;
-            if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
-                self.burst_left -= 1;
+        // packet; with its burst spent it goes to the back of the line; with
+        // no packet it waits for the next call that gives it one.
+        if let Some((qpn, left)) = self.burst.take() {
+            if left == 0 {
+                self.mark_ready(qpn);
+            } else if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
+                self.burst = Some((qpn, left - 1));
                 return Some(r);
             }
-            self.burst_left = 0;
-            tried = Some(qpn);
         }
-        let mut cursor = self.tx_cursor;
-        for _ in 0..self.qps.len() {
-            let has_work = |(_, q): &(&u32, &Qp)| q.has_tx_work();
-            // The wrapped-around part is searched only when needed.
-            let qpn = match self.qps.range(cursor..).find(has_work) {
-                Some((n, _)) => *n,
-                None => *self.qps.range(..cursor).find(has_work)?.0,
-            };
-            cursor = qpn.wrapping_add(1);
-            if tried == Some(qpn) {
-                continue;
+        while let Some(qpn) = self.ready.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            qp.tx_queued = false;
+            if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
+                self.burst = Some((qpn, TX_BURST - 1));
+                return Some(r);
             }
-            let Some(r) = self.poll_qp(qpn, now, buf, pieces) else { continue };
-            self.tx_cursor = cursor;
-            self.burst_qpn = qpn;
-            self.burst_left = TX_BURST - 1;
-            return Some(r);
         }
+        self.debug_check_none_left_out(now, buf, pieces);
         None
+    }
+
+    /// Lists QP `qpn` as one that may have a packet to send (once).
+    fn mark_ready(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn)
+            && !qp.tx_queued
+        {
+            qp.tx_queued = true;
+            self.ready.push_back(qpn);
+        }
+    }
+
+    /// Debug builds: when no listed QP had a packet, no unlisted one has
+    /// either (a call that gave a QP work without listing it would stall it
+    /// until its timer).
+    fn debug_check_none_left_out(&mut self, now: Instant, buf: &mut [u8], pieces: &mut Option<Vec<crate::ctx::Piece>>) {
+        if cfg!(debug_assertions) {
+            let idle: Vec<u32> = self.qps.values().filter(|q| q.has_tx_work()).map(|q| q.qpn).collect();
+            for qpn in idle {
+                assert!(self.poll_qp(qpn, now, buf, pieces).is_none(), "QP {qpn:#x} had a packet but was not listed");
+            }
+        }
     }
 
     /// The next packet of QP `qpn` if it has one, and its UDP source port.
@@ -885,6 +903,8 @@ impl Device {
                     self.after_call();
                 }
             }
+            // It may send again (after an RNR wait) or resend (a rewind).
+            self.mark_ready(qpn);
         }
     }
 }

@@ -177,6 +177,8 @@ pub struct Qp {
     pub src_port: u16,
     /// The SQ_DRAINED event for the current SQD period was raised.
     pub sqd_notified: bool,
+    /// In the device's queue of QPs that may have a packet to send.
+    pub(crate) tx_queued: bool,
 }
 
 /// rxe's UDP source port for a QP pair: the flow label of
@@ -224,6 +226,7 @@ impl Qp {
             },
             src_port: udp_src_port(qpn, qpn),
             sqd_notified: false,
+            tx_queued: false,
         }
     }
 
@@ -357,9 +360,10 @@ impl Qp {
     fn reset(&mut self, ctx: &mut Ctx<'_>) {
         self.set_retransmit_timer(ctx, None);
         self.set_rnr_until(ctx, None);
-        let init = self.init;
-        let qpn = self.qpn;
+        let (init, qpn, queued) = (self.init, self.qpn, self.tx_queued);
         *self = Qp::new(qpn, init);
+        // Still listed in the device's transmit queue, if it was.
+        self.tx_queued = queued;
     }
 
     /// Moves to ERR and flushes every outstanding WQE with `WR_FLUSH_ERR`
