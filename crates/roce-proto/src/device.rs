@@ -820,10 +820,12 @@ impl Device {
 
     /// Debug builds: when no listed QP had a packet, no unlisted one has
     /// either (a call that gave a QP work without listing it would stall it
-    /// until its timer).
+    /// until its timer). A QP in an RNR wait is listed by its timer when
+    /// the wait ends; until `handle_timeout` ran it may send unlisted.
     fn debug_check_none_left_out(&mut self, now: Instant, buf: &mut [u8], pieces: &mut Option<Vec<crate::ctx::Piece>>) {
         if cfg!(debug_assertions) {
-            let idle: Vec<u32> = self.qps.values().filter(|q| q.has_tx_work()).map(|q| q.qpn).collect();
+            let idle: Vec<u32> =
+                self.qps.values().filter(|q| q.has_tx_work() && q.req.rnr_until.is_none()).map(|q| q.qpn).collect();
             for qpn in idle {
                 assert!(self.poll_qp(qpn, now, buf, pieces).is_none(), "QP {qpn:#x} had a packet but was not listed");
             }
