@@ -280,12 +280,28 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
         })
         .collect();
     let opts = ConnectOptions { mtu: Some(mtu), max_rd_atomic: 1, qkey: UD_QKEY, ..ConnectOptions::default() };
+    // As rdma-core's pingpongs: INIT and the receives posted before the
+    // exchange, so the peer's first message (a UD datagram is not resent)
+    // always finds one.
+    for qp in &qps {
+        qp.to_init(&softroce::ToInit { access: opts.access, qkey: opts.qkey })?;
+    }
+    let rsge = [mr.sge(0, buf_len as u32)];
+    let post_recv = || match &srq {
+        Some(s) => s.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
+        None => qps[0].post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
+    };
+    let mut routs = 0;
+    for _ in 0..a.rx_depth {
+        post_recv()?;
+        routs += 1;
+    }
     let mut ah = None;
     let rem = exchange(a, info.addr, &mine, |rem, tcp_peer| {
         for (i, qp) in qps.iter().enumerate() {
             let r = rem.get(i).ok_or("fewer remote QPs than local ones")?;
             let peer = QpEndpoint { qpn: r.qpn, psn: r.psn, gid: peer_addr(r, tcp_peer) };
-            qp.connect_with(mine[i].psn, &peer, &opts)?;
+            qp.connect_from_init(mine[i].psn, &peer, &opts)?;
         }
         if ud {
             ah = Some(pd.create_ah(peer_addr(&rem[0], tcp_peer))?);
@@ -296,17 +312,7 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
         println!("{}", line("local", m));
         println!("{}", line("remote", r));
     }
-    let rsge = [mr.sge(0, buf_len as u32)];
     let ssge = [mr.sge(data_at, size as u32)];
-    let post_recv = || match &srq {
-        Some(s) => s.post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
-        None => qps[0].post_recv(&RecvWr { wr_id: RECV_WRID, sg_list: &rsge }),
-    };
-    let mut routs = 0;
-    for _ in 0..a.rx_depth {
-        post_recv()?;
-        routs += 1;
-    }
     let send = |i: usize| {
         let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&ssge));
         if let Some(ah) = &ah {

@@ -781,8 +781,16 @@ impl Qp {
 
     /// [`Qp::connect`] with explicit settings. A UD QP ignores `remote`.
     pub fn connect_with(&self, local_psn: u32, remote: &QpEndpoint, o: &ConnectOptions) -> Result<(), Error> {
-        let info = self.ctx().device().clone();
         self.to_init(&ToInit { access: o.access, qkey: o.qkey })?;
+        self.connect_from_init(local_psn, remote, o)
+    }
+
+    /// INIT -> RTR -> RTS with `o`: [`Qp::connect_with`] for a QP already
+    /// in INIT, which may hold receives posted before the peer was known
+    /// (as rdma-core's pingpongs post them: a UD datagram that meets no
+    /// receive is dropped for good).
+    pub fn connect_from_init(&self, local_psn: u32, remote: &QpEndpoint, o: &ConnectOptions) -> Result<(), Error> {
+        let info = self.ctx().device().clone();
         self.to_rtr(&ToRtr {
             remote: *remote,
             sgid_index: info.addr_gid_index() as u8,
