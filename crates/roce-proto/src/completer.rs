@@ -5,7 +5,7 @@
 use roce_wire::{NakCode, Packet, Psn, Syndrome};
 
 use crate::ctx::Ctx;
-use crate::qp::{Qp, ack_timeout};
+use crate::qp::Qp;
 use crate::queue::WqeState;
 use crate::requester::scatter;
 use crate::verbs::{QpState, WcStatus, WrOpcode};
@@ -202,8 +202,11 @@ impl Qp {
             self.comp.rnr_left = self.attr.rnr_retry;
             self.comp.started_retry = false;
         }
-        let t = if self.comp.psn == self.req.psn { None } else { ack_timeout(self.attr.timeout).map(|d| ctx.now + d) };
-        self.set_retransmit_timer(ctx, t);
+        if self.comp.psn == self.req.psn {
+            self.set_retransmit_timer(ctx, None);
+        } else {
+            self.restart_retransmit_timer(ctx);
+        }
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: roce_wire::RnrTimer) {
@@ -262,8 +265,7 @@ impl Qp {
         self.comp.started_retry = from_nak;
         ctx.counters.completer_retry_err += 1;
         self.rewind_to(self.comp.psn);
-        let t = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-        self.set_retransmit_timer(ctx, t);
+        self.restart_retransmit_timer(ctx);
     }
 
     /// The retransmit timer expired.

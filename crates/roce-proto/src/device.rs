@@ -213,9 +213,9 @@ pub struct Device {
 /// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
 pub const FIRST_QPN: u32 = 0x11;
 
-/// Packets a QP may send in a row before the round robin moves on (rxe's
-/// per-QP tasks run in bursts too). The QP that sent last is polled
-/// directly, with one map lookup, not a scan: a bulk message costs that.
+/// Packets a QP may send in a row before it goes to the back of the
+/// transmit queue (rxe's per-QP tasks run in bursts too). The QP that sent
+/// last is polled directly, with one map lookup: a bulk message costs that.
 pub const TX_BURST: u32 = 16;
 
 macro_rules! ctx {
@@ -758,11 +758,10 @@ impl Device {
         })
     }
 
-    /// The next packet of the next QP with work (round robin from the QP
-    /// after the last one that sent, in bursts of up to [`TX_BURST`]
-    /// packets; each QP is tried at most once per call; no allocation per
-    /// packet), and its UDP source port. With `gather`, payload in
-    /// registered memory is listed there, not copied.
+    /// The next packet of the next QP in the transmit queue (`ready`), in
+    /// bursts of up to [`TX_BURST`] packets with no allocation per packet,
+    /// and its UDP source port. With `gather`, payload in registered memory is
+    /// listed there, not copied.
     fn next_packet(
         &mut self,
         now: Instant,

@@ -252,6 +252,13 @@ impl Qp {
         self.comp.timer = t;
     }
 
+    /// Restarts the retransmit timer: the local ACK timeout from now (none
+    /// for `timeout` 0).
+    pub(crate) fn restart_retransmit_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let t = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        self.set_retransmit_timer(ctx, t);
+    }
+
     /// Starts (`Some`) or ends an RNR wait, keeping the index in step.
     pub(crate) fn set_rnr_until(&mut self, ctx: &mut Ctx<'_>, t: Option<Instant>) {
         ctx.timers.update(self.qpn, TimerKind::Rnr, self.req.rnr_until, t);

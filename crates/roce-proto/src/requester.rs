@@ -298,8 +298,7 @@ impl Qp {
             self.req.sent_psn = self.req.psn;
         }
         if ty == QpType::Rc && self.comp.timer.is_none() {
-            let t = crate::qp::ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-            self.set_retransmit_timer(ctx, t);
+            self.restart_retransmit_timer(ctx);
         }
         ctx.counters.sent_pkts += 1;
         Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })

@@ -347,10 +347,10 @@ impl Shared {
         .map(|_| ())
     }
 
-    /// How long before `now` the moment `at` records was (ns since `epoch`
-    /// plus one; 0: none, `None`).
-    fn since(&self, at: &std::sync::atomic::AtomicU64, now: Instant) -> Option<Duration> {
-        match at.load(Ordering::Acquire) {
+    /// How long the packets a waiter's pass deferred have waited at `now`
+    /// (`None`: nothing is owed).
+    fn owed_for(&self, now: Instant) -> Option<Duration> {
+        match self.tx_owed.load(Ordering::Acquire) {
             0 => None,
             t => Some(Duration::from_nanos(self.nanos(now).saturating_sub(t - 1))),
         }
@@ -695,7 +695,7 @@ impl Shared {
             }
             let blind = waiting || no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE);
             let due = next.is_some_and(|t| t <= now);
-            let owed = self.since(&self.tx_owed, now);
+            let owed = self.owed_for(now);
             let mut recheck = None;
             if !blind || due || owed.is_some_and(|d| d >= OWED_GRACE) {
                 let mut st = self.lock();
