@@ -25,6 +25,10 @@ pub enum AsyncEvent {
     SrqLimitReached(u32),
     /// The send queue drained after a move to SQD (`IBV_EVENT_SQ_DRAINED`).
     SqDrained(u32),
+    /// The device stopped working (`IBV_EVENT_DEVICE_FATAL`). The engine
+    /// never raises it; a driver does when its own machinery died (softroce:
+    /// a panic in its driver thread or under its device lock).
+    DeviceFatal,
 }
 
 /// Borrowed device state for one call into a QP.

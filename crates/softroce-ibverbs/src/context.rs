@@ -73,6 +73,7 @@ pub(crate) fn errno(e: &Error) -> c_int {
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         E::Bind(_) => libc::EADDRINUSE,
         E::OutOfBounds { .. } => libc::EINVAL,
+        E::DeviceFailed { .. } => libc::EIO,
         E::NoSuchDevice { .. } | E::Config(_) => libc::ENODEV,
         _ => libc::EINVAL,
     }
@@ -231,6 +232,7 @@ ibv_export! { "IBVERBS_1.1";
             AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, objs.qps.get(&q).copied()),
             AsyncEvent::SrqLimitReached(s) => (IBV_EVENT_SRQ_LIMIT_REACHED, objs.srqs.get(&s).copied()),
             AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, objs.qps.get(&q).copied()),
+            AsyncEvent::DeviceFatal => (IBV_EVENT_DEVICE_FATAL, None),
         };
         let mut out = IbvAsyncEvent::default();
         out.element.cq = elem.unwrap_or(0) as *mut IbvCq;

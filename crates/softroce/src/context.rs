@@ -190,13 +190,22 @@ impl Context {
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
+            fatal: std::sync::OnceLock::new(),
+            #[cfg(test)]
+            panic_for_test: AtomicBool::new(false),
         });
         crate::fork::register(&shared);
         let thread = match opts.progress {
             Progress::Thread => {
                 let s = shared.clone();
                 let name = format!("softroce {}", info.name);
-                Some(std::thread::Builder::new().name(name).spawn(move || s.run())?)
+                Some(std::thread::Builder::new().name(name).spawn(move || {
+                    // Dead, this thread would leave every timer unrun and
+                    // waiters to their timeouts: the device fails loudly.
+                    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Arc::clone(&s).run())) {
+                        s.fail(format!("its driver thread panicked: {}", panic_message(p.as_ref())));
+                    }
+                })?)
             }
             Progress::Inline => None,
         };
@@ -245,6 +254,7 @@ impl Context {
     /// Makes progress now (needed only with [`Progress::Inline`]).
     pub fn progress(&self) -> Result<(), Error> {
         let s = self.shared();
+        s.live()?;
         let mut st = s.lock();
         s.progress(&mut st)?;
         Ok(())
@@ -257,12 +267,15 @@ impl Context {
     /// processed.
     pub fn progress_wait(&self, timeout: Duration) -> Result<bool, Error> {
         let s = self.shared();
+        s.live()?;
         let _waiting = s.enter_wait();
         // The caller reads its memory next: what the packets call for (an
         // ACK) may wait for its next verb, as after a completion.
-        s.sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived, None)
-            .map(|(_, got)| got)
-            .map_err(Error::from)
+        let (st, got) =
+            s.sleep_and_progress(std::time::Instant::now() + timeout, crate::driver::Defer::IfReceived, None)?;
+        drop(st);
+        s.live()?;
+        Ok(got)
     }
 
     /// The next async event (`ibv_get_async_event`), waiting up to
@@ -276,5 +289,87 @@ impl Context {
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.shared().async_events.as_fd()
+    }
+}
+
+/// The message of a caught panic (a `&str` or `String` payload).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use crate::config::DeviceInfo;
+    use crate::{AccessFlags, Context, Error, Options, Payload, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode};
+    use crate::{WcStatus, WrOpcode};
+    use roce_proto::AsyncEvent;
+
+    fn open(last: u8) -> Context {
+        let info = DeviceInfo::on_address(format!("f{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap();
+        Context::open_with(&info, Options::default()).unwrap()
+    }
+
+    /// A driver thread that panics (here while it holds the device lock)
+    /// fails the device loudly, as a NIC's fatal error does: a thread
+    /// blocked in `Cq::wait` returns the error at once instead of sleeping
+    /// out its 20 s, verbs that start work are refused, `DeviceFatal` is
+    /// raised once, completions made before stay pollable, and the context
+    /// still closes.
+    #[test]
+    fn a_driver_thread_that_panics_fails_the_device_and_wakes_its_waiters() {
+        let (x, y) = (open(30), open(31));
+        let (pdx, pdy) = (x.alloc_pd().unwrap(), y.alloc_pd().unwrap());
+        let (cqx, cqy) = (x.create_cq(16, None).unwrap(), y.create_cq(16, None).unwrap());
+        let (mx, my) =
+            (pdx.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(), pdy.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap());
+        let (qx, qy) =
+            (pdx.create_qp(QpInit::rc(&cqx, &cqx, 8)).unwrap(), pdy.create_qp(QpInit::rc(&cqy, &cqy, 8)).unwrap());
+        qx.connect(1, &qy.endpoint(2)).unwrap();
+        qy.connect(2, &qx.endpoint(1)).unwrap();
+        // One SEND before the failure: its completions survive it.
+        let (sx, sy) = ([mx.sge(0, 64)], [my.sge(0, 64)]);
+        qy.post_recv(&RecvWr { wr_id: 7, sg_list: &sy }).unwrap();
+        qx.post_send(&SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx))).unwrap();
+        let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+        assert_eq!(cqx.wait(&mut wc, Duration::from_secs(20)).unwrap(), 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+        // y's completion stays in its CQ; x's CQ is empty: x waits.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let t = Instant::now();
+                let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+                (cqx.wait(&mut wc, Duration::from_secs(20)), t.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            x.shared().panic_for_test.store(true, Ordering::Release);
+            let _ = x.shared().waker.wake();
+            let (r, took) = waiter.join().unwrap();
+            assert!(
+                matches!(r, Err(Error::DeviceFailed { ref why }) if why.contains("driver thread panicked")),
+                "{r:?}"
+            );
+            assert!(took < Duration::from_secs(5), "the waiter returned after {took:?}, not at once");
+        });
+        assert_eq!(x.get_async_event(Some(Duration::ZERO)).unwrap(), Some(AsyncEvent::DeviceFatal));
+        assert_eq!(x.get_async_event(Some(Duration::ZERO)).unwrap(), None, "raised once");
+        let e = qx.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx)));
+        assert!(matches!(e, Err(Error::DeviceFailed { .. })), "{e:?}");
+        assert!(matches!(qx.post_recv(&RecvWr { wr_id: 3, sg_list: &sx }), Err(Error::DeviceFailed { .. })));
+        assert!(matches!(x.alloc_pd(), Err(Error::DeviceFailed { .. })));
+        assert!(matches!(cqx.poll(&mut wc), Err(Error::DeviceFailed { .. })));
+        assert!(matches!(x.progress_wait(Duration::from_secs(20)), Err(Error::DeviceFailed { .. })));
+        // The other device is unaffected.
+        assert_eq!(cqy.poll(&mut wc).unwrap(), 1);
+        assert_eq!((wc[0].wr_id, wc[0].opcode), (7, WcOpcode::Recv));
+        assert_eq!(y.get_async_event(Some(Duration::ZERO)).unwrap(), None);
+        drop((qx, mx, cqx, pdx));
+        drop(x);
     }
 }

@@ -206,6 +206,11 @@ pub(crate) struct Shared {
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
+    /// Why the device failed, once it has (see [`Shared::fail`]).
+    pub(crate) fatal: std::sync::OnceLock<String>,
+    /// Tests only: the driver thread panics, holding the device lock.
+    #[cfg(test)]
+    pub(crate) panic_for_test: AtomicBool,
 }
 
 /// A thread blocked in `Cq::wait` or `Context::progress_wait`: counted in
@@ -221,9 +226,35 @@ impl Drop for Waiting<'_> {
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves consistent engine state
-        // (the engine never panics mid-update by design): keep going.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| {
+            // A thread panicked mid-update: the engine's state cannot be
+            // trusted. The guard still serves teardown (destroying objects,
+            // the last flush); verbs that start work now fail (`live`).
+            self.fail("a thread panicked while it held the device".into());
+            e.into_inner()
+        })
+    }
+
+    /// Marks the device failed, as a NIC's fatal error would: raises
+    /// `DeviceFatal` (once) and wakes every waiter, whose wait then returns
+    /// the error instead of sleeping out its timeout (rdma-core's
+    /// `IBV_EVENT_DEVICE_FATAL`).
+    pub(crate) fn fail(&self, why: String) {
+        if self.fatal.set(why).is_err() {
+            return;
+        }
+        self.async_events.push(AsyncEvent::DeviceFatal);
+        let _ = self.cq_waker.wake();
+        let _ = self.sock.wake_receiver();
+        let _ = self.waker.wake();
+    }
+
+    /// `Err` once the device failed (see [`Shared::fail`]).
+    pub(crate) fn live(&self) -> Result<(), crate::Error> {
+        match self.fatal.get() {
+            None => Ok(()),
+            Some(why) => Err(crate::Error::DeviceFailed { why: why.clone() }),
+        }
     }
 
     /// Runs `f` on the device, routes the events it raised, and if `kick`
@@ -247,6 +278,17 @@ impl Shared {
             self.nudge_driver(next);
         }
         r
+    }
+
+    /// [`Shared::with_dev`] for a verb that starts work: refused once the
+    /// device failed (see [`Shared::fail`]).
+    pub(crate) fn with_live_dev<R, E: Into<crate::Error>>(
+        &self,
+        kick: bool,
+        f: impl FnOnce(&mut Device) -> Result<R, E>,
+    ) -> Result<R, crate::Error> {
+        self.live()?;
+        self.with_dev(kick, f).map_err(Into::into)
     }
 
     /// Wakes threads sleeping in [`Shared::sleep_on_socket`] if completions
@@ -678,6 +720,11 @@ impl Shared {
         // When this thread last saw the waiters go (`WAITER_GRACE`).
         let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
+            #[cfg(test)]
+            if self.panic_for_test.load(Ordering::Acquire) {
+                let _st = self.lock();
+                panic!("the driver thread panics, as a test asked");
+            }
             // While an application thread waits in `Cq::wait` it watches the
             // socket and makes progress itself: stay out of its way (no
             // second wake-up per packet, no fight for the lock) and only run

@@ -51,6 +51,14 @@ pub enum Error {
         /// The region's size.
         size: usize,
     },
+    /// The device stopped working (a panic in its driver thread or while a
+    /// thread held it): every verb that would start work fails from then
+    /// on, as after rdma-core's `IBV_EVENT_DEVICE_FATAL`.
+    #[error("the softroce device failed ({why}): destroy its objects and open it again")]
+    DeviceFailed {
+        /// What happened.
+        why: String,
+    },
     /// A system call failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -37,7 +37,7 @@ impl Drop for PdInner {
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, Error> {
-        let handle = self.shared().with_dev(false, |d| d.alloc_pd())?;
+        let handle = self.shared().with_live_dev(false, |d| d.alloc_pd())?;
         Ok(Pd(Arc::new(PdInner { ctx: self.clone(), handle })))
     }
 
@@ -45,6 +45,7 @@ impl Context {
     /// (once armed with [`Cq::req_notify`]) go to `channel`.
     pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq, Error> {
         let s = self.shared();
+        s.live()?;
         let mut st = s.lock();
         let handle = st.dev.create_cq(cqe)?;
         if let Some(ch) = channel {
@@ -85,7 +86,7 @@ impl Pd {
         #[allow(unsafe_code)]
         let region = unsafe { buf.region() };
         let pd = self.0.handle;
-        let key = self.ctx().shared().with_dev(false, |d| d.reg_mr(pd, buf.addr(), region, access))?;
+        let key = self.ctx().shared().with_live_dev(false, |d| d.reg_mr(pd, buf.addr(), region, access))?;
         Ok(Mr(Arc::new(MrInner {
             pd: self.clone(),
             key,
@@ -109,7 +110,7 @@ impl Pd {
         // SAFETY: the caller's promise above.
         let region = unsafe { Region::new(addr, len) }.ok_or(Error::OutOfBounds { offset: 0, len, size: 0 })?;
         let pd = self.0.handle;
-        let key = self.ctx().shared().with_dev(false, |d| d.reg_mr(pd, addr as u64, region, access))?;
+        let key = self.ctx().shared().with_live_dev(false, |d| d.reg_mr(pd, addr as u64, region, access))?;
         Ok(Mr(Arc::new(MrInner {
             pd: self.clone(),
             key,
@@ -124,14 +125,14 @@ impl Pd {
     /// Allocates a memory window (`ibv_alloc_mw`).
     pub fn alloc_mw(&self, ty: MwType) -> Result<Mw, Error> {
         let pd = self.0.handle;
-        let key = self.ctx().shared().with_dev(false, |d| d.alloc_mw(pd, ty))?;
+        let key = self.ctx().shared().with_live_dev(false, |d| d.alloc_mw(pd, ty))?;
         Ok(Mw { pd: self.clone(), key: std::sync::atomic::AtomicU32::new(key), ty })
     }
 
     /// Creates a shared receive queue of `max_wr` WRs with `max_sge` SGEs each.
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq, Error> {
         let pd = self.0.handle;
-        let handle = self.ctx().shared().with_dev(false, |d| d.create_srq(pd, max_wr, max_sge))?;
+        let handle = self.ctx().shared().with_live_dev(false, |d| d.create_srq(pd, max_wr, max_sge))?;
         Ok(Srq(Arc::new(SrqInner { pd: self.clone(), handle })))
     }
 
@@ -144,7 +145,7 @@ impl Pd {
     /// Creates an address handle with every GRH field given (`ibv_create_ah`).
     pub fn create_ah_with(&self, attr: AhAttr) -> Result<Ah, Error> {
         let pd = self.0.handle;
-        let handle = self.ctx().shared().with_dev(false, |d| d.create_ah(pd, attr))?;
+        let handle = self.ctx().shared().with_live_dev(false, |d| d.create_ah(pd, attr))?;
         Ok(Ah(Arc::new(AhInner { pd: self.clone(), handle })))
     }
 
@@ -159,7 +160,7 @@ impl Pd {
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
         };
-        let qpn = self.ctx().shared().with_dev(false, |d| d.create_qp(attr))?;
+        let qpn = self.ctx().shared().with_live_dev(false, |d| d.create_qp(attr))?;
         Ok(Qp(Arc::new(QpInner {
             pd: self.clone(),
             qpn,
@@ -352,7 +353,7 @@ impl Mw {
     /// `ibv_bind_mw` passes it.
     pub fn bind_with(&self, qp: &Qp, wr_id: u64, flags: SendFlags, info: MwBindInfo) -> Result<u32, Error> {
         let (qpn, key) = (qp.0.qpn, self.rkey());
-        let new = qp.ctx().shared().with_dev(true, |d| d.bind_mw(qpn, key, wr_id, flags, info))?;
+        let new = qp.ctx().shared().with_live_dev(true, |d| d.bind_mw(qpn, key, wr_id, flags, info))?;
         self.key.store(new, std::sync::atomic::Ordering::Release);
         Ok(new)
     }
@@ -409,6 +410,9 @@ impl Cq {
         if n > 0 {
             return Ok(n);
         }
+        // Completions made before a failure are still polled; an empty CQ
+        // of a failed device is an error, not a wait for what cannot come.
+        s.live()?;
         let next = s.progress_for_app(&mut st, caller_waits)?;
         let n = st.dev.poll_cq(self.0.handle, out)?;
         drop(st);
@@ -420,7 +424,7 @@ impl Cq {
     /// channel readable once (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         let h = self.0.handle;
-        Ok(self.0.ctx.shared().with_dev(false, |d| d.req_notify_cq(h, solicited_only))?)
+        self.0.ctx.shared().with_live_dev(false, |d| d.req_notify_cq(h, solicited_only))
     }
 
     /// Polls until `out` has at least one completion or `timeout` passes;
@@ -473,6 +477,7 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
+            s.live()?;
             if std::time::Instant::now() >= deadline {
                 return Ok(0);
             }
@@ -535,7 +540,7 @@ impl Srq {
     /// Posts a receive.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.0.handle;
-        Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.post_srq_recv(h, wr))?)
+        self.0.pd.ctx().shared().with_live_dev(false, |d| d.post_srq_recv(h, wr))
     }
 
     /// The armed limit (0: disarmed, as after the limit event fired).
@@ -764,7 +769,7 @@ impl Qp {
     /// `ibv_modify_qp` with explicit attributes and mask.
     pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<(), Error> {
         let q = self.0.qpn;
-        Ok(self.ctx().shared().with_dev(true, |d| d.modify_qp(q, attr, mask))?)
+        self.ctx().shared().with_live_dev(true, |d| d.modify_qp(q, attr, mask))
     }
 
     /// What the peer needs to connect to this QP, with `psn` as the first
@@ -880,13 +885,14 @@ impl Qp {
     /// Posts a send WR (`ibv_post_send`).
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), Error> {
         let q = self.0.qpn;
-        Ok(self.ctx().shared().with_dev(true, |d| d.post_send(q, wr))?)
+        self.ctx().shared().with_live_dev(true, |d| d.post_send(q, wr))
     }
 
     /// Posts several send WRs under one lock and one wake-up; stops at the
     /// first refused, returning how many were posted with the error.
     pub fn post_send_batch(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, Error)> {
         let q = self.0.qpn;
+        self.ctx().shared().live().map_err(|e| (0, e))?;
         self.ctx().shared().with_dev(true, |d| {
             for (i, wr) in wrs.iter().enumerate() {
                 d.post_send(q, wr).map_err(|e| (i, Error::from(e)))?;
@@ -898,6 +904,6 @@ impl Qp {
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let q = self.0.qpn;
-        Ok(self.ctx().shared().with_dev(false, |d| d.post_recv(q, wr))?)
+        self.ctx().shared().with_live_dev(false, |d| d.post_recv(q, wr))
     }
 }
