@@ -172,6 +172,13 @@ pub fn lookup(from: QpState, to: QpState, ty: QpType) -> Option<Attrs> {
     }
 }
 
+/// The mask of a plain `from -> to` move for `ty`: `STATE` and exactly the
+/// attributes the transition requires (what a connection helper such as
+/// rdma-core's pingpongs passes). `None` where the move does not exist.
+pub fn required_mask(from: QpState, to: QpState, ty: QpType) -> Option<M> {
+    lookup(from, to, ty).map(|a| M(M::STATE.0 | a.required.0))
+}
+
 /// Checks a `modify_qp` request: the QP of type `ty` in state `cur` asked to
 /// go to `next` with attribute mask `mask` (which may omit `STATE` when
 /// `next == cur`). `CUR_STATE` is only accepted from RTR, RTS, SQD and SQE.
@@ -213,6 +220,14 @@ mod tests {
         assert_eq!(check_modify(S::Reset, S::Init, QpType::Rc, RC_INIT), Ok(()));
         assert_eq!(check_modify(S::Init, S::Rtr, QpType::Rc, RC_RTR), Ok(()));
         assert_eq!(check_modify(S::Rtr, S::Rts, QpType::Rc, RC_RTS), Ok(()));
+        // ... which is exactly what the table requires.
+        assert_eq!(required_mask(S::Reset, S::Init, QpType::Rc), Some(RC_INIT));
+        assert_eq!(required_mask(S::Init, S::Rtr, QpType::Rc), Some(RC_RTR));
+        assert_eq!(required_mask(S::Rtr, S::Rts, QpType::Rc), Some(RC_RTS));
+        assert_eq!(required_mask(S::Init, S::Rtr, QpType::Ud), Some(M::STATE));
+        assert_eq!(required_mask(S::Rtr, S::Rts, QpType::Uc), Some(M(M::STATE.0 | M::SQ_PSN.0)));
+        assert_eq!(required_mask(S::Reset, S::Rts, QpType::Rc), None);
+        assert_eq!(required_mask(S::Sqe, S::Rts, QpType::Rc), None, "RC never enters SQE");
     }
 
     #[test]

@@ -917,6 +917,22 @@ pub struct IbvQpInitAttrEx {
     pub send_ops_flags: u64,
 }
 
+impl IbvQpInitAttrEx {
+    /// The fields it shares with `ibv_qp_init_attr` (its first seven; not a
+    /// prefix in memory: `comp_mask` fills what is padding there).
+    pub fn base(&self) -> IbvQpInitAttr {
+        IbvQpInitAttr {
+            qp_context: self.qp_context,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+}
+
 /// `struct ibv_qp_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -52,14 +52,9 @@ fn qp_type_of(t: u32) -> Option<QpType> {
     QpType::from_raw(t)
 }
 
+/// What `ibv_create_qp` and `create_qp_ex` ask for.
 struct Made {
-    send_cq: *mut IbvCq,
-    recv_cq: *mut IbvCq,
-    srq: *mut IbvSrq,
-    qp_context: *mut c_void,
-    qp_type: u32,
-    sq_sig_all: bool,
-    cap: IbvQpCap,
+    attr: IbvQpInitAttr,
     send_ops: Option<u64>,
 }
 
@@ -67,21 +62,27 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
     let p = unsafe { pd_obj(pd) }.ok_or(libc::EINVAL)?;
     // SAFETY: CQs from ibv_create_cq (checked for NULL).
-    let scq = unsafe { cq_obj(m.send_cq) }.ok_or(libc::EINVAL)?;
+    let scq = unsafe { cq_obj(m.attr.send_cq) }.ok_or(libc::EINVAL)?;
     // SAFETY: as above.
-    let rcq = unsafe { cq_obj(m.recv_cq) }.ok_or(libc::EINVAL)?;
+    let rcq = unsafe { cq_obj(m.attr.recv_cq) }.ok_or(libc::EINVAL)?;
     // SAFETY: an SRQ from ibv_create_srq, or NULL.
-    let srq: Option<&SrqObj> = unsafe { srq_obj(m.srq) };
-    let qp_type = qp_type_of(m.qp_type).ok_or(libc::EOPNOTSUPP)?;
+    let srq: Option<&SrqObj> = unsafe { srq_obj(m.attr.srq) };
+    let qp_type = qp_type_of(m.attr.qp_type).ok_or(libc::EOPNOTSUPP)?;
     let cap = QpCap {
-        max_send_wr: m.cap.max_send_wr,
-        max_recv_wr: m.cap.max_recv_wr,
-        max_send_sge: m.cap.max_send_sge,
-        max_recv_sge: m.cap.max_recv_sge,
-        max_inline_data: m.cap.max_inline_data,
+        max_send_wr: m.attr.cap.max_send_wr,
+        max_recv_wr: m.attr.cap.max_recv_wr,
+        max_send_sge: m.attr.cap.max_send_sge,
+        max_recv_sge: m.attr.cap.max_recv_sge,
+        max_inline_data: m.attr.cap.max_inline_data,
     };
-    let init =
-        QpInit { qp_type, send_cq: &scq.cq, recv_cq: &rcq.cq, srq: srq.map(|s| &s.srq), cap, sq_sig_all: m.sq_sig_all };
+    let init = QpInit {
+        qp_type,
+        send_cq: &scq.cq,
+        recv_cq: &rcq.cq,
+        srq: srq.map(|s| &s.srq),
+        cap,
+        sq_sig_all: m.attr.sq_sig_all != 0,
+    };
     let qp = p.pd.create_qp(init).map_err(|e| errno(&e))?;
     p.adopt();
     scq.users.fetch_add(1, Ordering::AcqRel);
@@ -92,15 +93,15 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     let mut c = IbvQpEx::default();
     let b = &mut c.qp_base;
     b.context = p.c.context;
-    b.qp_context = m.qp_context;
+    b.qp_context = m.attr.qp_context;
     b.pd = pd;
-    b.send_cq = m.send_cq;
-    b.recv_cq = m.recv_cq;
-    b.srq = m.srq;
+    b.send_cq = m.attr.send_cq;
+    b.recv_cq = m.attr.recv_cq;
+    b.srq = m.attr.srq;
     b.handle = qp.qpn();
     b.qp_num = qp.qpn();
     b.state = IBV_QPS_RESET as _;
-    b.qp_type = m.qp_type as _;
+    b.qp_type = m.attr.qp_type as _;
     if let Some(ops) = m.send_ops {
         c.comp_mask = ops;
         c.wr_start = Some(wr_start);
@@ -124,7 +125,7 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
         c.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     }
     let mut attr = IbvQpAttr::default();
-    attr.cap = m.cap;
+    attr.cap = m.attr.cap;
     attr.port_num = 1;
     let qpn = qp.qpn();
     let ctx = p.c.context;
@@ -153,16 +154,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: the caller passes a readable ibv_qp_init_attr.
         let a = unsafe { &*qp_init_attr };
-        let m = Made {
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            qp_context: a.qp_context,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-            cap: a.cap,
-            send_ops: None,
-        };
+        let m = Made { attr: *a, send_ops: None };
         ptr_or_errno(make_qp(pd, &m))
     }
 }
@@ -204,16 +196,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
-        let m = Made {
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            qp_context: a.qp_context,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-            cap: a.cap,
-            send_ops,
-        };
+        let m = Made { attr: a.base(), send_ops };
         ptr_or_errno(make_qp(a.pd, &m))
     })
 }

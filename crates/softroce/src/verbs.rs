@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use roce_proto::mem::{OwnedBuffer, Region};
 use roce_proto::mr::{MwBindInfo, MwType};
+use roce_proto::qp_state::required_mask;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags};
 use roce_proto::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc};
 
@@ -824,11 +825,10 @@ impl Qp {
             qkey: t.qkey,
             ..QpAttr::default()
         };
-        let mask = match self.0.qp_type {
-            QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
-            _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-        };
-        self.modify(&a, mask)
+        self.modify(
+            &a,
+            required_mask(QpState::Reset, QpState::Init, self.0.qp_type).expect("a transition of every type"),
+        )
     }
 
     /// INIT -> RTR: the path to the peer and what the responder accepts.
@@ -843,18 +843,7 @@ impl Qp {
             ah_attr: AhAttr { dest: t.remote.gid, sgid_index: t.sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 },
             ..QpAttr::default()
         };
-        let mask = match self.0.qp_type {
-            QpType::Rc => M(M::STATE.0
-                | M::AV.0
-                | M::PATH_MTU.0
-                | M::DEST_QPN.0
-                | M::RQ_PSN.0
-                | M::MAX_DEST_RD_ATOMIC.0
-                | M::MIN_RNR_TIMER.0),
-            QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
-            QpType::Ud => M::STATE,
-        };
-        self.modify(&a, mask)
+        self.modify(&a, required_mask(QpState::Init, QpState::Rtr, self.0.qp_type).expect("a transition of every type"))
     }
 
     /// RTR -> RTS: the requester's timers and its first PSN.
@@ -868,13 +857,7 @@ impl Qp {
             max_rd_atomic: t.max_rd_atomic,
             ..QpAttr::default()
         };
-        let mask = match self.0.qp_type {
-            QpType::Rc => {
-                M(M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0)
-            }
-            _ => M(M::STATE.0 | M::SQ_PSN.0),
-        };
-        self.modify(&a, mask)
+        self.modify(&a, required_mask(QpState::Rtr, QpState::Rts, self.0.qp_type).expect("a transition of every type"))
     }
 
     /// Moves the QP to ERR: every outstanding WR completes with `WR_FLUSH_ERR`.

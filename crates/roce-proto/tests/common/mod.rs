@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use roce_proto::mem::OwnedBuffer;
-use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WrOpcode};
+use roce_proto::verbs::{AccessFlags, QpState, QpType, SendFlags, WrOpcode};
 use roce_proto::*;
 use roce_wire::{Opcode, Packet, Psn};
 
@@ -187,10 +187,7 @@ impl Pair {
             qkey: 0x1111_1111,
             ..QpAttr::default()
         };
-        let init = match s.qp_type {
-            QpType::Ud => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0),
-            _ => M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0),
-        };
+        let init = roce_proto::qp_state::required_mask(QpState::Reset, QpState::Init, s.qp_type).unwrap();
         self.dev[i].modify_qp(qpn[i], &a, init).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
@@ -199,17 +196,7 @@ impl Pair {
         a.max_dest_rd_atomic = 16;
         a.min_rnr_timer = s.min_rnr_timer;
         a.ah_attr = AhAttr { dest: self.addr[j], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 };
-        let rtr = match s.qp_type {
-            QpType::Rc => M(M::STATE.0
-                | M::AV.0
-                | M::PATH_MTU.0
-                | M::DEST_QPN.0
-                | M::RQ_PSN.0
-                | M::MAX_DEST_RD_ATOMIC.0
-                | M::MIN_RNR_TIMER.0),
-            QpType::Uc => M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
-            QpType::Ud => M::STATE,
-        };
+        let rtr = roce_proto::qp_state::required_mask(QpState::Init, QpState::Rtr, s.qp_type).unwrap();
         self.dev[i].modify_qp(qpn[i], &a, rtr).unwrap();
         a.qp_state = QpState::Rts;
         a.sq_psn = s.sq_psn[i];
@@ -217,12 +204,7 @@ impl Pair {
         a.retry_cnt = s.retry_cnt;
         a.rnr_retry = s.rnr_retry;
         a.max_rd_atomic = s.max_rd_atomic;
-        let rts = match s.qp_type {
-            QpType::Rc => {
-                M(M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0)
-            }
-            _ => M(M::STATE.0 | M::SQ_PSN.0),
-        };
+        let rts = roce_proto::qp_state::required_mask(QpState::Rtr, QpState::Rts, s.qp_type).unwrap();
         self.dev[i].modify_qp(qpn[i], &a, rts).unwrap();
     }
 
