@@ -89,52 +89,35 @@ const INLINE_PIECES: usize = 8;
 /// Room for one packet: 4096 bytes of payload plus headers and ICRC.
 const MAX_PACKET: usize = 4096 + 128;
 
-/// Counters of the driver (besides the engine's own).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DriverStats {
-    /// Packets received and handed to the engine.
-    pub rx_packets: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
-    /// UDP messages sent (a GSO send counts once).
-    pub tx_messages: u64,
-    /// Packets the kernel refused for good (e.g. no route); the engine's
-    /// retransmission covers them, as for a loss on the wire.
-    pub tx_failed: u64,
-    /// Times the socket's send buffer was full (packets stayed queued).
-    pub tx_would_block: u64,
-    /// Packets dropped because the socket stayed full for 100 ms (the
-    /// transport's retransmission repairs them, as a loss on the wire).
-    pub tx_dropped: u64,
-    /// Progress passes.
-    pub passes: u64,
-    /// The passes of those made by the driver thread.
-    pub driver_passes: u64,
-    /// Wake-up datagrams a thread sent to end another's sleep in the socket.
-    pub wake_ups: u64,
-    /// Passes of a waiting application thread that returned its
-    /// completions before sending what the packets it received called for
-    /// (ACKs, READ responses); the next call or pass sent it.
-    pub tx_deferred: u64,
-}
-
-impl DriverStats {
-    /// `(name, value)` for each counter, in declaration order: the list
-    /// `perf --stats` prints, kept beside the fields so none is left out.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("rx_packets", self.rx_packets),
-            ("tx_packets", self.tx_packets),
-            ("tx_messages", self.tx_messages),
-            ("tx_failed", self.tx_failed),
-            ("tx_would_block", self.tx_would_block),
-            ("tx_dropped", self.tx_dropped),
-            ("passes", self.passes),
-            ("driver_passes", self.driver_passes),
-            ("wake_ups", self.wake_ups),
-            ("tx_deferred", self.tx_deferred),
-        ]
-        .into_iter()
+roce_proto::counter_struct! {
+    /// Counters of the driver (besides the engine's own); `iter` is the list
+    /// `perf --stats` prints.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct DriverStats {
+        /// Packets received and handed to the engine.
+        pub rx_packets,
+        /// Packets sent.
+        pub tx_packets,
+        /// UDP messages sent (a GSO send counts once).
+        pub tx_messages,
+        /// Packets the kernel refused for good (e.g. no route); the engine's
+        /// retransmission covers them, as for a loss on the wire.
+        pub tx_failed,
+        /// Times the socket's send buffer was full (packets stayed queued).
+        pub tx_would_block,
+        /// Packets dropped because the socket stayed full for 100 ms (the
+        /// transport's retransmission repairs them, as a loss on the wire).
+        pub tx_dropped,
+        /// Progress passes.
+        pub passes,
+        /// The passes of those made by the driver thread.
+        pub driver_passes,
+        /// Wake-up datagrams a thread sent to end another's sleep in the socket.
+        pub wake_ups,
+        /// Passes of a waiting application thread that returned its
+        /// completions before sending what the packets it received called for
+        /// (ACKs, READ responses); the next call or pass sent it.
+        pub tx_deferred,
     }
 }
 
