@@ -17,7 +17,8 @@ pub fn run(counts: &[usize], depth: u32) -> ExitCode {
     println!(" #QPs      depth   resident[KiB]   per QP[KiB]");
     for &n in counts {
         let r = (|| -> Result<(u64, u64), softroce::Error> {
-            let info = crate::perf::loopback_device_for(250)?;
+            let lease = softroce::config::LoopbackLease::take()?;
+            let info = lease.device()?;
             let ctx = Context::open_with(&info, Options::default())?;
             let pd = ctx.alloc_pd()?;
             let cq = ctx.create_cq(1024, None)?;

@@ -49,6 +49,13 @@ impl DeviceInfo {
         Ok(device_for(name.into(), addr, &interface_addrs()?))
     }
 
+    /// The device `softroce_loX` on 127.0.0.X, for tools that need one with
+    /// no configuration (take the address from a [`LoopbackLease`] unless
+    /// nothing else may run beside).
+    pub fn loopback(x: u8) -> Result<DeviceInfo, ConfigError> {
+        DeviceInfo::on_address(format!("softroce_lo{x}"), IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, x)))
+    }
+
     /// The GID index of the device's own address (1 for IPv4, as in rxe).
     pub fn addr_gid_index(&self) -> usize {
         self.gids.iter().position(|g| *g == self.addr).unwrap_or(0)
@@ -300,6 +307,11 @@ impl LoopbackLease {
     /// The address.
     pub fn addr(&self) -> std::net::Ipv4Addr {
         self.addr
+    }
+
+    /// The device on the address ([`DeviceInfo::loopback`]).
+    pub fn device(&self) -> Result<DeviceInfo, ConfigError> {
+        DeviceInfo::loopback(self.addr.octets()[3])
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use report::{BwRow, LatRow, RULE};
+use softroce::config::LoopbackLease;
 
 /// Which perftest test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -306,7 +307,7 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
     let mut rows: Vec<(BwRow, Option<f64>)> = Vec::new();
     let mut lat_rows: Vec<(LatRow, Option<f64>)> = Vec::new();
     if args.loopback {
-        let (a, b) = open_loopback_pair(&s, region)?;
+        let ((a, b), _leases) = open_loopback_pair(&s, region)?;
         let (ra, rb) = (a.remote(0x1234), b.remote(0x5678));
         a.connect(&s, 0x1234, &rb)?;
         b.connect(&s, 0x5678, &ra)?;
@@ -436,28 +437,14 @@ fn bw_round(
     })
 }
 
-/// A device on 127.0.0.`last`, for tools that need one with no configuration.
-pub fn loopback_device_for(last: u8) -> Result<softroce::config::DeviceInfo, softroce::Error> {
-    let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last));
-    Ok(softroce::config::DeviceInfo::on_address(format!("softroce_lo{last}"), addr)?)
-}
-
-/// Two ends on 127.0.0.2 and .3, or the next free pair of loopback
-/// addresses when another run holds those.
-fn open_loopback_pair(s: &Settings, region: usize) -> Result<(rdma::End, rdma::End), PerfError> {
-    let in_use =
-        |e: &PerfError| matches!(e, PerfError::Softroce(softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })));
-    let mut last = Err(PerfError::Usage("no free loopback address pair in 127.0.0.2..=127.0.0.201".into()));
-    for k in 0..100u8 {
-        let pair = rdma::End::open(&rdma::loopback_device(2 + 2 * k)?, s, region)
-            .and_then(|a| Ok((a, rdma::End::open(&rdma::loopback_device(3 + 2 * k)?, s, region)?)));
-        match pair {
-            Ok(p) => return Ok(p),
-            Err(e) if in_use(&e) => last = Err(e),
-            Err(e) => return Err(e),
-        }
-    }
-    last
+/// Two ends on loopback addresses of their own (127.0.0.2 and .3 unless
+/// another run holds those): held by the leases returned with them.
+fn open_loopback_pair(s: &Settings, region: usize) -> Result<((rdma::End, rdma::End), [LoopbackLease; 2]), PerfError> {
+    let leases = [LoopbackLease::take()?, LoopbackLease::take()?];
+    let end = |l: &LoopbackLease| -> Result<rdma::End, PerfError> {
+        rdma::End::open(&l.device().map_err(softroce::Error::from)?, s, region)
+    };
+    Ok(((end(&leases[0])?, end(&leases[1])?), leases))
 }
 
 fn print_stats(who: &str, ctx: &softroce::Context) {

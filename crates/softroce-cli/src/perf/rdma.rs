@@ -3,7 +3,7 @@
 //! the traffic loops of perftest's tests.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use softroce::config::DeviceInfo;
@@ -33,12 +33,6 @@ pub struct Remote {
     pub qps: Vec<QpEndpoint>,
     pub rkey: u32,
     pub addr: u64,
-}
-
-/// A device on 127.0.0.`last` (the `--loopback` ends).
-pub fn loopback_device(last: u8) -> Result<DeviceInfo, PerfError> {
-    let addr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, last));
-    Ok(DeviceInfo::on_address(format!("softroce_lo{last}"), addr).map_err(softroce::Error::from)?)
 }
 
 impl End {
