@@ -89,7 +89,7 @@ pub struct PerfArgs {
     test: Test,
     /// Run as the client of the server on HOST (without it: the server).
     host: Option<String>,
-    /// Device to use (default: the first, or 127.0.0.2/3 with --loopback).
+    /// Device to use (default: the first, or two free loopback addresses with --loopback).
     #[arg(short = 'd', long = "ib-dev")]
     device: Option<String>,
     /// Port of the device (softroce devices have one).
@@ -140,7 +140,7 @@ pub struct PerfArgs {
     /// Signal every N-th send (CQ moderation).
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     cq_mod: usize,
-    /// Both ends in this process on 127.0.0.2 and 127.0.0.3: no configuration.
+    /// Both ends in this process on two free loopback addresses (127.0.0.2 and .3 unless another run holds them): no configuration.
     #[arg(long)]
     loopback: bool,
     /// Also measure the same traffic over plain UDP sockets, taking turns with
