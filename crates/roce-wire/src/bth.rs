@@ -151,7 +151,13 @@ impl BthRepr {
         if bth.tver() != 0 {
             return Err(WireError::BadVersion(bth.tver()));
         }
-        Ok(BthRepr {
+        Ok(BthRepr::read(bth))
+    }
+
+    /// Reads the fields of a BTH already checked (length and version).
+    #[inline]
+    pub(crate) fn read<T: AsRef<[u8]>>(bth: &Bth<T>) -> BthRepr {
+        BthRepr {
             opcode: bth.opcode(),
             solicited: bth.solicited(),
             mig_req: bth.mig_req(),
@@ -161,7 +167,7 @@ impl BthRepr {
             dest_qpn: bth.dest_qpn(),
             ack_req: bth.ack_req(),
             psn: bth.psn(),
-        })
+        }
     }
 
     /// Writes the BTH with the given pad count (0..=3): the bytes the

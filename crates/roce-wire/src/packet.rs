@@ -233,19 +233,8 @@ pub const fn pad_for(payload_len: usize) -> usize {
 impl PacketRepr {
     /// Reads the headers of a validated packet.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> PacketRepr {
-        let bth = p.bth();
         PacketRepr {
-            bth: BthRepr {
-                opcode: bth.opcode(),
-                solicited: bth.solicited(),
-                mig_req: bth.mig_req(),
-                pkey: bth.pkey(),
-                fecn: bth.fecn(),
-                becn: bth.becn(),
-                dest_qpn: bth.dest_qpn(),
-                ack_req: bth.ack_req(),
-                psn: bth.psn(),
-            },
+            bth: BthRepr::read(&p.bth()),
             ext: ExtRepr {
                 deth: p.deth().as_ref().map(DethRepr::parse),
                 feth: p.feth().as_ref().map(FethRepr::parse),
