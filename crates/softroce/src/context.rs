@@ -351,10 +351,9 @@ mod tests {
             x.shared().panic_for_test.store(true, Ordering::Release);
             let _ = x.shared().waker.wake();
             let (r, took) = waiter.join().unwrap();
-            assert!(
-                matches!(r, Err(Error::DeviceFailed { ref why }) if why.contains("driver thread panicked")),
-                "{r:?}"
-            );
+            // Whichever saw it first names it: the driver thread's own
+            // catch, or a thread that found the lock it held poisoned.
+            assert!(matches!(r, Err(Error::DeviceFailed { ref why }) if why.contains("panicked")), "{r:?}");
             assert!(took < Duration::from_secs(5), "the waiter returned after {took:?}, not at once");
         });
         assert_eq!(x.get_async_event(Some(Duration::ZERO)).unwrap(), Some(AsyncEvent::DeviceFatal));
