@@ -286,22 +286,39 @@ impl PacketRepr {
         let buf = &mut buf[..len];
         self.bth.emit(&mut Bth::new_unchecked(&mut buf[..bth::LEN]), pad_for(payload_len) as u8);
         let e = &self.ext;
-        // Headers follow the BTH in wire order, each right after the last.
-        let mut off = bth::LEN;
-        for h in info.headers.iter() {
-            let slot = &mut buf[off..off + h.byte_len()];
-            off += h.byte_len();
-            match h {
-                ExtHeader::Deth => e.deth.map(|r| r.emit(&mut Deth::new_unchecked(slot))),
-                ExtHeader::Feth => e.feth.map(|r| r.emit(&mut Feth::new_unchecked(slot))),
-                ExtHeader::Reth => e.reth.map(|r| r.emit(&mut Reth::new_unchecked(slot))),
-                ExtHeader::AtomicEth => e.atomic_eth.map(|r| r.emit(&mut AtomicEth::new_unchecked(slot))),
-                ExtHeader::Aeth => e.aeth.map(|r| r.emit(&mut Aeth::new_unchecked(slot))),
-                ExtHeader::AtomicAckEth => e.atomic_ack_eth.map(|r| r.emit(&mut AtomicAckEth::new_unchecked(slot))),
-                ExtHeader::ImmDt => e.immdt.map(|r| r.emit(&mut ImmDt::new_unchecked(slot))),
-                ExtHeader::Ieth => e.ieth.map(|r| r.emit(&mut Ieth::new_unchecked(slot))),
-            };
+        // The headers present are the opcode's (`checked_info`): each goes
+        // right after the last, in wire order (`ExtHeader::ALL`).
+        let mut rest = &mut buf[bth::LEN..];
+        fn slot<'a>(rest: &mut &'a mut [u8], n: usize) -> &'a mut [u8] {
+            let (s, tail) = std::mem::take(rest).split_at_mut(n);
+            *rest = tail;
+            s
         }
+        if let Some(r) = e.deth {
+            r.emit(&mut Deth::new_unchecked(slot(&mut rest, crate::deth::LEN)));
+        }
+        if let Some(r) = e.feth {
+            r.emit(&mut Feth::new_unchecked(slot(&mut rest, crate::feth::LEN)));
+        }
+        if let Some(r) = e.reth {
+            r.emit(&mut Reth::new_unchecked(slot(&mut rest, crate::reth::LEN)));
+        }
+        if let Some(r) = e.atomic_eth {
+            r.emit(&mut AtomicEth::new_unchecked(slot(&mut rest, crate::atomic_eth::LEN)));
+        }
+        if let Some(r) = e.aeth {
+            r.emit(&mut Aeth::new_unchecked(slot(&mut rest, crate::aeth::LEN)));
+        }
+        if let Some(r) = e.atomic_ack_eth {
+            r.emit(&mut AtomicAckEth::new_unchecked(slot(&mut rest, crate::atomic_ack_eth::LEN)));
+        }
+        if let Some(r) = e.immdt {
+            r.emit(&mut ImmDt::new_unchecked(slot(&mut rest, crate::immdt::LEN)));
+        }
+        if let Some(r) = e.ieth {
+            r.emit(&mut Ieth::new_unchecked(slot(&mut rest, crate::ieth::LEN)));
+        }
+        debug_assert!(rest.is_empty(), "the opcode's headers fill its header length");
         Ok(len)
     }
 
