@@ -242,8 +242,12 @@ impl<'a> SendBatch<'a> {
         if !self.has_room(header.len() + trailer.len()) {
             return Err(BatchFull);
         }
-        let off = self.copy_in(header)?;
-        let trail = self.copy_in(trailer)?;
+        // One room check for both copies: header, then trailer.
+        let (off, trail) = (self.b.used, self.b.used + header.len());
+        let end = trail + trailer.len();
+        self.b.arena[off..trail].copy_from_slice(header);
+        self.b.arena[trail..end].copy_from_slice(trailer);
+        self.b.used = end;
         Ok(self.enqueue(dst, off, header.len(), pieces, trail, trailer.len()))
     }
 
