@@ -294,29 +294,22 @@ impl PacketRepr {
             *rest = tail;
             s
         }
-        if let Some(r) = e.deth {
-            r.emit(&mut Deth::new_unchecked(slot(&mut rest, crate::deth::LEN)));
+        macro_rules! put {
+            ($($field:ident: $view:ident, $len:expr;)*) => {$(
+                if let Some(r) = e.$field {
+                    r.emit(&mut $view::new_unchecked(slot(&mut rest, $len)));
+                }
+            )*};
         }
-        if let Some(r) = e.feth {
-            r.emit(&mut Feth::new_unchecked(slot(&mut rest, crate::feth::LEN)));
-        }
-        if let Some(r) = e.reth {
-            r.emit(&mut Reth::new_unchecked(slot(&mut rest, crate::reth::LEN)));
-        }
-        if let Some(r) = e.atomic_eth {
-            r.emit(&mut AtomicEth::new_unchecked(slot(&mut rest, crate::atomic_eth::LEN)));
-        }
-        if let Some(r) = e.aeth {
-            r.emit(&mut Aeth::new_unchecked(slot(&mut rest, crate::aeth::LEN)));
-        }
-        if let Some(r) = e.atomic_ack_eth {
-            r.emit(&mut AtomicAckEth::new_unchecked(slot(&mut rest, crate::atomic_ack_eth::LEN)));
-        }
-        if let Some(r) = e.immdt {
-            r.emit(&mut ImmDt::new_unchecked(slot(&mut rest, crate::immdt::LEN)));
-        }
-        if let Some(r) = e.ieth {
-            r.emit(&mut Ieth::new_unchecked(slot(&mut rest, crate::ieth::LEN)));
+        put! {
+            deth: Deth, crate::deth::LEN;
+            feth: Feth, crate::feth::LEN;
+            reth: Reth, crate::reth::LEN;
+            atomic_eth: AtomicEth, crate::atomic_eth::LEN;
+            aeth: Aeth, crate::aeth::LEN;
+            atomic_ack_eth: AtomicAckEth, crate::atomic_ack_eth::LEN;
+            immdt: ImmDt, crate::immdt::LEN;
+            ieth: Ieth, crate::ieth::LEN;
         }
         debug_assert!(rest.is_empty(), "the opcode's headers fill its header length");
         Ok(len)
