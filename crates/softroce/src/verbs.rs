@@ -796,7 +796,7 @@ impl Qp {
     /// (as rdma-core's pingpongs post them: a UD datagram that meets no
     /// receive is dropped for good).
     pub fn connect_from_init(&self, local_psn: u32, remote: &QpEndpoint, o: &ConnectOptions) -> Result<(), Error> {
-        let info = self.ctx().device().clone();
+        let info = self.ctx().device();
         self.to_rtr(&ToRtr {
             remote: *remote,
             sgid_index: info.addr_gid_index() as u8,
@@ -825,10 +825,7 @@ impl Qp {
             qkey: t.qkey,
             ..QpAttr::default()
         };
-        self.modify(
-            &a,
-            required_mask(QpState::Reset, QpState::Init, self.0.qp_type).expect("a transition of every type"),
-        )
+        self.step(QpState::Reset, &a)
     }
 
     /// INIT -> RTR: the path to the peer and what the responder accepts.
@@ -843,7 +840,7 @@ impl Qp {
             ah_attr: AhAttr { dest: t.remote.gid, sgid_index: t.sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 },
             ..QpAttr::default()
         };
-        self.modify(&a, required_mask(QpState::Init, QpState::Rtr, self.0.qp_type).expect("a transition of every type"))
+        self.step(QpState::Init, &a)
     }
 
     /// RTR -> RTS: the requester's timers and its first PSN.
@@ -857,7 +854,14 @@ impl Qp {
             max_rd_atomic: t.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.modify(&a, required_mask(QpState::Rtr, QpState::Rts, self.0.qp_type).expect("a transition of every type"))
+        self.step(QpState::Rtr, &a)
+    }
+
+    /// The move from `from` to `a.qp_state` with exactly the attributes
+    /// the transition table requires for this QP type.
+    fn step(&self, from: QpState, a: &QpAttr) -> Result<(), Error> {
+        let mask = required_mask(from, a.qp_state, self.0.qp_type).expect("RESET-INIT-RTR-RTS exists for every type");
+        self.modify(a, mask)
     }
 
     /// Moves the QP to ERR: every outstanding WR completes with `WR_FLUSH_ERR`.
