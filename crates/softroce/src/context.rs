@@ -363,6 +363,7 @@ mod tests {
         assert!(matches!(qx.post_recv(&RecvWr { wr_id: 3, sg_list: &sx }), Err(Error::DeviceFailed { .. })));
         assert!(matches!(x.alloc_pd(), Err(Error::DeviceFailed { .. })));
         assert!(matches!(cqx.poll(&mut wc), Err(Error::DeviceFailed { .. })));
+        assert!(matches!(cqx.wait(&mut wc, Duration::ZERO), Err(Error::DeviceFailed { .. })), "a look, as poll");
         assert!(matches!(x.progress_wait(Duration::from_secs(20)), Err(Error::DeviceFailed { .. })));
         // The other device is unaffected.
         assert_eq!(cqy.poll(&mut wc).unwrap(), 1);

@@ -464,6 +464,9 @@ impl Cq {
         if n > 0 {
             return Ok(n);
         }
+        // As `poll`: an empty CQ of a failed device is an error, also
+        // for a wait that only looks.
+        s.live()?;
         if timeout.is_zero() {
             return Ok(0);
         }
