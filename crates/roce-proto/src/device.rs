@@ -26,6 +26,7 @@ use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
 use crate::qp::Qp;
 use crate::qp_state::ModifyError;
 use crate::queue::PostError;
+use crate::requester::Outgoing;
 use crate::responder::Origin;
 use crate::srq::Srq;
 use crate::timers::TimerKind;
@@ -197,7 +198,7 @@ pub struct Device {
     next_qpn: u32,
     /// QPs that may have a packet to send, in turn: every call into a QP
     /// that can give it one (a post, a packet for it, its timer, a state
-    /// change) lists it, so [`Device::next_packet`] never scans the QPs.
+    /// change) lists it, so [`Device::each_packet`] never scans the QPs.
     ready: VecDeque<u32>,
     /// The QP whose burst is under way (see [`TX_BURST`]) and the packets
     /// it may still send.
@@ -718,12 +719,18 @@ impl Device {
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (out, src_port) = self.next_packet(now, buf, None)?;
-        let (src, icrc_ctx) = self.addressing(&out, src_port)?;
-        let total = out.len + roce_wire::ICRC_LEN;
-        let icrc = IcrcHasher::new(&icrc_ctx, total).finish_over(&buf[..out.len]).ok()?;
-        buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
-        Some(Transmit { src, dst: out.dst, src_port, len: total })
+        let mut got = None;
+        self.each_packet(now, buf, None, |cfg, out, src_port, buf, _| {
+            got = (|| {
+                let (src, icrc_ctx) = addressing(cfg, &out, src_port)?;
+                let total = out.len + roce_wire::ICRC_LEN;
+                let icrc = IcrcHasher::new(&icrc_ctx, total).finish_over(&buf[..out.len]).ok()?;
+                buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
+                Some(Transmit { src, dst: out.dst, src_port, len: total })
+            })();
+            false
+        });
+        got
     }
 
     /// Like [`Device::poll_transmit`], but leaves payload that is in
@@ -739,72 +746,146 @@ impl Device {
         buf: &mut [u8],
         pieces: &mut Vec<crate::ctx::Piece>,
     ) -> Option<TransmitGather> {
-        pieces.clear();
-        let (out, src_port) = self.next_packet(now, buf, Some(pieces))?;
-        let (src, icrc_ctx) = self.addressing(&out, src_port)?;
-        let mut icrc = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN);
-        let (bth, rest) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>()?;
-        icrc.update_bth(bth);
-        icrc.update(rest);
-        let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
-        Some(TransmitGather {
-            src,
-            dst: out.dst,
-            src_port,
-            head_len: out.head_len,
-            pad_len: out.len - out.head_len - in_pieces,
-            len: out.len + roce_wire::ICRC_LEN,
-            icrc,
-        })
+        let mut got = None;
+        self.poll_transmit_burst(now, buf, pieces, |t, _, _| {
+            got = Some(t);
+            false
+        });
+        got
     }
 
-    /// The next packet of the next QP in the transmit queue (`ready`), in
-    /// bursts of up to [`TX_BURST`] packets with no allocation per packet,
-    /// and its UDP source port. With `gather`, payload in registered memory is
-    /// listed there, not copied.
-    fn next_packet(
+    /// [`Device::poll_transmit_gather`] for every packet due, in one call:
+    /// `emit` gets each packet (its [`TransmitGather`], headers and payload
+    /// pieces, valid during the call) and returns whether to go on. A QP's
+    /// turn costs one lookup and one role context however many packets it
+    /// sends, and equal-length packets to one peer share the ICRC's pseudo
+    /// header, computed once: the per-packet cost of a bulk send.
+    pub fn poll_transmit_burst(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        pieces: &mut Vec<crate::ctx::Piece>,
+        mut emit: impl FnMut(TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
+    ) {
+        let mut seed: Option<Seed> = None;
+        self.each_packet(now, buf, Some(pieces), |cfg, out, src_port, buf, pieces| {
+            let hit = seed.as_ref().is_some_and(|s| s.fits(&out, src_port));
+            if !hit {
+                let Some((src, icrc_ctx)) = addressing(cfg, &out, src_port) else {
+                    // No such source GID: the packet is lost, as on a wire.
+                    return true;
+                };
+                let hasher = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
+                seed = Some(Seed { sgid_index: out.sgid_index, dst: out.dst, src_port, len: out.len, src, hasher });
+            }
+            let Some(s) = seed.as_ref() else { return true };
+            let mut icrc = s.hasher.clone();
+            let Some((bth, rest)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
+                return true;
+            };
+            icrc.update_bth(bth);
+            icrc.update(rest);
+            let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
+            let t = TransmitGather {
+                src: s.src,
+                dst: out.dst,
+                src_port,
+                head_len: out.head_len,
+                pad_len: out.len - out.head_len - in_pieces,
+                len: out.len + roce_wire::ICRC_LEN,
+                icrc,
+            };
+            emit(t, &buf[..out.head_len], pieces)
+        });
+    }
+
+    /// The packets due, QP by QP in the order of the transmit queue
+    /// (`ready`), each QP in turns of up to [`TX_BURST`] packets: hands each
+    /// packet, written into `buf` (only its headers when `gather` lists the
+    /// payload), to `emit` until it returns false or no packet is left. One
+    /// map lookup and one role context per turn; nothing is allocated.
+    fn each_packet(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         mut gather: Option<&mut Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, u16)> {
+        mut emit: impl FnMut(&DeviceConfig, Outgoing, u16, &mut [u8], &[crate::ctx::Piece]) -> bool,
+    ) {
+        self.now = Some(now);
         // The list moves into the roles' context and back, keeping its capacity.
-        let mut pieces = gather.as_deref_mut().map(std::mem::take);
-        let r = self.next_packet_from(now, buf, &mut pieces);
-        if let (Some(g), Some(p)) = (gather, pieces) {
-            *g = p;
+        let mut list = gather.as_deref_mut().map(std::mem::take);
+        loop {
+            // The QP whose turn is under way goes on; one whose turn is spent
+            // goes to the back of the line.
+            let (qpn, turn) = match self.burst.take() {
+                Some((qpn, 0)) => {
+                    self.mark_ready(qpn);
+                    continue;
+                }
+                Some(b) => b,
+                None => {
+                    let Some(qpn) = self.ready.pop_front() else {
+                        self.debug_check_none_left_out(now, buf, &mut list);
+                        break;
+                    };
+                    let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+                    qp.tx_queued = false;
+                    (qpn, TX_BURST)
+                }
+            };
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
+            let mut ctx = ctx!(self, now);
+            ctx.gather = list.take();
+            let mut left = turn;
+            // Whether the turn ended with the QP out of packets (it waits,
+            // unlisted, for the next call that gives it one).
+            let mut drained = false;
+            let mut stop = false;
+            // A CQ that overran ends the turn: its QPs enter ERR first.
+            while left > 0 && ctx.overrun.is_empty() {
+                if let Some(g) = ctx.gather.as_mut() {
+                    g.clear();
+                }
+                let Some(out) = Self::poll_role(qp, &mut ctx, buf) else {
+                    drained = true;
+                    break;
+                };
+                left -= 1;
+                if !emit(&self.cfg, out, src_port, buf, ctx.gather.as_deref().unwrap_or(&[])) {
+                    stop = true;
+                    break;
+                }
+            }
+            list = ctx.gather.take();
+            self.after_call();
+            if !drained || stop {
+                self.burst = Some((qpn, left));
+            }
+            if stop {
+                break;
+            }
         }
-        r
+        if let (Some(g), Some(l)) = (gather, list) {
+            *g = l;
+        }
     }
 
-    fn next_packet_from(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-        pieces: &mut Option<Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, u16)> {
-        self.now = Some(now);
-        // The QP that sent last goes on while its burst lasts and it has a
-        // packet; with its burst spent it goes to the back of the line; with
-        // no packet it waits for the next call that gives it one.
-        if let Some((qpn, left)) = self.burst.take() {
-            if left == 0 {
-                self.mark_ready(qpn);
-            } else if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
-                self.burst = Some((qpn, left - 1));
-                return Some(r);
-            }
+    /// The next packet of `qp`, from its requester or its responder: a
+    /// response first, except a lone ACK, which follows one request so both
+    /// can leave in one GSO send.
+    fn poll_role(qp: &mut Qp, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        if !qp.has_tx_work() {
+            None
+        } else if qp.ack_may_follow_request() {
+            qp.resp.ack_waited = true;
+            qp.requester_poll(ctx, buf).or_else(|| qp.responder_poll(ctx, buf))
+        } else if qp.responder_has_work() {
+            qp.responder_poll(ctx, buf).or_else(|| qp.requester_poll(ctx, buf))
+        } else {
+            // (Bulk sending: no call that finds no response.)
+            qp.requester_poll(ctx, buf)
         }
-        while let Some(qpn) = self.ready.pop_front() {
-            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
-            qp.tx_queued = false;
-            if let Some(r) = self.poll_qp(qpn, now, buf, pieces) {
-                self.burst = Some((qpn, TX_BURST - 1));
-                return Some(r);
-            }
-        }
-        self.debug_check_none_left_out(now, buf, pieces);
-        None
     }
 
     /// Lists QP `qpn` as one that may have a packet to send (once).
@@ -831,46 +912,24 @@ impl Device {
         }
     }
 
-    /// The next packet of QP `qpn` if it has one, and its UDP source port.
+    /// The next packet of QP `qpn` if it has one (the debug check's way in).
     fn poll_qp(
         &mut self,
         qpn: u32,
         now: Instant,
         buf: &mut [u8],
         pieces: &mut Option<Vec<crate::ctx::Piece>>,
-    ) -> Option<(crate::requester::Outgoing, u16)> {
-        let qp = self.qps.get_mut(&qpn).filter(|q| q.has_tx_work())?;
+    ) -> Option<Outgoing> {
+        let qp = self.qps.get_mut(&qpn)?;
         let mut ctx = ctx!(self, now);
         ctx.gather = pieces.take().map(|mut l| {
             l.clear();
             l
         });
-        let out = if qp.ack_may_follow_request() {
-            qp.resp.ack_waited = true;
-            qp.requester_poll(&mut ctx, buf).or_else(|| qp.responder_poll(&mut ctx, buf))
-        } else if qp.responder_has_work() {
-            qp.responder_poll(&mut ctx, buf).or_else(|| qp.requester_poll(&mut ctx, buf))
-        } else {
-            // (Bulk sending: no call that finds no response.)
-            qp.requester_poll(&mut ctx, buf)
-        };
+        let out = Self::poll_role(qp, &mut ctx, buf);
         *pieces = ctx.gather.take();
-        let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
         self.after_call();
-        Some((out?, src_port))
-    }
-
-    /// The source address of packet `out` and what its ICRC covers besides
-    /// it. Not inlined and by reference: where an `IpAddr` is both matched
-    /// on and moved, LLVM moves it byte by byte.
-    #[inline(never)]
-    fn addressing(&self, out: &crate::requester::Outgoing, src_port: u16) -> Option<(IpAddr, IcrcContext)> {
-        let src = self.cfg.gids.get(usize::from(out.sgid_index))?;
-        let ip = match (src, &out.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(*s, *d),
-            (s, d) => IpContext::V6 { src: to_v6(*s), dst: to_v6(*d) },
-        };
-        Some((*src, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
+        out
     }
 
     /// The earliest instant at which [`Device::handle_timeout`] has work:
@@ -907,6 +966,36 @@ impl Device {
             // It may send again (after an RNR wait) or resend (a rewind).
             self.mark_ready(qpn);
         }
+    }
+}
+
+/// The source address of packet `out` and what its ICRC covers besides
+/// it. Not inlined and by reference: where an `IpAddr` is both matched on
+/// and moved, LLVM moves it byte by byte.
+#[inline(never)]
+fn addressing(cfg: &DeviceConfig, out: &Outgoing, src_port: u16) -> Option<(IpAddr, IcrcContext)> {
+    let src = cfg.gids.get(usize::from(out.sgid_index))?;
+    let ip = match (src, &out.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(*s, *d),
+        (s, d) => IpContext::V6 { src: to_v6(*s), dst: to_v6(*d) },
+    };
+    Some((*src, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
+}
+
+/// What packets of one length from one source GID and port to one peer
+/// share: the source address and the ICRC over the pseudo header.
+struct Seed {
+    sgid_index: u8,
+    dst: IpAddr,
+    src_port: u16,
+    len: usize,
+    src: IpAddr,
+    hasher: IcrcHasher,
+}
+
+impl Seed {
+    fn fits(&self, out: &Outgoing, src_port: u16) -> bool {
+        self.len == out.len && self.sgid_index == out.sgid_index && self.src_port == src_port && self.dst == out.dst
     }
 }
 

@@ -202,6 +202,14 @@ impl IcrcHasher {
         self.pending_len = at + bth::LEN;
     }
 
+    /// Absorbs the buffered bytes now (the pseudo header, after
+    /// [`IcrcHasher::new`]): a hasher to clone for many packets of one
+    /// length and address pair, which then skip that part of the work.
+    pub fn absorbed(mut self) -> IcrcHasher {
+        self.flush();
+        self
+    }
+
     fn flush(&mut self) {
         if self.pending_len > 0 {
             self.crc.update(&self.pending[..self.pending_len]);

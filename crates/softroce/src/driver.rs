@@ -603,18 +603,11 @@ impl Shared {
         let mut spill: Vec<&[u8]> = Vec::new();
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
-        loop {
-            if !tx.has_room(MAX_PACKET) {
-                result = self.flush_all(&mut tx, stats);
-                if result.is_err() {
-                    break;
-                }
-            }
-            let Some(t) = dev.poll_transmit_gather(now, head, pieces) else { break };
+        dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
             let mut icrc = t.icrc;
             let mut n = 0;
             spill.clear();
-            for p in pieces.iter() {
+            for p in pieces {
                 let Some(s) = crate::sg::piece_bytes(p) else { continue };
                 icrc.update(s);
                 if n < INLINE_PIECES {
@@ -633,32 +626,40 @@ impl Shared {
             trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.finish().to_le_bytes());
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             let dst = SocketAddr::new(t.dst, PORT);
-            let Ok(q) = tx.push_gather(dst, &head[..t.head_len], slices, trailer) else {
-                // Room was made above; a packet that still does not fit is
-                // lost like one on the wire, and retransmitted.
-                stats.tx_dropped += 1;
-                continue;
-            };
-            if q.gso_index != 0 && t.dst.is_ipv4() {
-                // The kernel gives the k-th GSO segment IPv4 ID k: fix the
-                // ICRC computed for ID 0, for peers that check the ID.
-                let f = match fixup {
-                    Some(f) if f.roce_len() == t.len => *f,
-                    _ => *fixup.insert(Ipv4IdFixup::new(t.len)),
-                };
-                if let Some(tr) = tx.last_trailer_mut() {
-                    let _ = f.apply(tr, q.gso_index);
+            if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
+                if q.gso_index != 0 && t.dst.is_ipv4() {
+                    // The kernel gives the k-th GSO segment IPv4 ID k: fix the
+                    // ICRC computed for ID 0, for peers that check the ID.
+                    let f = match fixup {
+                        Some(f) if f.roce_len() == t.len => *f,
+                        _ => *fixup.insert(Ipv4IdFixup::new(t.len)),
+                    };
+                    if let Some(tr) = tx.last_trailer_mut() {
+                        let _ = f.apply(tr, q.gso_index);
+                    }
                 }
+                if let Some(tp) = tap.as_mut() {
+                    scratch.clear();
+                    scratch.extend_from_slice(head);
+                    slices.iter().for_each(|s| scratch.extend_from_slice(s));
+                    scratch.extend_from_slice(tx.last_trailer_mut().map_or(trailer, |t| &*t));
+                    let id = t.dst.is_ipv4().then_some(q.gso_index);
+                    if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, id, scratch) {
+                        result = Err(e);
+                        return false;
+                    }
+                }
+            } else {
+                // Room is made after each packet; one that still does not
+                // fit is lost like one on the wire, and retransmitted.
+                stats.tx_dropped += 1;
             }
-            if let Some(tp) = tap.as_mut() {
-                scratch.clear();
-                scratch.extend_from_slice(&head[..t.head_len]);
-                slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                scratch.extend_from_slice(tx.last_trailer_mut().map_or(trailer, |t| &*t));
-                let id = t.dst.is_ipv4().then_some(q.gso_index);
-                tp.write(t.src, t.src_port, t.dst, PORT, id, scratch)?;
+            // Room for the next packet.
+            if !tx.has_room(MAX_PACKET) {
+                result = self.flush_all(&mut tx, stats);
             }
-        }
+            result.is_ok()
+        });
         if result.is_ok() {
             result = self.flush_all(&mut tx, stats);
         }
