@@ -81,17 +81,9 @@ fn parse_verify(c: &mut Criterion) {
 
 criterion_group!(benches, icrc_vs_memcpy, parse_verify);
 
-/// Criterion's mean estimate (ns) of a benchmark of this run.
-fn mean_ns(group: &str, id: &str) -> Option<f64> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
-        std::path::PathBuf::from,
-    );
-    let json = std::fs::read_to_string(dir.join("criterion").join(group).join(id).join("new/estimates.json")).ok()?;
-    let mean = &json[json.find("\"mean\"")?..];
-    let v = &mean[mean.find("\"point_estimate\":")? + 17..];
-    v[..v.find([',', '}'])?].trim().parse().ok()
-}
+#[path = "../../../benches-support/criterion_mean.rs"]
+mod criterion_mean;
+use criterion_mean::mean_ns;
 
 fn main() {
     benches();
