@@ -748,7 +748,7 @@ impl Device {
     ) -> Option<TransmitGather> {
         let mut got = None;
         self.poll_transmit_burst(now, buf, pieces, |t, _, _| {
-            got = Some(t);
+            got = Some(t.clone());
             false
         });
         got
@@ -765,7 +765,7 @@ impl Device {
         now: Instant,
         buf: &mut [u8],
         pieces: &mut Vec<crate::ctx::Piece>,
-        mut emit: impl FnMut(TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
+        mut emit: impl FnMut(&mut TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
     ) {
         let mut seed: Option<Seed> = None;
         self.each_packet(now, buf, Some(pieces), |cfg, out, src_port, buf, pieces| {
@@ -786,7 +786,7 @@ impl Device {
             icrc.update_bth(bth);
             icrc.update(rest);
             let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
-            let t = TransmitGather {
+            let mut t = TransmitGather {
                 src: s.src,
                 dst: out.dst,
                 src_port,
@@ -795,7 +795,7 @@ impl Device {
                 len: out.len + roce_wire::ICRC_LEN,
                 icrc,
             };
-            emit(t, &buf[..out.head_len], pieces)
+            emit(&mut t, &buf[..out.head_len], pieces)
         });
     }
 

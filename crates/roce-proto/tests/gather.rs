@@ -85,9 +85,9 @@ fn gathered_writes_reads_and_sends_carry_the_same_bytes() {
 }
 
 /// Assembles a gathered packet: head, pieces, pad, ICRC.
-fn assemble(t: roce_proto::TransmitGather, head: &[u8], pieces: &[Piece]) -> Vec<u8> {
+fn assemble(t: &mut roce_proto::TransmitGather, head: &[u8], pieces: &[Piece]) -> Vec<u8> {
     let mut bytes = head.to_vec();
-    let mut icrc = t.icrc;
+    let icrc = &mut t.icrc;
     for pc in pieces {
         // SAFETY: the test owns the memory and nothing writes it now.
         let s = unsafe { pc.region.as_slice(pc.offset, pc.len) }.unwrap();
@@ -97,7 +97,7 @@ fn assemble(t: roce_proto::TransmitGather, head: &[u8], pieces: &[Piece]) -> Vec
     let pad = vec![0u8; t.pad_len];
     icrc.update(&pad);
     bytes.extend_from_slice(&pad);
-    bytes.extend_from_slice(&icrc.finish().to_le_bytes());
+    bytes.extend_from_slice(&icrc.value().to_le_bytes());
     assert_eq!(bytes.len(), t.len);
     bytes
 }

@@ -243,8 +243,14 @@ impl IcrcHasher {
 
     /// The ICRC of everything absorbed.
     pub fn finish(mut self) -> u32 {
+        self.value()
+    }
+
+    /// The ICRC of everything absorbed so far, leaving the hasher in place
+    /// (no copy of its buffer: the per-packet path of a burst).
+    pub fn value(&mut self) -> u32 {
         self.flush();
-        self.crc.finalize()
+        self.crc.clone().finalize()
     }
 }
 

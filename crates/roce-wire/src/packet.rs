@@ -285,6 +285,11 @@ impl PacketRepr {
         }
         let buf = &mut buf[..len];
         self.bth.emit(&mut Bth::new_unchecked(&mut buf[..bth::LEN]), pad_for(payload_len) as u8);
+        if len == bth::LEN {
+            // BTH alone (MIDDLE and most LAST packets): `checked_info` saw no
+            // extended header set.
+            return Ok(len);
+        }
         let e = &self.ext;
         // The headers present are the opcode's (`checked_info`): each goes
         // right after the last, in wire order (`ExtHeader::ALL`).

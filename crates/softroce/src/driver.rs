@@ -604,7 +604,7 @@ impl Shared {
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
-            let mut icrc = t.icrc;
+            let icrc = &mut t.icrc;
             let mut n = 0;
             spill.clear();
             for p in pieces {
@@ -623,7 +623,7 @@ impl Shared {
             let slices: &[&[u8]] = if n <= INLINE_PIECES { &inline[..n] } else { &spill };
             icrc.update(&PAD[..t.pad_len]);
             let mut trailer = [0u8; 8];
-            trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.finish().to_le_bytes());
+            trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             let dst = SocketAddr::new(t.dst, PORT);
             if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
