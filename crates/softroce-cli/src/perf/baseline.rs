@@ -2,13 +2,15 @@
 //! sockets on loopback, with the same batching allowed (`sendmmsg` with
 //! GSO, `recvmmsg` with GRO) and the same packet sizes as the RoCEv2 packets
 //! (BTH, RETH on a message's first packet, ICRC), but no RDMA processing at
-//! all: what the machine itself can do. Latency is a UDP ping-pong of
-//! equally sized datagrams with blocking receives.
+//! all: what the machine itself can do. Bandwidth is timed as softroce's
+//! is (perftest's way): by the sender, from its first send until it learns
+//! that the last packet arrived. Latency is a UDP ping-pong of equally
+//! sized datagrams with blocking receives.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use roce_udp::{Interest, RecvBatch, SendBatch, Socket, wait};
@@ -36,7 +38,8 @@ pub fn packet_sizes(size: usize, mtu: usize, first_ext: usize) -> Vec<usize> {
 pub struct Moved {
     /// Bytes of message payload.
     pub bytes: f64,
-    /// Seconds from the first packet received to the last.
+    /// Seconds from the first packet sent until the sender learned that
+    /// the last one arrived.
     pub secs: f64,
 }
 
@@ -55,7 +58,11 @@ impl std::ops::AddAssign for Moved {
 }
 
 /// The goodput of `msgs` messages of `size` bytes over UDP with at most
-/// `depth` messages in flight.
+/// `depth` messages in flight, timed as perftest times softroce: by the
+/// sender, from its first send until it learns that the last packet
+/// arrived (the receiver's count, the RDMA ACK's part). The receiver is
+/// waiting before the clock starts, so nothing queued before it looked
+/// counts as received in no time.
 pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, PerfError> {
     let rx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
     let tx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
@@ -66,17 +73,17 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, P
     let sizes = packet_sizes(size, mtu, RETH);
     let per_msg = sizes.len() as u64;
     let total_pkts = per_msg * msgs as u64;
-    let received = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     // The receiver: counts packets, reports its count back every 16
-    // packets (the RDMA ACK's part), stops when all arrived or told to.
-    let (r2, d2) = (received.clone(), done.clone());
-    let receiver = std::thread::spawn(move || -> Result<(u64, Duration), PerfError> {
+    // packets and whenever the socket runs dry (the RDMA ACK's part),
+    // stops when all arrived or told to.
+    let (r2, d2) = (ready.clone(), done.clone());
+    let receiver = std::thread::spawn(move || -> Result<u64, PerfError> {
         let mut batch = RecvBatch::new(64);
         let mut count = 0u64;
-        let mut first: Option<Instant> = None;
-        let mut last = Instant::now();
         let mut since_ack = 0u64;
+        r2.store(true, Ordering::Release);
         while count < total_pkts && !d2.load(Ordering::Relaxed) {
             let n = rx.recv(&mut batch)?;
             if n == 0 {
@@ -92,23 +99,47 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, P
                 count += 1;
                 since_ack += 1;
             }
-            first.get_or_insert_with(Instant::now);
-            last = Instant::now();
-            r2.store(count, Ordering::Relaxed);
             if since_ack >= 16 {
                 rx.send_to(&count.to_le_bytes(), tx_back)?;
                 since_ack = 0;
             }
         }
         rx.send_to(&count.to_le_bytes(), tx_back)?;
-        Ok((count, last.duration_since(first.unwrap_or(last))))
+        Ok(count)
     });
+    let waiting_since = Instant::now();
+    while !ready.load(Ordering::Acquire) {
+        if waiting_since.elapsed() > Duration::from_secs(5) {
+            done.store(true, Ordering::Relaxed);
+            return Err(PerfError::Baseline("the receiver thread did not start".into()));
+        }
+        std::thread::yield_now();
+    }
     let mut batch = SendBatch::new(64, 64 * 4200);
     let payload = vec![0x5au8; 4200];
+    // What the receiver confirmed, and when the sender learned it.
+    let t0 = Instant::now();
+    let (mut confirmed, mut confirmed_at) = (0u64, t0);
+    let mut ack_buf = RecvBatch::with_slot_size(16, 64);
+    let mut read_acks = |confirmed: &mut u64, confirmed_at: &mut Instant| -> Result<bool, PerfError> {
+        let before = *confirmed;
+        while tx.recv(&mut ack_buf)? > 0 {
+            for seg in ack_buf.segments() {
+                if let Ok(b) = <[u8; 8]>::try_from(seg.data) {
+                    *confirmed = (*confirmed).max(u64::from_le_bytes(b));
+                }
+            }
+        }
+        if *confirmed > before {
+            *confirmed_at = Instant::now();
+        }
+        Ok(*confirmed > before)
+    };
+    // `acked` also moves past packets the kernel dropped, which are
+    // never confirmed: after a stall the window opens anyway.
     let mut acked = 0u64;
     let mut sent = 0u64;
     let window = (depth as u64 * per_msg).max(per_msg);
-    let mut ack_buf = RecvBatch::with_slot_size(16, 64);
     let mut stalled_since = Instant::now();
     while sent < total_pkts {
         while sent < total_pkts && sent - acked.min(sent) < window {
@@ -120,37 +151,31 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, P
             sent += 1;
         }
         flush(&mut batch, &tx)?;
-        let before = acked;
-        while tx.recv(&mut ack_buf)? > 0 {
-            for seg in ack_buf.segments() {
-                if let Ok(b) = <[u8; 8]>::try_from(seg.data) {
-                    acked = acked.max(u64::from_le_bytes(b));
-                }
-            }
-        }
-        if acked == before {
-            // A datagram the kernel dropped is never acknowledged: after a
-            // while, stop waiting for it.
-            if stalled_since.elapsed() > Duration::from_millis(5) {
-                acked = sent;
-                stalled_since = Instant::now();
-            } else {
-                wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
-            }
-        } else {
+        if read_acks(&mut confirmed, &mut confirmed_at)? {
+            acked = acked.max(confirmed);
             stalled_since = Instant::now();
+        } else if stalled_since.elapsed() > Duration::from_millis(5) {
+            acked = sent;
+            stalled_since = Instant::now();
+        } else {
+            wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
         }
     }
     flush(&mut batch, &tx)?;
-    // Let the last packets arrive, then stop the receiver.
-    let t = Instant::now();
-    while received.load(Ordering::Relaxed) < total_pkts && t.elapsed() < Duration::from_millis(200) {
-        std::thread::sleep(Duration::from_millis(1));
+    // Wait for the receiver's last count (or give up on dropped packets
+    // once nothing came for 200 ms), then stop it.
+    let mut last_news = Instant::now();
+    while confirmed < total_pkts && last_news.elapsed() < Duration::from_millis(200) {
+        if read_acks(&mut confirmed, &mut confirmed_at)? {
+            last_news = Instant::now();
+        } else {
+            wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(1)))?;
+        }
     }
     done.store(true, Ordering::Relaxed);
-    let (count, span) = receiver.join().map_err(|_| PerfError::Baseline("receiver thread panicked".into()))??;
-    let msgs_in = count / per_msg;
-    Ok(Moved { bytes: msgs_in as f64 * size as f64, secs: span.as_secs_f64().max(1e-9) })
+    receiver.join().map_err(|_| PerfError::Baseline("receiver thread panicked".into()))??;
+    let msgs_in = confirmed.min(total_pkts) / per_msg;
+    Ok(Moved { bytes: msgs_in as f64 * size as f64, secs: confirmed_at.duration_since(t0).as_secs_f64().max(1e-9) })
 }
 
 fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
@@ -219,5 +244,16 @@ mod tests {
         assert_eq!(packet_sizes(65536, 4096, RETH)[1], 12 + 4096 + 4);
         assert_eq!(packet_sizes(8, 4096, RETH), [12 + 16 + 8 + 4]);
         assert_eq!(packet_sizes(0, 4096, 0), [16]);
+    }
+
+    #[test]
+    fn the_bandwidth_baseline_counts_what_the_receiver_confirmed_over_the_senders_time() {
+        let started = Instant::now();
+        let m = bw(65536, 4096, 300, 128).unwrap();
+        let wall = started.elapsed().as_secs_f64();
+        assert_eq!(m.bytes, 300.0 * 65536.0);
+        // Timed inside the call, from the first send to the last
+        // confirmation: a positive span no longer than the call itself.
+        assert!(m.secs > 0.0 && m.secs <= wall, "{m:?} in {wall} s");
     }
 }
