@@ -132,7 +132,8 @@ pub(crate) struct State {
     head: Vec<u8>,
     /// Its payload, still in registered memory.
     pieces: Vec<Piece>,
-    fixup: Option<Ipv4IdFixup>,
+    /// The IPv4 ID fix-ups of the last few packet lengths.
+    fixups: Fixups,
     pub(crate) channels: HashMap<u32, Arc<EventQueue<u32>>>,
     pub(crate) faults: Option<Faults>,
     pub(crate) tap: Option<Tap>,
@@ -152,7 +153,7 @@ impl State {
             tx: Some(SendBatch::new(BATCH, BATCH * 512)),
             head: vec![0; MAX_PACKET],
             pieces: Vec::with_capacity(8),
-            fixup: None,
+            fixups: Fixups::default(),
             channels: HashMap::new(),
             faults,
             tap,
@@ -160,6 +161,28 @@ impl State {
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
         }
+    }
+}
+
+/// [`Ipv4IdFixup`]s by packet length, for the few lengths a pass mixes:
+/// READ responses alternate FIRST/LAST (with an AETH) and MIDDLE lengths in
+/// one GSO run, and a fix-up costs a few hundred multiplications to make.
+#[derive(Default)]
+struct Fixups {
+    slots: [Option<Ipv4IdFixup>; 4],
+    /// The slot the next new length replaces.
+    next: usize,
+}
+
+impl Fixups {
+    fn get(&mut self, roce_len: usize) -> Ipv4IdFixup {
+        if let Some(f) = self.slots.iter().flatten().find(|f| f.roce_len() == roce_len) {
+            return *f;
+        }
+        let f = Ipv4IdFixup::new(roce_len);
+        self.slots[self.next] = Some(f);
+        self.next = (self.next + 1) % self.slots.len();
+        f
     }
 }
 
@@ -586,7 +609,7 @@ impl Shared {
 
     fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
         self.tx_owed.store(0, Ordering::Release);
-        let State { dev, tx: slot, head, pieces, fixup, tap, stats, scratch, .. } = st;
+        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
         let mut tx: SendBatch<'_> = match empty.recycle() {
@@ -630,10 +653,7 @@ impl Shared {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
                     // The kernel gives the k-th GSO segment IPv4 ID k: fix the
                     // ICRC computed for ID 0, for peers that check the ID.
-                    let f = match fixup {
-                        Some(f) if f.roce_len() == t.len => *f,
-                        _ => *fixup.insert(Ipv4IdFixup::new(t.len)),
-                    };
+                    let f = fixups.get(t.len);
                     if let Some(tr) = tx.last_trailer_mut() {
                         let _ = f.apply(tr, q.gso_index);
                     }
@@ -751,5 +771,23 @@ impl Shared {
             let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixups_answer_for_the_length_asked_while_lengths_alternate_and_get_evicted() {
+        let mut f = Fixups::default();
+        // FIRST/LAST and MIDDLE READ responses alternate; then more lengths
+        // than slots push the oldest out.
+        for len in [4116, 4112, 4116, 4112, 100, 200, 300, 400, 4116, 4112, 100] {
+            let got = f.get(len);
+            assert_eq!(got.roce_len(), len);
+            assert_eq!(got, Ipv4IdFixup::new(len));
+        }
+        assert_eq!(f.slots.iter().flatten().count(), 4);
     }
 }
