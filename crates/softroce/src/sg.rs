@@ -7,7 +7,7 @@ use roce_proto::Piece;
 /// The bytes of `p`, borrowed for one progress pass.
 ///
 /// Sound because the pass holds the device lock from the engine's
-/// `poll_transmit_gather` (which checked the piece against a registered
+/// `poll_transmit_burst` (which checked the piece against a registered
 /// region) until the batch is flushed or cleared, within the same pass: a
 /// region cannot be deregistered, and the device cannot write it, without
 /// that lock. The application may not write a buffer whose WR is in flight
