@@ -728,7 +728,8 @@ impl Device {
                 buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
                 Some(Transmit { src, dst: out.dst, src_port, len: total })
             })();
-            false
+            // A packet without a source GID is lost, as on a wire: go on.
+            got.is_none()
         });
         got
     }
@@ -767,6 +768,7 @@ impl Device {
         pieces: &mut Vec<crate::ctx::Piece>,
         mut emit: impl FnMut(&mut TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
     ) {
+        pieces.clear();
         let mut seed: Option<Seed> = None;
         self.each_packet(now, buf, Some(pieces), |cfg, out, src_port, buf, pieces| {
             let hit = seed.as_ref().is_some_and(|s| s.fits(&out, src_port));
