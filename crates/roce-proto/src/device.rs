@@ -771,16 +771,17 @@ impl Device {
         pieces.clear();
         let mut seed: Option<Seed> = None;
         self.each_packet(now, buf, Some(pieces), |cfg, out, src_port, buf, pieces| {
-            let hit = seed.as_ref().is_some_and(|s| s.fits(&out, src_port));
-            if !hit {
-                let Some((src, icrc_ctx)) = addressing(cfg, &out, src_port) else {
-                    // No such source GID: the packet is lost, as on a wire.
-                    return true;
-                };
-                let hasher = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
-                seed = Some(Seed { sgid_index: out.sgid_index, dst: out.dst, src_port, len: out.len, src, hasher });
-            }
-            let Some(s) = seed.as_ref() else { return true };
+            let s = match &mut seed {
+                Some(s) if s.fits(&out, src_port) => s,
+                _ => {
+                    let Some((src, icrc_ctx)) = addressing(cfg, &out, src_port) else {
+                        // No such source GID: the packet is lost, as on a wire.
+                        return true;
+                    };
+                    let hasher = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
+                    seed.insert(Seed { sgid_index: out.sgid_index, dst: out.dst, src_port, len: out.len, src, hasher })
+                }
+            };
             let mut icrc = s.hasher.clone();
             let Some((bth, rest)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
                 return true;
@@ -819,23 +820,25 @@ impl Device {
         loop {
             // The QP whose turn is under way goes on; one whose turn is spent
             // goes to the back of the line.
-            let (qpn, turn) = match self.burst.take() {
+            let (qpn, turn, from_queue) = match self.burst.take() {
                 Some((qpn, 0)) => {
                     self.mark_ready(qpn);
                     continue;
                 }
-                Some(b) => b,
+                Some((qpn, left)) => (qpn, left, false),
                 None => {
                     let Some(qpn) = self.ready.pop_front() else {
                         self.debug_check_none_left_out(now, buf, &mut list);
                         break;
                     };
-                    let Some(qp) = self.qps.get_mut(&qpn) else { continue };
-                    qp.tx_queued = false;
-                    (qpn, TX_BURST)
+                    (qpn, TX_BURST, true)
                 }
             };
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            if from_queue {
+                // (A QP whose turn goes on may be listed again meanwhile.)
+                qp.tx_queued = false;
+            }
             let src_port = self.cfg.udp_src_port.unwrap_or(qp.src_port);
             let mut ctx = ctx!(self, now);
             ctx.gather = list.take();
