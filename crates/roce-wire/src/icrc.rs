@@ -372,6 +372,59 @@ impl Ipv4IdFixup {
     }
 }
 
+/// The [`Ipv4IdFixup`]s of the last few packet lengths a sender used. A
+/// fix-up costs hundreds of field multiplications to make, and a flow mixes
+/// few lengths: READ responses alternate FIRST/LAST (with an AETH) and
+/// MIDDLE lengths within one GSO run.
+pub struct Ipv4IdFixups(ByLength<Ipv4IdFixup, 4>);
+
+impl Ipv4IdFixups {
+    /// An empty cache.
+    pub const fn new() -> Ipv4IdFixups {
+        Ipv4IdFixups(ByLength::new())
+    }
+
+    /// The fix-up for packets of `roce_len` bytes (BTH through ICRC).
+    pub fn get(&mut self, roce_len: usize) -> Ipv4IdFixup {
+        *self.0.get(roce_len, || Ipv4IdFixup::new(roce_len))
+    }
+}
+
+impl Default for Ipv4IdFixups {
+    fn default() -> Ipv4IdFixups {
+        Ipv4IdFixups::new()
+    }
+}
+
+/// Up to `N` values by packet length, the oldest replaced first: for
+/// values that depend only on the length and cost much to make.
+pub(crate) struct ByLength<T, const N: usize> {
+    slots: [Option<(usize, T)>; N],
+    /// The slot the next new length takes.
+    next: usize,
+}
+
+impl<T, const N: usize> ByLength<T, N> {
+    pub(crate) const fn new() -> ByLength<T, N> {
+        ByLength { slots: [const { None }; N], next: 0 }
+    }
+
+    /// The value for `len`, made by `make` unless held.
+    pub(crate) fn get(&mut self, len: usize, make: impl FnOnce() -> T) -> &T {
+        let slot = match self.slots.iter().position(|s| matches!(s, Some((l, _)) if *l == len)) {
+            Some(i) => &mut self.slots[i],
+            None => {
+                let i = self.next;
+                self.next = (i + 1) % N;
+                let s = &mut self.slots[i];
+                *s = None;
+                s
+            }
+        };
+        &slot.get_or_insert_with(|| (len, make())).1
+    }
+}
+
 /// Finds the IPv4 identification and DF flag for which `packet`'s ICRC
 /// matches. `ctx` must hold identification 0 with DF set.
 fn solve_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Result<IcrcCheck, WireError> {
@@ -433,32 +486,17 @@ impl ConstMul {
 /// operations per packet.
 fn id_terms<R>(n: usize, f: impl FnOnce(&ConstMul, u32) -> R) -> R {
     use std::cell::RefCell;
-    /// (length, multiplication by the inverse shift, DF term) entries and
-    /// the next slot to replace.
-    type Cache = (Vec<(usize, Box<ConstMul>, u32)>, usize);
-    const SLOTS: usize = 8;
     thread_local! {
-        static CACHE: RefCell<Cache> = const { RefCell::new((Vec::new(), 0)) };
+        /// Multiplication by the inverse shift and the DF term, by length.
+        static CACHE: RefCell<ByLength<(Box<ConstMul>, u32), 8>> = const { RefCell::new(ByLength::new()) };
     }
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let at = match c.0.iter().position(|e| e.0 == n) {
-            Some(i) => i,
-            None => {
-                let inv = ConstMul::new(gf2::inverse(gf2::x_pow(8 * (n - 14) as u64 + 32)));
-                let df = gf2::mul(0x40 << 24, gf2::x_pow(8 * (n - 15) as u64 + 32));
-                if c.0.len() < SLOTS {
-                    c.0.push((n, inv, df));
-                    c.0.len() - 1
-                } else {
-                    let slot = c.1;
-                    c.0[slot] = (n, inv, df);
-                    c.1 = (slot + 1) % SLOTS;
-                    slot
-                }
-            }
-        };
-        let (_, inv, df) = &c.0[at];
+        let (inv, df) = c.get(n, || {
+            let inv = ConstMul::new(gf2::inverse(gf2::x_pow(8 * (n - 14) as u64 + 32)));
+            let df = gf2::mul(0x40 << 24, gf2::x_pow(8 * (n - 15) as u64 + 32));
+            (inv, df)
+        });
         f(inv, *df)
     })
 }
@@ -669,5 +707,18 @@ mod id_fixup_tests {
             fix.apply(&mut pkt, 5).unwrap();
             assert_eq!(stored_icrc(&pkt).unwrap(), icrc_for(5));
         }
+    }
+
+    #[test]
+    fn fixups_answer_for_the_length_asked_while_lengths_alternate_and_get_evicted() {
+        let mut f = Ipv4IdFixups::new();
+        // FIRST/LAST and MIDDLE READ responses alternate; then more lengths
+        // than slots push the oldest out.
+        for len in [4116, 4112, 4116, 4112, 100, 200, 300, 400, 4116, 4112, 100] {
+            let got = f.get(len);
+            assert_eq!(got.roce_len(), len);
+            assert_eq!(got, Ipv4IdFixup::new(len));
+        }
+        assert_eq!(f.0.slots.iter().flatten().count(), 4);
     }
 }

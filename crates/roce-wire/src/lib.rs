@@ -39,7 +39,7 @@ pub use bth::{Bth, BthRepr};
 pub use deth::{Deth, DethRepr};
 pub use error::WireError;
 pub use feth::{Feth, FethRepr};
-pub use icrc::{IcrcCheck, IcrcContext, IcrcHasher, IcrcPolicy, IpContext, Ipv4IdFixup};
+pub use icrc::{IcrcCheck, IcrcContext, IcrcHasher, IcrcPolicy, IpContext, Ipv4IdFixup, Ipv4IdFixups};
 pub use ieth::{Ieth, IethRepr};
 pub use immdt::{ImmDt, ImmDtRepr};
 pub use opcode::{Direction, ExtHeader, Opcode, OpcodeInfo, Operation, Position, Transport};

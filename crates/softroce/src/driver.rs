@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
 use roce_udp::{Interest, RecvBatch, SendBatch, Socket, Waker, wait};
-use roce_wire::{ICRC_LEN, Ipv4IdFixup};
+use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
@@ -133,7 +133,7 @@ pub(crate) struct State {
     /// Its payload, still in registered memory.
     pieces: Vec<Piece>,
     /// The IPv4 ID fix-ups of the last few packet lengths.
-    fixups: Fixups,
+    fixups: Ipv4IdFixups,
     pub(crate) channels: HashMap<u32, Arc<EventQueue<u32>>>,
     pub(crate) faults: Option<Faults>,
     pub(crate) tap: Option<Tap>,
@@ -153,7 +153,7 @@ impl State {
             tx: Some(SendBatch::new(BATCH, BATCH * 512)),
             head: vec![0; MAX_PACKET],
             pieces: Vec::with_capacity(8),
-            fixups: Fixups::default(),
+            fixups: Ipv4IdFixups::new(),
             channels: HashMap::new(),
             faults,
             tap,
@@ -161,28 +161,6 @@ impl State {
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
         }
-    }
-}
-
-/// [`Ipv4IdFixup`]s by packet length, for the few lengths a pass mixes:
-/// READ responses alternate FIRST/LAST (with an AETH) and MIDDLE lengths in
-/// one GSO run, and a fix-up costs a few hundred multiplications to make.
-#[derive(Default)]
-struct Fixups {
-    slots: [Option<Ipv4IdFixup>; 4],
-    /// The slot the next new length replaces.
-    next: usize,
-}
-
-impl Fixups {
-    fn get(&mut self, roce_len: usize) -> Ipv4IdFixup {
-        if let Some(f) = self.slots.iter().flatten().find(|f| f.roce_len() == roce_len) {
-            return *f;
-        }
-        let f = Ipv4IdFixup::new(roce_len);
-        self.slots[self.next] = Some(f);
-        self.next = (self.next + 1) % self.slots.len();
-        f
     }
 }
 
@@ -771,23 +749,5 @@ impl Shared {
             let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fixups_answer_for_the_length_asked_while_lengths_alternate_and_get_evicted() {
-        let mut f = Fixups::default();
-        // FIRST/LAST and MIDDLE READ responses alternate; then more lengths
-        // than slots push the oldest out.
-        for len in [4116, 4112, 4116, 4112, 100, 200, 300, 400, 4116, 4112, 100] {
-            let got = f.get(len);
-            assert_eq!(got.roce_len(), len);
-            assert_eq!(got, Ipv4IdFixup::new(len));
-        }
-        assert_eq!(f.slots.iter().flatten().count(), 4);
     }
 }
