@@ -146,7 +146,8 @@ pub struct Datagram<'a> {
     pub src: IpAddr,
     /// Sender UDP port.
     pub src_port: u16,
-    /// The address it was sent to (from `IP_PKTINFO` / `IPV6_PKTINFO`).
+    /// The address it was sent to: the socket's own, or for a socket on
+    /// the wildcard address, from `IP_PKTINFO` / `IPV6_PKTINFO`.
     pub dst: IpAddr,
     /// The UDP payload: one packet, or a run of `segment_size`-byte packets
     /// of which the last may be shorter.

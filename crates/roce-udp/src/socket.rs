@@ -131,15 +131,24 @@ impl Socket {
         let sock = socket2::Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
             .map_err(io("creating a UDP socket"))?;
         let fd = sock.as_fd();
+        // A socket bound to one address receives only what is sent to it
+        // (unicast): the destination is known without asking the kernel for
+        // it in a control message with every datagram.
+        let pktinfo = addr.ip().is_unspecified();
         if addr.is_ipv4() {
             sys::set_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
                 .map_err(io("setting IP_MTU_DISCOVER"))?;
-            sys::set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1).map_err(io("setting IP_PKTINFO"))?;
+            if pktinfo {
+                sys::set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1).map_err(io("setting IP_PKTINFO"))?;
+            }
         } else {
             sock.set_only_v6(true).map_err(io("setting IPV6_V6ONLY"))?;
             sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
                 .map_err(io("setting IPV6_MTU_DISCOVER"))?;
-            sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1).map_err(io("setting IPV6_RECVPKTINFO"))?;
+            if pktinfo {
+                sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)
+                    .map_err(io("setting IPV6_RECVPKTINFO"))?;
+            }
         }
         let buffers = BufferSizes {
             recv: grow_buffer(fd, sys::SO_RCVBUFFORCE, libc::SO_RCVBUF).map_err(io("reading SO_RCVBUF"))?,
@@ -189,15 +198,24 @@ impl Socket {
         batch.receive(self.inner.as_fd(), self.local.ip(), sys::RecvMode::NoWait)
     }
 
-    /// Like [`Socket::recv`], but sleeps in the `recvmmsg` call until a
-    /// datagram arrives, `timeout` passes (rounded up to a millisecond) or a
-    /// signal comes: one system call where `poll` then `recvmmsg` take two.
+    /// Like [`Socket::recv`], but when nothing waits, sleeps in `recvmmsg`
+    /// until a datagram arrives, `timeout` passes (rounded up to a
+    /// millisecond) or a signal comes, and returns that datagram alone.
     /// Returns 0 when nothing came. [`Socket::wake_receiver`] ends the sleep
     /// from another thread.
+    ///
+    /// What waits already is taken whole, without sleeping. The sleep takes
+    /// one datagram: in a ping-pong that is the reply, and the caller hands
+    /// it on at once; whatever came with it (the ACK of the caller's own
+    /// request) is taken by the next call, after the caller answered.
     pub fn recv_wait(&self, batch: &mut RecvBatch, timeout: Duration) -> io::Result<usize> {
         let us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX).div_ceil(1000).max(1) * 1000;
         if self.recv_timeout_us.swap(us, Ordering::Relaxed) != us {
             self.inner.set_read_timeout(Some(Duration::from_micros(us)))?;
+        }
+        let n = self.recv(batch)?;
+        if n > 0 {
+            return Ok(n);
         }
         batch.receive(self.inner.as_fd(), self.local.ip(), sys::RecvMode::WaitForOne)
     }

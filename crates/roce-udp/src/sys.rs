@@ -184,9 +184,11 @@ impl RecvScratch {
 pub(crate) enum RecvMode {
     /// Return at once (`MSG_DONTWAIT`).
     NoWait,
-    /// Sleep until one datagram arrives or the socket's `SO_RCVTIMEO`
-    /// passes, then take what else waits (`MSG_WAITFORONE`); a signal ends
-    /// the sleep early.
+    /// Sleep until a datagram arrives or the socket's `SO_RCVTIMEO` passes,
+    /// and return that datagram alone (a signal ends the sleep early).
+    /// Taking what else waits (`MSG_WAITFORONE`) would make the kernel look
+    /// at the queue again at once: in a ping-pong that finds nothing, or an
+    /// ACK that then delays the reply.
     WaitForOne,
 }
 
@@ -238,8 +240,9 @@ pub(crate) fn recv_mmsg(
     s.dirty = 0;
     let flags = match mode {
         RecvMode::NoWait => libc::MSG_DONTWAIT,
-        RecvMode::WaitForOne => libc::MSG_WAITFORONE,
+        RecvMode::WaitForOne => 0,
     };
+    let vlen = if mode == RecvMode::WaitForOne { 1 } else { n };
     let got = loop {
         // SAFETY: the first `n` headers point at `n` distinct iovecs, names and
         // control buffers of the sizes given, all owned by `s`, and each iovec
@@ -248,7 +251,7 @@ pub(crate) fn recv_mmsg(
         // set up by an earlier call are the same values: computed from the
         // same buffer address, slot and count (`prepared`), and from `s`'s
         // vectors, which never grow, so their storage never moves.
-        let rc = unsafe { libc::recvmmsg(fd.as_raw_fd(), s.hdrs.as_mut_ptr(), n as c_uint, flags, ptr::null_mut()) };
+        let rc = unsafe { libc::recvmmsg(fd.as_raw_fd(), s.hdrs.as_mut_ptr(), vlen as c_uint, flags, ptr::null_mut()) };
         match cvt(rc) {
             Ok(k) => {
                 s.dirty = k as usize;

@@ -241,6 +241,11 @@ fn destination_comes_from_packet_info() {
         assert_eq!(got[0].src, a.local_addr());
         assert_eq!(got[0].data, packet(8, i, 100));
     }
+    // A socket on one address is told nothing: the destination is its own.
+    let b = bind("127.0.0.17");
+    any.send_to(&packet(8, 3, 100), b.local_addr()).unwrap();
+    let got = collect(&b, &mut rx, 1);
+    assert_eq!((got[0].dst, got[0].data.as_slice()), (b.local_addr().ip(), &packet(8, 3, 100)[..]));
 }
 
 #[test]

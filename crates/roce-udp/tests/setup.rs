@@ -121,6 +121,36 @@ fn recv_wait_sleeps_until_a_datagram_arrives_then_takes_what_waits() {
 }
 
 #[test]
+fn recv_wait_takes_all_that_waits_but_only_the_datagram_it_slept_for() {
+    let a = Arc::new(bind("127.0.0.30"));
+    let b = bind("127.0.0.31");
+    let to = b.local_addr();
+    let mut rx = RecvBatch::new(8);
+    let data = |rx: &RecvBatch| rx.segments().map(|s| s.data.to_vec()).collect::<Vec<_>>();
+    // What waits is taken whole, at once.
+    for i in 0..3u8 {
+        a.send_to(&[i; 3], to).unwrap();
+    }
+    assert_eq!(b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap(), 3);
+    assert_eq!(data(&rx), [[0; 3], [1; 3], [2; 3]]);
+    // Nothing waits: the call sleeps, and returns the first datagram that
+    // comes (a reply) without those right behind it (its ACK).
+    let a2 = Arc::clone(&a);
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        a2.send_to(b"reply", to).unwrap();
+        a2.send_to(b"ack", to).unwrap();
+    });
+    let start = Instant::now();
+    assert_eq!(b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap(), 1);
+    assert!(start.elapsed() >= Duration::from_millis(25), "did not sleep: {:?}", start.elapsed());
+    assert_eq!(data(&rx), [b"reply".to_vec()]);
+    t.join().unwrap();
+    assert_eq!(b.recv_wait(&mut rx, Duration::from_secs(5)).unwrap(), 1);
+    assert_eq!(data(&rx), [b"ack".to_vec()]);
+}
+
+#[test]
 fn recv_wait_on_an_idle_socket_times_out_with_nothing() {
     let b = bind("127.0.0.28");
     let mut rx = RecvBatch::new(4);

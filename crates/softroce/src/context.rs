@@ -190,6 +190,7 @@ impl Context {
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
+            reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
             fatal: std::sync::OnceLock::new(),
             #[cfg(test)]
             panic_for_test: AtomicBool::new(false),

@@ -82,6 +82,14 @@ const WAITER_GRACE: Duration = Duration::from_millis(2);
 /// the driver thread sends them (a ping-pong replies within microseconds).
 const OWED_GRACE: Duration = Duration::from_micros(200);
 
+/// Whether `head` (from the BTH on) starts a request that is a whole
+/// message: a ping-pong's turn.
+fn is_whole_request(head: &[u8]) -> bool {
+    head.first()
+        .and_then(|&op| roce_wire::Opcode(op).info())
+        .is_some_and(|i| i.direction() == roce_wire::Direction::Request && i.starts_message() && i.ends_message())
+}
+
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
 /// Payload pieces of one packet kept on the stack while it is queued.
@@ -190,6 +198,9 @@ pub(crate) struct Shared {
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
+    /// The process may run on more than one CPU: a post's packet may leave
+    /// ahead of the deferred ones (see [`Shared::transmit`]).
+    pub(crate) reply_first: bool,
     /// Why the device failed, once it has (see [`Shared::fail`]).
     pub(crate) fatal: std::sync::OnceLock<String>,
     /// Tests only: the driver thread panics, holding the device lock.
@@ -254,7 +265,8 @@ impl Shared {
             // Sending can complete WRs (UC, UD, local errors): wake waiters.
             let made = st.dev.counters().completions;
             let now = Instant::now();
-            let _ = self.transmit(&mut st, now);
+            let first_alone = self.reply_first && self.tx_owed.load(Ordering::Acquire) != 0;
+            let _ = self.transmit(&mut st, now, first_alone);
             self.route_events(&mut st);
             self.wake_waiters_if_made(st.dev.counters().completions, made);
             let next = st.dev.poll_timeout();
@@ -298,8 +310,11 @@ impl Shared {
     /// `until`, then hands what came to the engine and returns the device
     /// locked, e.g. to poll a CQ, with whether packets arrived.
     ///
-    /// The sleep is in `recvmmsg` itself (one system call per wake-up, not
-    /// `poll` then `recvmmsg`); a second sleeping thread polls beside it.
+    /// The sleep is in `recvmmsg` itself (`Socket::recv_wait`: what waits is
+    /// taken at once; else the sleep returns the first datagram alone, and
+    /// what came behind it, the ACK of the caller's request in a ping-pong,
+    /// waits for the pass after the caller's reply); a second sleeping
+    /// thread polls beside it.
     /// Timers stay with the driver thread, which runs them when due.
     ///
     /// `seen`: the device's completion count when the caller last looked at
@@ -485,7 +500,7 @@ impl Shared {
             self.tx_owed.store(self.nanos(now) + 1, Ordering::Release);
             st.stats.tx_deferred += 1;
         } else {
-            self.transmit(st, now)?;
+            self.transmit(st, now, false)?;
         }
         self.route_events(st);
         if !st.graveyard.is_empty() {
@@ -582,10 +597,22 @@ impl Shared {
     /// Sends everything the engine has to send now (also what a waiter's
     /// pass deferred), e.g. before a QP is destroyed.
     pub(crate) fn flush(&self, st: &mut State) -> io::Result<()> {
-        self.transmit(st, Instant::now())
+        self.transmit(st, Instant::now(), false)
     }
 
-    fn transmit(&self, st: &mut State, now: Instant) -> io::Result<()> {
+    /// Pulls every packet due from the engine and sends it.
+    ///
+    /// `first_alone`: a post found that a waiter's pass deferred packets
+    /// (the ACK of the SEND its application now answers, typically). If the
+    /// post's first packet is a whole request (one-packet message), it is
+    /// what the peer waits for: it leaves alone in a `sendmmsg` of its own,
+    /// and the rest in a second call while the peer wakes on another CPU.
+    /// (A message of many packets gains nothing from this: bulk.) A lone packet reaches the peer sooner than a
+    /// GSO send of two, and the ACK leaves the ping-pong's path (on both
+    /// sides: the peer takes it after its reply). On one CPU the peer cannot
+    /// run meanwhile, and the second call would only delay it: the caller
+    /// asks for this only with `reply_first`.
+    fn transmit(&self, st: &mut State, now: Instant, first_alone: bool) -> io::Result<()> {
         self.tx_owed.store(0, Ordering::Release);
         let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
@@ -604,6 +631,7 @@ impl Shared {
         let mut spill: Vec<&[u8]> = Vec::new();
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
+        let mut alone = first_alone;
         dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
             let icrc = &mut t.icrc;
             let mut n = 0;
@@ -653,7 +681,7 @@ impl Shared {
                 stats.tx_dropped += 1;
             }
             // Room for the next packet.
-            if !tx.has_room(MAX_PACKET) {
+            if (std::mem::take(&mut alone) && is_whole_request(head)) || !tx.has_room(MAX_PACKET) {
                 result = self.flush_all(&mut tx, stats);
             }
             result.is_ok()

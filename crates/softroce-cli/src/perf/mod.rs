@@ -408,10 +408,13 @@ fn bw_round(
     outstanding: &mut [usize],
 ) -> Result<BwRow, PerfError> {
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
+    if s.op == Op::Send {
+        rdma::bw_prepost(b, s, size, per_qp, outstanding)?;
+    }
     std::thread::scope(|sc| -> Result<BwRow, PerfError> {
         let recv = (s.op == Op::Send).then(|| {
             let stop = &stop;
-            let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
             sc.spawn(move || {
                 rdma::bw_receiver(b, s, size, per_qp, &|| stop.load(std::sync::atomic::Ordering::Relaxed), outstanding)
             })
@@ -488,6 +491,9 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
     let mut outstanding = vec![0usize; s.qps];
     let mut lat_done = 0usize;
     for &size in sizes {
+        if args.test.is_bw() && !client && s.op == Op::Send {
+            rdma::bw_prepost(&me, s, size, s.iters, &mut outstanding)?;
+        }
         // Both sides are ready for this size before traffic starts.
         sync(&mut stream)?;
         if args.test.is_bw() {

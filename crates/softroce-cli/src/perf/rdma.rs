@@ -229,6 +229,27 @@ pub fn bw_client(
     Ok(BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs, secs })
 }
 
+/// Posts the receives a SEND bandwidth test starts with (see
+/// [`bw_receiver`]); called before the client may send, as perftest's
+/// server does before the exchange, so that no SEND meets an empty queue
+/// (an RNR NAK would stall the sender for the RNR timer).
+pub fn bw_prepost(
+    e: &End,
+    s: &Settings,
+    size: usize,
+    per_qp: usize,
+    outstanding: &mut [usize],
+) -> Result<(), PerfError> {
+    let sge = [e.mr.sge(0, size as u32)];
+    for (q, out) in outstanding.iter_mut().enumerate().take(e.qps.len()) {
+        while *out < s.rx_depth.max(1).min(per_qp) {
+            e.qps[q].post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
+            *out += 1;
+        }
+    }
+    Ok(())
+}
+
 /// The responder side of a SEND bandwidth test: keeps up to `rx_depth`
 /// receives posted per QP until each QP got `per_qp` messages (or `stop`
 /// says so), and never more than it will still get. `outstanding` counts
