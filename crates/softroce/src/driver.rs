@@ -82,14 +82,6 @@ const WAITER_GRACE: Duration = Duration::from_millis(2);
 /// the driver thread sends them (a ping-pong replies within microseconds).
 const OWED_GRACE: Duration = Duration::from_micros(200);
 
-/// Whether `head` (from the BTH on) starts a request that is a whole
-/// message: a ping-pong's turn.
-fn is_whole_request(head: &[u8]) -> bool {
-    head.first()
-        .and_then(|&op| roce_wire::Opcode(op).info())
-        .is_some_and(|i| i.direction() == roce_wire::Direction::Request && i.starts_message() && i.ends_message())
-}
-
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
 /// Payload pieces of one packet kept on the stack while it is queued.
@@ -604,14 +596,14 @@ impl Shared {
     ///
     /// `first_alone`: a post found that a waiter's pass deferred packets
     /// (the ACK of the SEND its application now answers, typically). If the
-    /// post's first packet is a whole request (one-packet message), it is
+    /// post's first packet is a whole request (a one-packet message), it is
     /// what the peer waits for: it leaves alone in a `sendmmsg` of its own,
     /// and the rest in a second call while the peer wakes on another CPU.
-    /// (A message of many packets gains nothing from this: bulk.) A lone packet reaches the peer sooner than a
-    /// GSO send of two, and the ACK leaves the ping-pong's path (on both
-    /// sides: the peer takes it after its reply). On one CPU the peer cannot
-    /// run meanwhile, and the second call would only delay it: the caller
-    /// asks for this only with `reply_first`.
+    /// A lone packet reaches the peer sooner than a GSO send of two, and the
+    /// ACK leaves the ping-pong's path (on both sides: the peer takes it
+    /// after its reply). Bulk messages of many packets gain nothing from
+    /// this, and on one CPU the peer cannot run meanwhile, so the second
+    /// call would only delay it: the caller asks only with `reply_first`.
     fn transmit(&self, st: &mut State, now: Instant, first_alone: bool) -> io::Result<()> {
         self.tx_owed.store(0, Ordering::Release);
         let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, .. } = st;
@@ -777,5 +769,40 @@ impl Shared {
             let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
         }
+    }
+}
+
+/// Whether `head` (from the BTH on) starts a request that is a whole
+/// message: a ping-pong's turn.
+fn is_whole_request(head: &[u8]) -> bool {
+    head.first()
+        .and_then(|&op| roce_wire::Opcode(op).info())
+        .is_some_and(|i| i.direction() == roce_wire::Direction::Request && i.starts_message() && i.ends_message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_whole_request;
+    use roce_wire::Opcode;
+
+    #[test]
+    fn only_a_one_packet_request_is_a_whole_request() {
+        let whole = |op: Opcode| is_whole_request(&[op.0, 0, 0, 0]);
+        for op in [Opcode::RC_SEND_ONLY, Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, Opcode::RC_RDMA_READ_REQUEST] {
+            assert!(whole(op), "{op:?}");
+        }
+        for op in [Opcode::RC_FETCH_ADD, Opcode::UD_SEND_ONLY] {
+            assert!(whole(op), "{op:?}");
+        }
+        for op in [
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_RDMA_WRITE_LAST,
+            Opcode::RC_ACKNOWLEDGE,
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+        ] {
+            assert!(!whole(op), "{op:?}");
+        }
+        assert!(!whole(Opcode(0xfe)), "an unknown opcode");
+        assert!(!is_whole_request(&[]), "no header");
     }
 }
