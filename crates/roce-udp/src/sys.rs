@@ -238,11 +238,10 @@ pub(crate) fn recv_mmsg(
         s.prepared = Some(key);
     }
     s.dirty = 0;
-    let flags = match mode {
-        RecvMode::NoWait => libc::MSG_DONTWAIT,
-        RecvMode::WaitForOne => 0,
+    let (flags, vlen) = match mode {
+        RecvMode::NoWait => (libc::MSG_DONTWAIT, n),
+        RecvMode::WaitForOne => (0, 1),
     };
-    let vlen = if mode == RecvMode::WaitForOne { 1 } else { n };
     let got = loop {
         // SAFETY: the first `n` headers point at `n` distinct iovecs, names and
         // control buffers of the sizes given, all owned by `s`, and each iovec

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use softroce::config::DeviceInfo;
 use softroce::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
-    Wc, WcOpcode, WcStatus, WrOpcode,
+    Sge, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 use super::report::BwRow;
@@ -242,10 +242,17 @@ pub fn bw_prepost(
 ) -> Result<(), PerfError> {
     let sge = [e.mr.sge(0, size as u32)];
     for (q, out) in outstanding.iter_mut().enumerate().take(e.qps.len()) {
-        while *out < s.rx_depth.max(1).min(per_qp) {
-            e.qps[q].post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
-            *out += 1;
-        }
+        top_up(e, s, &sge, q, per_qp, out)?;
+    }
+    Ok(())
+}
+
+/// Posts receives on QP `q` until `outstanding` of them are posted: up to
+/// `rx_depth`, and no more than the `left` messages it will still get.
+fn top_up(e: &End, s: &Settings, sge: &[Sge], q: usize, left: usize, outstanding: &mut usize) -> Result<(), PerfError> {
+    while *outstanding < s.rx_depth.max(1).min(left) {
+        e.qps[q].post_recv(&RecvWr { wr_id: q as u64, sg_list: sge })?;
+        *outstanding += 1;
     }
     Ok(())
 }
@@ -266,16 +273,8 @@ pub fn bw_receiver(
     let sge = [e.mr.sge(0, size as u32)];
     let mut got = vec![0usize; e.qps.len()];
     let mut wc = empty_wc();
-    let top_up = |q: usize, got: &[usize], outstanding: &mut [usize]| -> Result<(), PerfError> {
-        while outstanding[q] < s.rx_depth.max(1).min(per_qp.saturating_sub(got[q])) {
-            e.qps[q].post_recv(&RecvWr { wr_id: q as u64, sg_list: &sge })?;
-            outstanding[q] += 1;
-        }
-        Ok(())
-    };
-    for q in 0..e.qps.len() {
-        top_up(q, &got, outstanding)?;
-    }
+    // Posted already by the caller, as a rule.
+    bw_prepost(e, s, size, per_qp, outstanding)?;
     while got.iter().any(|&g| g < per_qp) && !stop() {
         let n = e.cq.wait(&mut wc, Duration::from_millis(50))?;
         for w in &wc[..n] {
@@ -283,7 +282,7 @@ pub fn bw_receiver(
             let q = w.wr_id as usize;
             got[q] += 1;
             outstanding[q] = outstanding[q].saturating_sub(1);
-            top_up(q, &got, outstanding)?;
+            top_up(e, s, &sge, q, per_qp.saturating_sub(got[q]), &mut outstanding[q])?;
         }
     }
     Ok(got.iter().sum())
