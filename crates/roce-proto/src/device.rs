@@ -461,6 +461,20 @@ impl Device {
 
     /// Creates a QP in RESET; returns its number.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+        self.create_qp_numbered(None, init)
+    }
+
+    /// [`Device::create_qp`] with the number chosen by the caller (a device
+    /// shared by several processes gives each its own QPN blocks), which
+    /// must be free and neither QP0, QP1 nor the multicast QPN.
+    pub fn create_qp_as(&mut self, qpn: u32, init: QpInitAttr) -> Result<u32, VerbError> {
+        if !(FIRST_QPN..=0xff_fffe).contains(&qpn) || self.qps.contains_key(&qpn) {
+            return Err(VerbError::Invalid("qp number taken or reserved"));
+        }
+        self.create_qp_numbered(Some(qpn), init)
+    }
+
+    fn create_qp_numbered(&mut self, chosen: Option<u32>, init: QpInitAttr) -> Result<u32, VerbError> {
         self.check_pd(init.pd)?;
         let l = self.cfg.limits;
         let c = init.cap;
@@ -485,11 +499,17 @@ impl Device {
         if self.qps.len() as u32 >= l.max_qp {
             return Err(VerbError::Exhausted("max_qp"));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
-        }
-        self.next_qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
+        let qpn = match chosen {
+            Some(q) => q,
+            None => {
+                let mut qpn = self.next_qpn;
+                while self.qps.contains_key(&qpn) {
+                    qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
+                }
+                self.next_qpn = if qpn >= 0xff_fffe { FIRST_QPN } else { qpn + 1 };
+                qpn
+            }
+        };
         let mut qp = Qp::new(qpn, init);
         if init.qp_type == QpType::Ud {
             qp.attr.path_mtu = self.cfg.active_mtu;

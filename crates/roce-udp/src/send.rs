@@ -313,9 +313,11 @@ impl<'a> SendBatch<'a> {
         self.pieces.extend_from_slice(pieces);
         self.b.packets.push(Pkt { off, head, first, count: pieces.len(), trail, trail_len, len });
         let unsent = self.b.msgs.len() > self.b.next_msg;
+        let flow = dest_qpn_of(&self.b.arena[off..off + head]);
         if let Some(m) = self.b.msgs.last_mut().filter(|_| unsent && !self.b.gso_off)
             && !m.closed
             && m.dst == dst
+            && m.flow == flow
             && m.count < self.b.max_segments
             && len > 0
             && len <= m.segment
@@ -327,7 +329,7 @@ impl<'a> SendBatch<'a> {
             m.closed = len < m.segment;
             return Queued { index, gso_index: k as u16 };
         }
-        self.b.msgs.push(OutMsg { dst, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
+        self.b.msgs.push(OutMsg { dst, flow, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
         Queued { index, gso_index: 0 }
     }
 
@@ -409,7 +411,7 @@ impl<'a> SendBatch<'a> {
         let packets = &self.b.packets;
         let singles = (m.first..m.first + m.count).map(|i| {
             let len = packets[i].len;
-            OutMsg { dst: m.dst, first: i, count: 1, segment: len, bytes: len, closed: true }
+            OutMsg { dst: m.dst, flow: m.flow, first: i, count: 1, segment: len, bytes: len, closed: true }
         });
         self.b.msgs.splice(at..=at, singles);
     }
@@ -470,9 +472,25 @@ impl std::fmt::Debug for SendBatch<'_> {
     }
 }
 
+/// The BTH destination QP of a packet that starts with `head` (its last
+/// three bytes of the first eight), or `u32::MAX` for a shorter header.
+fn dest_qpn_of(head: &[u8]) -> u32 {
+    match head.get(5..8) {
+        Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
+        None => u32::MAX,
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// `len` bytes of `fill`, but for one destination QP (0) in bytes 4..8.
+    pub(crate) fn pkt(fill: u8, len: usize) -> Vec<u8> {
+        let mut p = vec![fill; len];
+        p.iter_mut().skip(4).take(4).for_each(|b| *b = 0);
+        p
+    }
 
     fn runs(b: &SendBatch<'_>) -> Vec<(usize, usize)> {
         b.b.msgs.iter().map(|m| (m.first, m.count)).collect()
@@ -490,6 +508,23 @@ mod tests {
         assert_eq!(idx, [0, 1, 2, 3, 0, 0, 0, 0, 0]);
         assert_eq!(runs(&b), [(0, 4), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]);
         assert_eq!(b.len(), 9);
+    }
+
+    #[test]
+    fn one_gso_message_carries_one_destination_qp() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut b = SendBatch::new(256, 1 << 20);
+        let packet = |qpn: u32| {
+            let mut p = vec![0u8; 100];
+            p[4..8].copy_from_slice(&qpn.to_be_bytes());
+            p
+        };
+        // BTH byte 4 is not part of the QPN: 0x0100_0011 is QP 0x11 too.
+        for q in [0x11, 0x11, 0x12, 0x12, 0x0100_0011, 0x11] {
+            b.push(a, &packet(q)).unwrap();
+        }
+        assert_eq!(runs(&b), [(0, 2), (2, 2), (4, 2)]);
+        assert_eq!(dest_qpn_of(&[0; 7]), u32::MAX);
     }
 
     #[test]
@@ -557,7 +592,7 @@ mod tests {
         let mut tx = SendBatch::new(64, 64 * 1000);
         // Eight messages: runs of 3 equal packets, the third shorter.
         let packets: Vec<Vec<u8>> =
-            (0..24u8).map(|i| vec![i; if i % 3 == 2 { 100 } else { 900 } + usize::from(i / 3)]).collect();
+            (0..24u8).map(|i| pkt(i, if i % 3 == 2 { 100 } else { 900 } + usize::from(i / 3))).collect();
         for p in &packets {
             tx.push(b.local_addr(), p).unwrap();
         }
@@ -599,7 +634,7 @@ mod tests {
         let bind = |ip: &str| Socket::bind_addr(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
         let (a, b) = (bind("127.0.0.42"), bind("127.0.0.43"));
         let mut tx = SendBatch::new(64, 64 * 1000);
-        let packets: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 500]).collect();
+        let packets: Vec<Vec<u8>> = (0..4u8).map(|i| pkt(i, 500)).collect();
         for p in &packets {
             tx.push(b.local_addr(), p).unwrap();
         }

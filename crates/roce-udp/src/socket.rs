@@ -10,6 +10,7 @@ use socket2::{Domain, Protocol, SockAddr, Type};
 
 use crate::recv::RecvBatch;
 use crate::sys;
+pub use crate::sys::SockFilter;
 
 /// The RoCEv2 UDP port: the destination port of every RoCEv2 packet, and
 /// the port a [`Socket`] binds (so also the source port softroce sends from).
@@ -124,6 +125,19 @@ impl Socket {
     /// Binds `addr` with any port (0 picks a free one): for tests and for
     /// running beside another RoCE stack.
     pub fn bind_addr(addr: SocketAddr) -> Result<Socket, BindError> {
+        Socket::bind_with(addr, false)
+    }
+
+    /// Binds `addr` as one member of a `SO_REUSEPORT` group: every socket
+    /// of the group is bound to the same address and port, and a steering
+    /// program ([`Socket::attach_steering`]) picks the member each datagram
+    /// goes to. The kernel admits only sockets created by one uid to a
+    /// group: another user's group on `addr` is [`BindError::PortInUse`].
+    pub fn bind_shared(addr: SocketAddr) -> Result<Socket, BindError> {
+        Socket::bind_with(addr, true)
+    }
+
+    fn bind_with(addr: SocketAddr, reuse_port: bool) -> Result<Socket, BindError> {
         let io = |what: &str| {
             let what = what.to_owned();
             move |source| BindError::Io { context: format!("{what} on {addr}"), source }
@@ -159,6 +173,9 @@ impl Socket {
         // Blocking, so that `recv_wait` can sleep in `recvmmsg` itself; every
         // other call passes MSG_DONTWAIT.
         sock.set_nonblocking(false).map_err(io("clearing O_NONBLOCK"))?;
+        if reuse_port {
+            sys::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1).map_err(io("setting SO_REUSEPORT"))?;
+        }
         sock.bind(&SockAddr::from(addr)).map_err(|e| bind_error(addr, e))?;
         let local = sock
             .local_addr()
@@ -166,6 +183,15 @@ impl Socket {
             .as_socket()
             .ok_or_else(|| io("reading the bound address")(io::Error::other("not an IP address")))?;
         Ok(Socket { inner: sock, local, buffers, gro, recv_timeout_us: AtomicU64::new(0) })
+    }
+
+    /// Replaces the steering program of this socket's `SO_REUSEPORT`
+    /// group (`SO_ATTACH_REUSEPORT_CBPF`): a classic BPF program over the
+    /// UDP payload whose return value is the index of the member that gets
+    /// the datagram (an index past the last member falls back to the
+    /// kernel's flow hash). Any member may attach; the program outlives it.
+    pub fn attach_steering(&self, program: &[SockFilter]) -> io::Result<()> {
+        sys::attach_reuseport_cbpf(self.inner.as_fd(), program)
     }
 
     /// The bound address and port.

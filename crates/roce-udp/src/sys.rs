@@ -51,6 +51,31 @@ fn cvt(rc: c_int) -> io::Result<c_int> {
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
 }
 
+/// One classic BPF instruction (`struct sock_filter`).
+pub type SockFilter = libc::sock_filter;
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic): a classic BPF program picks the member of a reuseport group.
+const SO_ATTACH_REUSEPORT_CBPF: c_int = 51;
+
+/// `setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog)`.
+pub(crate) fn attach_reuseport_cbpf(fd: BorrowedFd<'_>, program: &[SockFilter]) -> io::Result<()> {
+    let len = u16::try_from(program.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let prog = libc::sock_fprog { len, filter: program.as_ptr().cast_mut() };
+    // SAFETY: `prog` points at `len` initialized instructions that live
+    // across the call; the kernel copies (and verifies) them and keeps no
+    // pointer into them.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            ptr::from_ref(&prog).cast::<c_void>(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
 /// `setsockopt(fd, level, name, &value, sizeof(int))`.
 pub(crate) fn set_int(fd: BorrowedFd<'_>, level: c_int, name: c_int, value: c_int) -> io::Result<()> {
     // SAFETY: `fd` is open for the borrow; the option points to a live c_int
@@ -316,6 +341,10 @@ fn parse_cmsgs(mut c: &[u8], meta: &mut RecvMeta) {
 pub(crate) struct OutMsg {
     /// Destination address and port.
     pub(crate) dst: SocketAddr,
+    /// The BTH destination QP of its packets: one GSO message carries one
+    /// QP's packets, since a receiver that steers by QP (a `SO_REUSEPORT`
+    /// group of processes, or GRO) decides once per super-packet.
+    pub(crate) flow: u32,
     /// Index of the first packet.
     pub(crate) first: usize,
     /// Number of packets (GSO segments).
@@ -569,11 +598,12 @@ mod tests {
         let sock = crate::Socket::bind_addr(SocketAddr::new(me.parse().unwrap(), 0)).unwrap();
         let dst = SocketAddr::new(peer.parse().unwrap(), 4791);
         let mut tx = crate::SendBatch::new(16, 16 * 1000);
-        tx.push(dst, &[1; 100]).unwrap();
+        let pkt = crate::send::tests::pkt;
+        tx.push(dst, &pkt(1, 100)).unwrap();
         for i in 0..5 {
-            assert_eq!(tx.push(dst, &[2; 1000]).unwrap().gso_index, i);
+            assert_eq!(tx.push(dst, &pkt(2, 1000)).unwrap().gso_index, i);
         }
-        assert_eq!(tx.push(dst, &[3; 300]).unwrap().gso_index, 5);
+        assert_eq!(tx.push(dst, &pkt(3, 300)).unwrap().gso_index, 5);
         let f = tx.flush(&sock).unwrap();
         assert_eq!((f.packets, f.messages, f.failed), (7, 2, 0), "{f:?}");
         // Read what the kernel wrote to the device: IPv4 UDP from our port.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use roce_proto::counters::Counters;
 use roce_proto::devattr::{DeviceAttr, PortAttr};
 use roce_proto::{AsyncEvent, Device, DeviceConfig, Limits};
-use roce_udp::{Socket, Waker};
+use roce_udp::Waker;
 use roce_wire::IcrcPolicy;
 
 use crate::channel::EventQueue;
@@ -18,6 +18,7 @@ use crate::config::{self, DeviceInfo};
 use crate::driver::{DriverStats, Progress, Shared, State};
 use crate::error::Error;
 use crate::faults::{FaultSpec, FaultStats, Faults};
+use crate::port::Port;
 use crate::tap::Tap;
 
 /// How to open a device. [`Options::from_env`] reads the documented
@@ -30,7 +31,8 @@ pub struct Options {
     pub pcap: Option<PathBuf>,
     /// Inject faults on received packets (`SOFTROCE_FAULTS`).
     pub faults: Option<FaultSpec>,
-    /// UDP port to bind instead of 4791 (tests; peers must send there).
+    /// UDP port instead of 4791 (peers must send there); `Some(0)` binds a
+    /// free port of its own, a device no other context shares.
     pub port: Option<u16>,
     /// Seed of the R_Key generator (`None`: random).
     pub seed: Option<u64>,
@@ -157,10 +159,7 @@ impl Context {
 
     /// Opens `info` with `opts`.
     pub fn open_with(info: &DeviceInfo, opts: Options) -> Result<Context, Error> {
-        let sock = match opts.port {
-            Some(p) => Socket::bind_addr(std::net::SocketAddr::new(info.addr, p))?,
-            None => Socket::bind(info.addr)?,
-        };
+        let sock = Port::open(info.addr, opts.port)?;
         let seed = opts.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().hash_one(info.addr));
         let dev = Device::new(DeviceConfig {
             gids: info.gids.clone(),

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
-use roce_udp::{Interest, RecvBatch, SendBatch, Socket, Waker, wait};
+use roce_host::{Control, Route};
+use roce_udp::{Interest, RecvBatch, SendBatch, Waker, wait};
 use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
 use crate::channel::EventQueue;
@@ -167,7 +168,7 @@ impl State {
 /// What the context, its objects and the driver thread share.
 pub(crate) struct Shared {
     pub(crate) info: DeviceInfo,
-    pub(crate) sock: Socket,
+    pub(crate) sock: crate::port::Port,
     pub(crate) state: Mutex<State>,
     pub(crate) waker: Waker,
     pub(crate) stop: AtomicBool,
@@ -540,38 +541,59 @@ impl Shared {
     /// injector and the capture when configured).
     fn handle_batch(&self, st: &mut State, rx: &RecvBatch, now: Instant) -> io::Result<()> {
         let State { dev, faults, tap, stats, scratch, .. } = st;
+        let member = self.sock.member();
         for seg in rx.segments() {
-            if self.sock.is_wake_up(SocketAddr::new(seg.src, seg.src_port), seg.data.len()) {
+            let (mut src, mut src_port, mut dst, mut data) = (seg.src, seg.src_port, seg.dst, seg.data);
+            if let Some(m) = member {
+                // A shared device: only this process's QPs go to its engine.
+                if roce_host::envelope::is_envelope(data) {
+                    match m.control(&self.sock, src, data) {
+                        Control::Deliver { src: s, src_port: p, dst: d, packet } => {
+                            (src, src_port, dst, data) = (s, p, d, packet);
+                        }
+                        Control::Wake => {
+                            stats.wake_ups += 1;
+                            continue;
+                        }
+                        Control::Done => continue,
+                    }
+                } else if let Some(q) = data.get(5..8)
+                    && let Route::Member { .. } | Route::Unseated = m.route(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+                {
+                    m.pass_on(&self.sock, src, src_port, dst, data, 0);
+                    continue;
+                }
+            } else if self.sock.is_wake_up(SocketAddr::new(src, src_port), data.len()) {
                 stats.wake_ups += 1;
                 continue;
             }
             stats.rx_packets += 1;
             if let Some(t) = tap.as_mut() {
-                t.write(seg.src, seg.src_port, seg.dst, PORT, None, seg.data)?;
+                t.write(src, src_port, dst, PORT, None, data)?;
             }
             let Some(f) = faults.as_mut() else {
-                dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                dev.handle_datagram(now, src, src_port, dst, None, data);
                 continue;
             };
-            match f.fate(seg.data.len()) {
-                Fate::Deliver => dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data),
+            match f.fate(data.len()) {
+                Fate::Deliver => dev.handle_datagram(now, src, src_port, dst, None, data),
                 Fate::Drop => {}
                 Fate::Duplicate => {
-                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
-                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, seg.data);
+                    dev.handle_datagram(now, src, src_port, dst, None, data);
+                    dev.handle_datagram(now, src, src_port, dst, None, data);
                 }
                 Fate::Hold => f.held.push_back(Held {
                     release: now + f.spec.reorder_delay,
-                    src: seg.src,
-                    src_port: seg.src_port,
-                    dst: seg.dst,
-                    data: seg.data.to_vec(),
+                    src,
+                    src_port,
+                    dst,
+                    data: data.to_vec(),
                 }),
                 Fate::Corrupt { bit } => {
                     scratch.clear();
-                    scratch.extend_from_slice(seg.data);
+                    scratch.extend_from_slice(data);
                     scratch[bit / 8] ^= 1 << (bit % 8);
-                    dev.handle_datagram(now, seg.src, seg.src_port, seg.dst, None, scratch);
+                    dev.handle_datagram(now, src, src_port, dst, None, scratch);
                 }
             }
             // A reordered packet is overtaken by this one, then released.
@@ -582,6 +604,10 @@ impl Shared {
                 let h = f.held.pop_front().expect("front checked");
                 dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
             }
+        }
+        if let Some(m) = member {
+            // Strays or misdirected envelopes: the seats changed.
+            m.upkeep(&self.sock);
         }
         Ok(())
     }

@@ -19,6 +19,9 @@ pub enum Error {
     /// The device's address and port cannot be bound.
     #[error(transparent)]
     Bind(#[from] roce_udp::BindError),
+    /// The host's shared device could not be joined.
+    #[error(transparent)]
+    Host(#[from] roce_host::HostError),
     /// A verb was refused (the C API's errno).
     #[error(transparent)]
     Verb(#[from] roce_proto::VerbError),

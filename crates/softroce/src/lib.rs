@@ -61,6 +61,7 @@ mod driver;
 mod error;
 pub mod faults;
 mod fork;
+mod port;
 mod sg;
 pub mod tap;
 mod verbs;

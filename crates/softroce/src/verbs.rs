@@ -161,7 +161,15 @@ impl Pd {
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
         };
-        let qpn = self.ctx().shared().with_live_dev(false, |d| d.create_qp(attr))?;
+        let shared = self.ctx().shared();
+        let qpn = match shared.sock.member() {
+            // A shared device: a number of this process's blocks.
+            Some(m) => shared.with_live_dev(false, |d| {
+                let q = m.alloc_qpn(&shared.sock, |q| d.qp(q).is_some())?;
+                d.create_qp_as(q, attr).map_err(Error::from)
+            })?,
+            None => shared.with_live_dev(false, |d| d.create_qp(attr))?,
+        };
         Ok(Qp(Arc::new(QpInner {
             pd: self.clone(),
             qpn,

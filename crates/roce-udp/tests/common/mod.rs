@@ -61,7 +61,12 @@ pub fn assert_quiet(sock: &Socket, rx: &mut RecvBatch) {
     assert_eq!(sock.recv(rx).unwrap(), 0, "unexpected extra datagrams");
 }
 
-/// Packet `i` of a test stream: `len` bytes, distinct per (tag, i, offset).
+/// Packet `i` of a test stream: `len` bytes, distinct per (tag, i, offset),
+/// but for bytes 4..8, where a BTH has its destination QP: the stream's
+/// (`tag`), since one GSO send carries one QP's packets.
 pub fn packet(tag: u8, i: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (k as u32).wrapping_mul(31).wrapping_add(i as u32 * 7 + u32::from(tag) * 101) as u8).collect()
+    let mut p: Vec<u8> =
+        (0..len).map(|k| (k as u32).wrapping_mul(31).wrapping_add(i as u32 * 7 + u32::from(tag) * 101) as u8).collect();
+    p.iter_mut().skip(4).take(4).zip([0, 0, 0, tag]).for_each(|(b, t)| *b = t);
+    p
 }

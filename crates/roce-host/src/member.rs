@@ -1,0 +1,700 @@
+//! A member of a shared device: one open context's seat in the host's
+//! reuseport group, its QPN blocks, and the upkeep of the shared table.
+
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use roce_udp::{BindError, Socket};
+
+use crate::envelope::{self, Envelope};
+use crate::layout::{self, BLOCK_BITS, BLOCKS, FIRST_BLOCK, LAST_BLOCK, LIVENESS_BASE, MAX_MEMBERS, Table};
+use crate::seats::{self, Plan};
+use crate::shm::{self, Mapping};
+use crate::stats::HostStats;
+
+/// How long a block stays unused after its member left or died, so that
+/// peers of its QPs have given up on them (IBTA: a requester retries
+/// `retry_cnt` times, 7 at most, each after the local ACK timeout; rdma-core's
+/// and perftest's timeout 14 is 67 ms, rdma_cm's default 18 about 1 s).
+pub const QUARANTINE: Duration = Duration::from_secs(60);
+/// How long joining or leaving waits for the device file's lock.
+pub const LOCK_PATIENCE: Duration = Duration::from_secs(5);
+/// How long a probe round waits for the members' answers.
+pub const PROBE_PATIENCE: Duration = Duration::from_millis(50);
+/// Least time between two reconciliations a member starts by itself.
+const RECONCILE_EVERY: Duration = Duration::from_millis(2);
+
+/// Why a device could not be joined or kept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The device file could not be made, opened or mapped.
+    #[error("device file {path}: {source}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// The device file belongs to another user or others may write it.
+    #[error(
+        "device file {path} is owned by uid {owner} with mode {mode:o}: it must be yours and private (remove it)"
+    )]
+    Unsafe {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its mode.
+        mode: u32,
+    },
+    /// Another process holds the device file's lock and does not let go.
+    #[error(
+        "device file {path} stayed locked for {patience:?}: a process holding it hangs (find it with `fuser {path}`)"
+    )]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// How long was waited.
+        patience: Duration,
+    },
+    /// The device file is in use with another layout (another softroce version).
+    #[error("device file {path} is in use by a softroce of another version: stop its processes first")]
+    Incompatible {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The device has [`MAX_MEMBERS`] members already.
+    #[error("{addr} already has {MAX_MEMBERS} open contexts")]
+    Full {
+        /// The device's address.
+        addr: SocketAddr,
+    },
+    /// Every QPN block is owned or in quarantine.
+    #[error("no QP number left on {addr}: every block is in use or in quarantine")]
+    NoQpn {
+        /// The device's address.
+        addr: SocketAddr,
+    },
+    /// Binding the group's socket failed.
+    #[error("{0}")]
+    Bind(#[from] BindError),
+    /// The address is another user's shared device (the kernel groups
+    /// only sockets of one user).
+    #[error(
+        "cannot share {addr}: its UDP port is held by uid {uid} (a device is shared only among processes \
+         of one user); use another address, e.g. `softroce run --loopback`"
+    )]
+    OtherUser {
+        /// The address.
+        addr: SocketAddr,
+        /// The uid holding it.
+        uid: u32,
+    },
+    /// A socket call failed.
+    #[error("{what} on {addr}: {source}")]
+    Io {
+        /// What was done.
+        what: &'static str,
+        /// The device's address.
+        addr: SocketAddr,
+        /// The system error.
+        source: io::Error,
+    },
+}
+
+/// Where a received packet belongs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To this member's engine.
+    Mine,
+    /// To another member, at `seat` of the group.
+    Member {
+        /// Its seat.
+        seat: u32,
+        /// Its incarnation.
+        incarnation: u64,
+    },
+    /// A QP nobody owns: counted and dropped as on a NIC.
+    Nobody,
+    /// Owned by a member whose seat is not known right now.
+    Unseated,
+}
+
+/// What a received envelope asks of the member.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control<'a> {
+    /// A packet for this member's engine.
+    Deliver {
+        /// IP source.
+        src: IpAddr,
+        /// UDP source port.
+        src_port: u16,
+        /// IP destination.
+        dst: IpAddr,
+        /// The packet.
+        packet: &'a [u8],
+    },
+    /// A wake-up for this member.
+    Wake,
+    /// Handled here (a probe answered, a stray passed on, or dropped and counted).
+    Done,
+}
+
+struct Alloc {
+    blocks: Vec<u32>,
+    next: u32,
+}
+
+/// One open context's membership of a shared device.
+pub struct Member {
+    path: PathBuf,
+    file: File,
+    map: Mapping,
+    slot: usize,
+    incarnation: u64,
+    secret: [u8; 16],
+    addr: SocketAddr,
+    owned: Vec<AtomicU64>,
+    alloc: Mutex<Alloc>,
+    attention: AtomicBool,
+    last_reconcile: Mutex<Option<Instant>>,
+    stats: HostStats,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").field("addr", &self.addr).field("slot", &self.slot).finish()
+    }
+}
+
+/// CLOCK_MONOTONIC in ms: one clock for every process of the host.
+fn now_ms() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
+}
+
+/// The device file of `addr` for this user and network namespace.
+pub fn device_file(addr: SocketAddr) -> PathBuf {
+    let uid = rustix::process::getuid().as_raw();
+    let netns = std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0);
+    let shm = PathBuf::from("/dev/shm");
+    let dir = if shm.is_dir() { shm } else { std::env::temp_dir() };
+    let a = addr.ip().to_string().replace(':', "_");
+    dir.join(format!("softroce-u{uid}-n{netns}-{a}-{}", addr.port()))
+}
+
+struct Locked<'a>(&'a File);
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(self.0, rustix::fs::FlockOperation::Unlock);
+    }
+}
+
+impl Member {
+    fn table(&self) -> Table<'_> {
+        Table::new(self.map.words())
+    }
+
+    fn lock(&self, patience: Duration) -> Result<Locked<'_>, HostError> {
+        lock_file(&self.file, &self.path, patience)
+    }
+
+    /// Joins the shared device on `addr` (its port usually 4791): binds a
+    /// socket into the group and takes a seat and a first QPN block.
+    pub fn join(addr: SocketAddr) -> Result<(Member, Socket), HostError> {
+        let path = device_file(addr);
+        loop {
+            if let Some(j) = Member::try_join(addr, &path)? {
+                return Ok(j);
+            }
+        }
+    }
+
+    /// One attempt: `None` when the last member removed the file between
+    /// our open and our lock (then a new file is the device's).
+    fn try_join(addr: SocketAddr, path: &std::path::Path) -> Result<Option<(Member, Socket)>, HostError> {
+        let path = path.to_path_buf();
+        let file_err = |source| HostError::File { path: path.clone(), source };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(file_err)?;
+        let meta = file.metadata().map_err(file_err)?;
+        let me = rustix::process::getuid().as_raw();
+        if meta.uid() != me || meta.mode() & 0o077 != 0 {
+            return Err(HostError::Unsafe { path, owner: meta.uid(), mode: meta.mode() & 0o7777 });
+        }
+        let len = (layout::WORDS * 8) as u64;
+        if meta.len() < len {
+            file.set_len(len).map_err(file_err)?;
+        }
+        let map = Mapping::new(&file, layout::WORDS).map_err(file_err)?;
+        let guard = lock_file(&file, &path, LOCK_PATIENCE)?;
+        if std::fs::symlink_metadata(&path).map(|m| m.ino()).ok() != Some(meta.ino()) {
+            return Ok(None);
+        }
+        let t = Table::new(map.words());
+        if !t.is_valid() {
+            for s in 0..MAX_MEMBERS {
+                if shm::byte_held(&file, LIVENESS_BASE + s as u64).map_err(file_err)? {
+                    return Err(HostError::Incompatible { path });
+                }
+            }
+            t.init(random_secret().map_err(file_err)?);
+        }
+        // A free slot: no incarnation and nobody alive on it, or a dead one's.
+        let mut slot = None;
+        for s in 0..MAX_MEMBERS {
+            if t.incarnation(s) == 0 && shm::hold_byte(&file, LIVENESS_BASE + s as u64).map_err(file_err)? {
+                slot = Some(s);
+                break;
+            }
+        }
+        let Some(slot) = slot else { return Err(HostError::Full { addr }) };
+        let incarnation = t.next_incarnation();
+        t.set_member(slot, incarnation, std::process::id());
+        let secret = t.secret();
+        drop(guard);
+        let member = Member {
+            path,
+            file,
+            map,
+            slot,
+            incarnation,
+            secret,
+            addr,
+            owned: (0..BLOCKS / 64).map(|_| AtomicU64::new(0)).collect(),
+            alloc: Mutex::new(Alloc { blocks: Vec::new(), next: 0 }),
+            attention: AtomicBool::new(false),
+            last_reconcile: Mutex::new(None),
+            stats: HostStats::default(),
+        };
+        let guard = member.lock(LOCK_PATIENCE)?;
+        let sock = match Socket::bind_shared(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                member.table().clear_member(slot);
+                return Err(match (&e, port_owner(addr)) {
+                    (BindError::PortInUse { .. }, Some(uid)) if uid != me => HostError::OtherUser { addr, uid },
+                    _ => HostError::Bind(e),
+                });
+            }
+        };
+        member.reconcile_locked(&sock, true)?;
+        member.claim_block(&sock)?;
+        drop(guard);
+        Ok(Some((member, sock)))
+    }
+
+    /// The member's counters.
+    pub fn stats(&self) -> &HostStats {
+        &self.stats
+    }
+
+    /// The device file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The member's incarnation (unique on the device for its lifetime).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The QPN blocks this member owns.
+    pub fn blocks(&self) -> Vec<u32> {
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner()).blocks.clone()
+    }
+
+    fn owns(&self, block: u32) -> bool {
+        let b = block as usize % BLOCKS;
+        self.owned[b / 64].load(Ordering::Relaxed) & (1 << (b % 64)) != 0
+    }
+
+    fn set_owned(&self, block: u32, on: bool) {
+        let b = block as usize % BLOCKS;
+        if on {
+            self.owned[b / 64].fetch_or(1 << (b % 64), Ordering::Relaxed);
+        } else {
+            self.owned[b / 64].fetch_and(!(1 << (b % 64)), Ordering::Relaxed);
+        }
+    }
+
+    /// A QP number for a new QP: the next one of this member's blocks that
+    /// `in_use` does not name (cyclic, so numbers are reused late), or the
+    /// first of a new block.
+    pub fn alloc_qpn(&self, sock: &Socket, in_use: impl Fn(u32) -> bool) -> Result<u32, HostError> {
+        loop {
+            {
+                let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                let total = a.blocks.len() << BLOCK_BITS;
+                for k in 0..total {
+                    let i = (a.next as usize + k) % total;
+                    let q = (a.blocks[i >> BLOCK_BITS] << BLOCK_BITS) | (i as u32 & ((1 << BLOCK_BITS) - 1));
+                    if !in_use(q) {
+                        a.next = ((i + 1) % total) as u32;
+                        return Ok(q);
+                    }
+                }
+            }
+            let _g = self.lock(LOCK_PATIENCE)?;
+            self.claim_block(sock)?;
+        }
+    }
+
+    /// Claims the next free block out of quarantine (lock held).
+    fn claim_block(&self, sock: &Socket) -> Result<(), HostError> {
+        let t = self.table();
+        let now = now_ms();
+        let span = LAST_BLOCK - FIRST_BLOCK + 1;
+        let start = t.next_block();
+        let q = QUARANTINE.as_millis() as u64;
+        let found = (0..span).map(|k| FIRST_BLOCK + (start - FIRST_BLOCK + k) % span).find(|&b| {
+            t.block_owner(b).is_none_or(|o| !self.owner_alive(&t, o.slot, o.incarnation))
+                && (t.freed_at(b) == 0 || now.saturating_sub(t.freed_at(b)) >= q)
+        });
+        let Some(b) = found else { return Err(HostError::NoQpn { addr: self.addr }) };
+        t.set_block_owner(b, self.slot, self.incarnation);
+        t.set_next_block(if b == LAST_BLOCK { FIRST_BLOCK } else { b + 1 });
+        self.set_owned(b, true);
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner()).blocks.push(b);
+        t.bump();
+        self.attach(sock)
+    }
+
+    fn owner_alive(&self, t: &Table<'_>, slot: usize, inc: u64) -> bool {
+        t.is_incarnation(slot, inc)
+            && (slot == self.slot || shm::byte_held(&self.file, LIVENESS_BASE + slot as u64).unwrap_or(true))
+    }
+
+    /// Where a packet for `dest_qpn` belongs. Lock-free: the data path.
+    pub fn route(&self, dest_qpn: u32) -> Route {
+        let block = (dest_qpn & 0x00ff_ffff) >> BLOCK_BITS;
+        if self.owns(block) {
+            return Route::Mine;
+        }
+        let t = self.table();
+        let Some(o) = t.block_owner(block) else { return Route::Nobody };
+        if !t.is_incarnation(o.slot, o.incarnation) {
+            return Route::Nobody;
+        }
+        match t.seat_of(o.slot) {
+            Some(seat) => Route::Member { seat: seat as u32, incarnation: o.incarnation },
+            None => Route::Unseated,
+        }
+    }
+
+    /// Hands a packet that reached this member but is not its own on, or
+    /// drops and counts it. `hops`: members it went through already.
+    pub fn pass_on(&self, sock: &Socket, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8], hops: u8) {
+        let qpn = match packet.get(5..8) {
+            Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
+            None => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        match self.route(qpn) {
+            Route::Mine => unreachable!("pass_on is for packets of other members"),
+            Route::Nobody => {
+                self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
+            }
+            Route::Unseated => {
+                self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
+                self.attention.store(true, Ordering::Release);
+            }
+            Route::Member { .. } if hops >= envelope::MAX_HOPS => {
+                self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
+                self.attention.store(true, Ordering::Release);
+            }
+            Route::Member { seat, incarnation } => {
+                let mut head = Vec::with_capacity(envelope::FORWARD_HEADER);
+                envelope::forward_header(&mut head, seat, &self.secret, incarnation, hops + 1, src, src_port, dst);
+                let parts = [io::IoSlice::new(&head), io::IoSlice::new(packet)];
+                match sock.send_to_vectored(&parts, sock.local_addr()) {
+                    Ok(_) => self.stats.forwarded.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed),
+                };
+                if hops > 0 {
+                    // A forward that missed: the seats have changed.
+                    self.attention.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Handles a received envelope (`data` passed `envelope::is_envelope`).
+    pub fn control<'a>(&self, sock: &Socket, src: IpAddr, data: &'a [u8]) -> Control<'a> {
+        // Members send from the device's own address: anything else is forged.
+        if src != self.addr.ip() {
+            self.stats.bad_envelopes.fetch_add(1, Ordering::Relaxed);
+            return Control::Done;
+        }
+        let me = self.incarnation & 0xffff_ffff_ffff;
+        match envelope::parse(data, &self.secret) {
+            Err(_) => {
+                self.stats.bad_envelopes.fetch_add(1, Ordering::Relaxed);
+                Control::Done
+            }
+            Ok(Envelope::Probe { seat, generation }) => {
+                self.table().answer_probe(self.slot, generation, seat);
+                Control::Done
+            }
+            Ok(Envelope::Wake { member }) if member & 0xffff_ffff_ffff == me => Control::Wake,
+            Ok(Envelope::Wake { .. }) => {
+                self.stats.misdirected.fetch_add(1, Ordering::Relaxed);
+                self.attention.store(true, Ordering::Release);
+                Control::Done
+            }
+            Ok(Envelope::Forward { member, src, src_port, dst, packet, .. }) if member & 0xffff_ffff_ffff == me => {
+                self.stats.received_forwarded.fetch_add(1, Ordering::Relaxed);
+                Control::Deliver { src, src_port, dst, packet }
+            }
+            Ok(Envelope::Forward { hops, src, src_port, dst, packet, .. }) => {
+                self.stats.misdirected.fetch_add(1, Ordering::Relaxed);
+                self.attention.store(true, Ordering::Release);
+                if packet.get(5..8).is_some_and(|q| self.route(u32::from_be_bytes([0, q[0], q[1], q[2]])) == Route::Mine)
+                {
+                    // Meant for a member that is gone; the block is ours now? Never: blocks
+                    // are quarantined. Count it rather than deliver it.
+                    self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
+                    return Control::Done;
+                }
+                self.pass_on(sock, src, src_port, dst, packet, hops);
+                Control::Done
+            }
+        }
+    }
+
+    /// A Wake envelope for this member's own seat, to send from `sock` to
+    /// itself; `None` while its seat is not known.
+    pub fn wake_envelope(&self, out: &mut Vec<u8>) -> bool {
+        match self.table().seat_of(self.slot) {
+            Some(seat) => {
+                envelope::wake(out, seat as u32, &self.secret, self.incarnation);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether something seen on the data path asks for a reconciliation.
+    pub fn wants_upkeep(&self) -> bool {
+        self.attention.load(Ordering::Acquire)
+    }
+
+    /// Reconciles the table with the kernel if something asked for it and
+    /// no other member is doing so (never waits for the lock).
+    pub fn upkeep(&self, sock: &Socket) {
+        if !self.attention.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut last = self.last_reconcile.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < RECONCILE_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        if rustix::fs::flock(&self.file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            return;
+        }
+        let _g = Locked(&self.file);
+        self.attention.store(false, Ordering::Release);
+        if self.reconcile_locked(sock, false).is_err() {
+            self.attention.store(true, Ordering::Release);
+        }
+    }
+
+    /// Finds the members that died, frees their blocks, works out the
+    /// seats (probing the kernel when the model cannot tell) and installs
+    /// the steering program. `joining`: this member's socket was just
+    /// bound (so it sits last). Lock held.
+    fn reconcile_locked(&self, sock: &Socket, joining: bool) -> Result<(), HostError> {
+        self.stats.reconciles.fetch_add(1, Ordering::Relaxed);
+        let t = self.table();
+        let now = now_ms();
+        let mut gone = Vec::new();
+        let mut live = Vec::new();
+        for s in 0..MAX_MEMBERS {
+            let inc = t.incarnation(s);
+            if inc == 0 || s == self.slot {
+                continue;
+            }
+            if shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true) {
+                live.push(s);
+            } else {
+                gone.push(s);
+            }
+        }
+        for &s in &gone {
+            let inc = t.incarnation(s);
+            for b in FIRST_BLOCK..=LAST_BLOCK {
+                if t.block_owner(b).is_some_and(|o| o.slot == s && o.incarnation == inc & 0xffff_ffff_ffff) {
+                    t.free_block(b, now);
+                }
+            }
+        }
+        let mut current = t.seats();
+        if joining {
+            // Not seated yet: the model must not see this member leave.
+            current.retain(|x| *x != Some(self.slot));
+        }
+        let plan = seats::after_leaving(&current, &gone);
+        for &s in &gone {
+            t.clear_member(s);
+            self.stats.reaped.fetch_add(1, Ordering::Relaxed);
+        }
+        let new = match plan {
+            Plan::Exact(mut s) => {
+                if joining {
+                    s.push(Some(self.slot));
+                }
+                s
+            }
+            Plan::Probe(n) => self.probe(sock, &live, n + usize::from(joining))?,
+        };
+        t.set_seats(&new);
+        t.bump();
+        self.attach(sock)
+    }
+
+    /// Asks the kernel who sits where: a probe to each of `count` seats,
+    /// answered by whoever it reaches (lock held).
+    fn probe(&self, sock: &Socket, others: &[usize], count: usize) -> Result<Vec<Option<usize>>, HostError> {
+        self.stats.probes.fetch_add(1, Ordering::Relaxed);
+        let t = self.table();
+        // Meanwhile the old program stays; envelopes are steered by seat.
+        let generation = t.bump();
+        let mut buf = Vec::with_capacity(48);
+        for seat in 0..count as u32 {
+            envelope::probe(&mut buf, seat, &self.secret, generation);
+            sock.send_to(&buf, sock.local_addr()).map_err(|source| HostError::Io {
+                what: "sending a probe",
+                addr: self.addr,
+                source,
+            })?;
+        }
+        let deadline = Instant::now() + PROBE_PATIENCE;
+        loop {
+            let answers: Vec<(usize, u32)> =
+                others.iter().filter_map(|&s| t.probe_answer(s, generation).map(|seat| (s, seat))).collect();
+            if answers.len() == others.len() || Instant::now() >= deadline {
+                return Ok(seats::from_answers(count, &answers, self.slot));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Builds the steering program from the table and installs it.
+    fn attach(&self, sock: &Socket) -> Result<(), HostError> {
+        let t = self.table();
+        let mut blocks = Vec::new();
+        for b in FIRST_BLOCK..=LAST_BLOCK {
+            if let Some(o) = t.block_owner(b)
+                && t.is_incarnation(o.slot, o.incarnation)
+                && let Some(seat) = t.seat_of(o.slot)
+            {
+                blocks.push((b, seat as u32));
+            }
+        }
+        let runs = crate::steer::runs(blocks);
+        // Too many runs for one program: the rest are found by forwarding.
+        let prog = (0..=runs.len())
+            .rev()
+            .find_map(|n| crate::steer::program(&runs[..n]))
+            .expect("an empty program fits");
+        sock.attach_steering(&prog).map_err(|source| HostError::Io {
+            what: "attaching the steering program",
+            addr: self.addr,
+            source,
+        })
+    }
+
+    /// Leaves the device: installs a program without this member, closes
+    /// its socket and frees its blocks (into quarantine). A member that
+    /// dies instead is reaped by the next member that reconciles.
+    pub fn leave(self, sock: Socket) {
+        let guard = self.lock(LOCK_PATIENCE);
+        let t = self.table();
+        let seats_now = t.seats();
+        if guard.is_ok()
+            && let Plan::Exact(after) = seats::after_leaving(&seats_now, &[self.slot])
+        {
+            // Seat the others as they will sit once the socket is closed.
+            t.set_seats(&after);
+            for b in self.blocks() {
+                t.free_block(b, now_ms());
+                self.set_owned(b, false);
+            }
+            t.bump();
+            let _ = self.attach(&sock);
+            drop(sock);
+            t.clear_member(self.slot);
+            let others = (0..MAX_MEMBERS).any(|s| {
+                t.incarnation(s) != 0 || shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true)
+            });
+            if !others {
+                // The last one out removes the file; a joiner that opened it
+                // meanwhile sees, once it has the lock, that it is gone.
+                let _ = std::fs::remove_file(&self.path);
+            }
+        } else {
+            // The seats are not known: the others find out by themselves.
+            drop(sock);
+        }
+        drop(guard);
+    }
+}
+
+fn lock_file<'a>(file: &'a File, path: &std::path::Path, patience: Duration) -> Result<Locked<'a>, HostError> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(Locked(file)),
+            Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(HostError::Locked { path: path.to_path_buf(), patience });
+            }
+            Err(e) => return Err(HostError::File { path: path.to_path_buf(), source: e.into() }),
+        }
+    }
+}
+
+fn random_secret() -> io::Result<[u8; 16]> {
+    use std::io::Read;
+    let mut s = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut s)?;
+    Ok(s)
+}
+
+/// The uid of the socket holding UDP `addr`'s port (on that address or
+/// the wildcard), from /proc/net/udp{,6}.
+pub fn port_owner(addr: SocketAddr) -> Option<u32> {
+    let (file, want) = match addr.ip() {
+        IpAddr::V4(a) => ("/proc/net/udp", vec![format!("{:08X}", u32::from_le_bytes(a.octets())), "00000000".into()]),
+        IpAddr::V6(_) => ("/proc/net/udp6", Vec::new()),
+    };
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (ip, port) = f.get(1)?.split_once(':')?;
+        let port = u16::from_str_radix(port, 16).ok()?;
+        (port == addr.port() && (want.is_empty() || want.iter().any(|w| w == ip))).then(|| f.get(7)?.parse().ok())?
+    })
+}
