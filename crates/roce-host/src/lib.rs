@@ -20,5 +20,7 @@ mod shm;
 mod stats;
 pub mod steer;
 
-pub use member::{Control, HostError, LOCK_PATIENCE, Member, PROBE_PATIENCE, QUARANTINE, Route, device_file, port_owner};
+pub use member::{
+    Control, HostError, LOCK_PATIENCE, Member, PROBE_PATIENCE, QUARANTINE, Route, device_file, port_owner,
+};
 pub use stats::HostStats;

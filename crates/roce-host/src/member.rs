@@ -43,9 +43,7 @@ pub enum HostError {
         source: io::Error,
     },
     /// The device file belongs to another user or others may write it.
-    #[error(
-        "device file {path} is owned by uid {owner} with mode {mode:o}: it must be yours and private (remove it)"
-    )]
+    #[error("device file {path} is owned by uid {owner} with mode {mode:o}: it must be yours and private (remove it)")]
     Unsafe {
         /// The file.
         path: PathBuf,
@@ -147,6 +145,20 @@ pub enum Control<'a> {
     Done,
 }
 
+/// A stray whose owner's seat was not known (or was wrong): kept until
+/// the seats are reconciled, then handed on again.
+struct Held {
+    at: Instant,
+    src: IpAddr,
+    src_port: u16,
+    dst: IpAddr,
+    packet: Vec<u8>,
+}
+
+/// Most strays held at once, and for how long.
+const MAX_HELD: usize = 1024;
+const HOLD_FOR: Duration = Duration::from_millis(200);
+
 struct Alloc {
     blocks: Vec<u32>,
     next: u32,
@@ -165,6 +177,8 @@ pub struct Member {
     alloc: Mutex<Alloc>,
     attention: AtomicBool,
     last_reconcile: Mutex<Option<Instant>>,
+    /// Strays waiting for the seats, and the generation they were held at.
+    held: Mutex<(std::collections::VecDeque<Held>, u64)>,
     stats: HostStats,
 }
 
@@ -280,6 +294,7 @@ impl Member {
             alloc: Mutex::new(Alloc { blocks: Vec::new(), next: 0 }),
             attention: AtomicBool::new(false),
             last_reconcile: Mutex::new(None),
+            held: Mutex::new((std::collections::VecDeque::new(), 0)),
             stats: HostStats::default(),
         };
         let guard = member.lock(LOCK_PATIENCE)?;
@@ -362,10 +377,10 @@ impl Member {
         let span = LAST_BLOCK - FIRST_BLOCK + 1;
         let start = t.next_block();
         let q = QUARANTINE.as_millis() as u64;
-        let found = (0..span).map(|k| FIRST_BLOCK + (start - FIRST_BLOCK + k) % span).find(|&b| {
-            t.block_owner(b).is_none_or(|o| !self.owner_alive(&t, o.slot, o.incarnation))
-                && (t.freed_at(b) == 0 || now.saturating_sub(t.freed_at(b)) >= q)
-        });
+        // A dead member's blocks are free only once reaped (quarantine from then).
+        let found = (0..span)
+            .map(|k| FIRST_BLOCK + (start - FIRST_BLOCK + k) % span)
+            .find(|&b| t.block_owner(b).is_none() && (t.freed_at(b) == 0 || now.saturating_sub(t.freed_at(b)) >= q));
         let Some(b) = found else { return Err(HostError::NoQpn { addr: self.addr }) };
         t.set_block_owner(b, self.slot, self.incarnation);
         t.set_next_block(if b == LAST_BLOCK { FIRST_BLOCK } else { b + 1 });
@@ -373,11 +388,6 @@ impl Member {
         self.alloc.lock().unwrap_or_else(|e| e.into_inner()).blocks.push(b);
         t.bump();
         self.attach(sock)
-    }
-
-    fn owner_alive(&self, t: &Table<'_>, slot: usize, inc: u64) -> bool {
-        t.is_incarnation(slot, inc)
-            && (slot == self.slot || shm::byte_held(&self.file, LIVENESS_BASE + slot as u64).unwrap_or(true))
     }
 
     /// Where a packet for `dest_qpn` belongs. Lock-free: the data path.
@@ -412,14 +422,8 @@ impl Member {
             Route::Nobody => {
                 self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
             }
-            Route::Unseated => {
-                self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
-                self.attention.store(true, Ordering::Release);
-            }
-            Route::Member { .. } if hops >= envelope::MAX_HOPS => {
-                self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
-                self.attention.store(true, Ordering::Release);
-            }
+            Route::Unseated => self.hold(src, src_port, dst, packet),
+            Route::Member { .. } if hops >= envelope::MAX_HOPS => self.hold(src, src_port, dst, packet),
             Route::Member { seat, incarnation } => {
                 let mut head = Vec::with_capacity(envelope::FORWARD_HEADER);
                 envelope::forward_header(&mut head, seat, &self.secret, incarnation, hops + 1, src, src_port, dst);
@@ -464,16 +468,15 @@ impl Member {
                 Control::Deliver { src, src_port, dst, packet }
             }
             Ok(Envelope::Forward { hops, src, src_port, dst, packet, .. }) => {
+                // The sender's seats are stale: this member moved, or the
+                // one meant did. Once the seats are known again it goes on.
                 self.stats.misdirected.fetch_add(1, Ordering::Relaxed);
-                self.attention.store(true, Ordering::Release);
-                if packet.get(5..8).is_some_and(|q| self.route(u32::from_be_bytes([0, q[0], q[1], q[2]])) == Route::Mine)
-                {
-                    // Meant for a member that is gone; the block is ours now? Never: blocks
-                    // are quarantined. Count it rather than deliver it.
-                    self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
-                    return Control::Done;
+                if hops >= envelope::MAX_HOPS {
+                    self.hold(src, src_port, dst, packet);
+                } else {
+                    self.pass_on(sock, src, src_port, dst, packet, hops);
                 }
-                self.pass_on(sock, src, src_port, dst, packet, hops);
+                self.attention.store(true, Ordering::Release);
                 Control::Done
             }
         }
@@ -491,6 +494,45 @@ impl Member {
         }
     }
 
+    /// Keeps a stray until the seats are reconciled (counted as dropped
+    /// when there is no room or it waited too long).
+    fn hold(&self, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8]) {
+        self.attention.store(true, Ordering::Release);
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if h.0.is_empty() {
+            h.1 = self.table().generation();
+        }
+        if h.0.len() >= MAX_HELD {
+            self.stats.stray_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.stats.held.fetch_add(1, Ordering::Relaxed);
+        h.0.push_back(Held { at: Instant::now(), src, src_port, dst, packet: packet.to_vec() });
+    }
+
+    /// Hands the held strays on once the seats changed; drops (and counts)
+    /// those that waited [`HOLD_FOR`].
+    fn release_held(&self, sock: &Socket) {
+        let gen_now = self.table().generation();
+        let strays = {
+            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if h.0.is_empty() {
+                return;
+            }
+            let old = h.0.iter().take_while(|x| x.at.elapsed() >= HOLD_FOR).count();
+            h.0.drain(..old);
+            self.stats.stray_dropped.fetch_add(old as u64, Ordering::Relaxed);
+            if h.1 == gen_now {
+                self.attention.store(true, Ordering::Release);
+                return;
+            }
+            std::mem::take(&mut h.0)
+        };
+        for x in strays {
+            self.pass_on(sock, x.src, x.src_port, x.dst, &x.packet, 0);
+        }
+    }
+
     /// Whether something seen on the data path asks for a reconciliation.
     pub fn wants_upkeep(&self) -> bool {
         self.attention.load(Ordering::Acquire)
@@ -502,21 +544,22 @@ impl Member {
         if !self.attention.load(Ordering::Acquire) {
             return;
         }
-        {
+        let due = {
             let mut last = self.last_reconcile.lock().unwrap_or_else(|e| e.into_inner());
-            if last.is_some_and(|t| t.elapsed() < RECONCILE_EVERY) {
-                return;
+            let due = last.is_none_or(|t| t.elapsed() >= RECONCILE_EVERY);
+            if due {
+                *last = Some(Instant::now());
             }
-            *last = Some(Instant::now());
+            due
+        };
+        if due && rustix::fs::flock(&self.file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            let _g = Locked(&self.file);
+            self.attention.store(false, Ordering::Release);
+            if self.reconcile_locked(sock, false).is_err() {
+                self.attention.store(true, Ordering::Release);
+            }
         }
-        if rustix::fs::flock(&self.file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            return;
-        }
-        let _g = Locked(&self.file);
-        self.attention.store(false, Ordering::Release);
-        if self.reconcile_locked(sock, false).is_err() {
-            self.attention.store(true, Ordering::Release);
-        }
+        self.release_held(sock);
     }
 
     /// Finds the members that died, frees their blocks, works out the
@@ -613,10 +656,8 @@ impl Member {
         }
         let runs = crate::steer::runs(blocks);
         // Too many runs for one program: the rest are found by forwarding.
-        let prog = (0..=runs.len())
-            .rev()
-            .find_map(|n| crate::steer::program(&runs[..n]))
-            .expect("an empty program fits");
+        let prog =
+            (0..=runs.len()).rev().find_map(|n| crate::steer::program(&runs[..n])).expect("an empty program fits");
         sock.attach_steering(&prog).map_err(|source| HostError::Io {
             what: "attaching the steering program",
             addr: self.addr,
@@ -644,9 +685,8 @@ impl Member {
             let _ = self.attach(&sock);
             drop(sock);
             t.clear_member(self.slot);
-            let others = (0..MAX_MEMBERS).any(|s| {
-                t.incarnation(s) != 0 || shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true)
-            });
+            let others = (0..MAX_MEMBERS)
+                .any(|s| t.incarnation(s) != 0 || shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true));
             if !others {
                 // The last one out removes the file; a joiner that opened it
                 // meanwhile sees, once it has the lock, that it is gone.

@@ -28,6 +28,8 @@ host_stats! {
     no_owner,
     /// Strays that could not be handed on (their owner's seat unknown, or too many hops).
     stray_dropped,
+    /// Strays held until the seats were known again.
+    held,
     /// Envelopes for another member that reached this one.
     misdirected,
     /// Envelopes refused (forged, truncated, unknown).

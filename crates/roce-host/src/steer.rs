@@ -131,10 +131,7 @@ mod tests {
     #[test]
     fn runs_merge_consecutive_blocks_of_one_seat() {
         let r = runs(vec![(5, 1), (3, 0), (4, 0), (7, 1), (6, 1), (9, 0)]);
-        assert_eq!(
-            r,
-            [Run { lo: 3, hi: 4, seat: 0 }, Run { lo: 5, hi: 7, seat: 1 }, Run { lo: 9, hi: 9, seat: 0 }]
-        );
+        assert_eq!(r, [Run { lo: 3, hi: 4, seat: 0 }, Run { lo: 5, hi: 7, seat: 1 }, Run { lo: 9, hi: 9, seat: 0 }]);
     }
 
     #[test]

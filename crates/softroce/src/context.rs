@@ -241,6 +241,12 @@ impl Context {
         self.shared().with_dev(false, |d| *d.counters())
     }
 
+    /// What this context counted of the device's sharing with other
+    /// processes (`roce_host::HostStats`; empty for a device of its own).
+    pub fn host_stats(&self) -> Vec<(&'static str, u64)> {
+        self.shared().sock.member().map(|m| m.stats().iter().collect()).unwrap_or_default()
+    }
+
     /// The driver's counters.
     pub fn driver_stats(&self) -> DriverStats {
         self.shared().lock().stats

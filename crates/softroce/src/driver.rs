@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
-use roce_host::{Control, Route};
 use roce_udp::{Interest, RecvBatch, SendBatch, Waker, wait};
 use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
@@ -794,6 +794,10 @@ impl Shared {
                 if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };
             let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
+            if let Some(m) = self.sock.member() {
+                // Strays held for a seat, a reconciliation asked for.
+                m.upkeep(&self.sock);
+            }
         }
     }
 }

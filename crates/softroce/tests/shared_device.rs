@@ -1,0 +1,388 @@
+//! Many processes on one device, as with the kernel's Soft-RoCE: every
+//! process here opens `softroce_lo` on 127.0.0.1 (no address of its own).
+//! This test binary re-runs itself for each process (`member_process`,
+//! which does nothing unless `SOFTROCE_TEST_MEMBER` is set); the parent is
+//! a broker that swaps the processes' QP details over TCP, in the order
+//! they joined the device, and collects what each one saw.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use softroce::config::DeviceInfo;
+use softroce::{
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType, RecvWr,
+    SendFlags, SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOpcode,
+};
+
+/// Bytes each RC iteration writes, then reads back.
+const LEN: usize = 96 * 1024;
+const STOP: u32 = u32::MAX;
+const QKEY: u32 = 0x1111_1111;
+
+fn device() -> DeviceInfo {
+    DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn wait_one(cq: &Cq, within: Duration) -> Option<Wc> {
+    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+    (cq.wait(&mut wc, within).unwrap() == 1).then_some(wc[0])
+}
+
+struct End {
+    _ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn open(qp_type: QpType) -> End {
+    let access =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(1024, None).unwrap();
+    let mr = pd.reg_mr(4 * LEN, access).unwrap();
+    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 256).with_type(qp_type)).unwrap();
+    End { _ctx: ctx, pd, cq, qp, mr }
+}
+
+/// `qpn psn gid rkey addr`.
+fn hello(e: &End) -> String {
+    let ep = e.qp.endpoint(e.qp.qpn() & 0xff_ffff);
+    format!("{} {} {} {} {}", ep.qpn, ep.psn, ep.gid, e.mr.rkey(), e.mr.addr())
+}
+
+fn parse_hello(line: &str) -> (QpEndpoint, u32, u64) {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(f.len(), 5, "hello line {line:?}");
+    let ep = QpEndpoint { qpn: f[0].parse().unwrap(), psn: f[1].parse().unwrap(), gid: f[2].parse().unwrap() };
+    (ep, f[3].parse().unwrap(), f[4].parse().unwrap())
+}
+
+/// One process: `role:broker port:pair:seconds:timeout`.
+#[test]
+fn member_process() {
+    let Ok(spec) = std::env::var("SOFTROCE_TEST_MEMBER") else { return };
+    let f: Vec<&str> = spec.split(':').collect();
+    let (role, port, pair, secs, timeout): (&str, u16, u64, u64, u8) =
+        (f[0], f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
+    let me = open(if role.starts_with("ud") { QpType::Ud } else { QpType::Rc });
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    writeln!(s, "{}", hello(&me)).unwrap();
+    let mut peers = String::new();
+    r.read_line(&mut peers).unwrap();
+    let result = match role {
+        "rc-a" => rc_requester(&me, peers.trim(), pair, Duration::from_secs(secs), timeout),
+        "rc-b" => rc_responder(&me, peers.trim(), pair, timeout),
+        "ud-hub" => ud_hub(&me, peers.trim(), secs),
+        "ud-leaf" => ud_leaf(&me, peers.trim(), pair),
+        other => panic!("role {other}"),
+    };
+    writeln!(s, "{result}").unwrap();
+}
+
+fn connect(me: &End, peer: &QpEndpoint, timeout: u8) {
+    let o = ConnectOptions { timeout, retry_cnt: 7, ..ConnectOptions::default() };
+    me.qp.connect_with(me.qp.qpn() & 0xff_ffff, peer, &o).unwrap();
+}
+
+/// WRITE_WITH_IMM of a fresh pattern, the peer's verdict by SEND, then a
+/// READ back compared byte for byte; until `run` is over or work fails.
+fn rc_requester(me: &End, peer: &str, pair: u64, run: Duration, timeout: u8) -> String {
+    let (ep, rkey, raddr) = parse_hello(peer);
+    connect(me, &ep, timeout);
+    let start = Instant::now();
+    let (mut last, mut max_gap, mut iters) = (Instant::now(), Duration::ZERO, 0u32);
+    let verdict = [me.mr.sge(3 * LEN, 8)];
+    let fail =
+        |what: &str, w: Option<Wc>, n: u32| format!("failed {what} after {n} iterations: {:?}", w.map(|w| w.status));
+    while start.elapsed() < run {
+        let data = pattern(LEN, pair * 1_000_000 + u64::from(iters));
+        me.mr.write(0, &data).unwrap();
+        me.qp.post_recv(&RecvWr { wr_id: 9, sg_list: &verdict }).unwrap();
+        let sge = [me.mr.sge(0, LEN as u32)];
+        let mut wr = SendWr::new(1, WrOpcode::RdmaWriteWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
+        (wr.remote_addr, wr.rkey, wr.imm_data) = (raddr, rkey, iters.to_be());
+        me.qp.post_send(&wr).unwrap();
+        // The WRITE's completion and the verdict's, in either order.
+        for _ in 0..2 {
+            match wait_one(&me.cq, Duration::from_secs(30)) {
+                Some(w) if w.status == WcStatus::Success => {}
+                w => return fail("write", w, iters),
+            }
+        }
+        let v = me.mr.to_vec(3 * LEN, 8).unwrap();
+        assert_eq!(v, u64::from(iters).to_be_bytes(), "the peer saw other bytes than were written");
+        let back = [me.mr.sge(LEN, LEN as u32)];
+        let mut rd = SendWr::new(2, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&back));
+        (rd.remote_addr, rd.rkey) = (raddr, rkey);
+        me.qp.post_send(&rd).unwrap();
+        match wait_one(&me.cq, Duration::from_secs(30)) {
+            Some(w) if w.status == WcStatus::Success => {}
+            w => return fail("read", w, iters),
+        }
+        assert!(me.mr.to_vec(LEN, LEN).unwrap() == data, "READ returned other bytes (iteration {iters})");
+        iters += 1;
+        max_gap = max_gap.max(last.elapsed());
+        last = Instant::now();
+    }
+    let mut wr = SendWr::new(3, WrOpcode::RdmaWriteWithImm, SendFlags::SIGNALED, Payload::Sges(&[]));
+    (wr.remote_addr, wr.rkey, wr.imm_data) = (raddr, rkey, STOP.to_be());
+    me.qp.post_send(&wr).unwrap();
+    match wait_one(&me.cq, Duration::from_secs(30)) {
+        Some(w) if w.status == WcStatus::Success => {}
+        w => return fail("stop", w, iters),
+    }
+    format!("ok iters={iters} max_gap_us={} qpn={}", max_gap.as_micros(), me.qp.qpn())
+}
+
+/// Checks each WRITE's bytes against the pattern and answers with the
+/// iteration number, until the requester says stop.
+fn rc_responder(me: &End, peer: &str, pair: u64, timeout: u8) -> String {
+    let (ep, _, _) = parse_hello(peer);
+    connect(me, &ep, timeout);
+    let none: [softroce::Sge; 0] = [];
+    let mut n = 0u32;
+    loop {
+        me.qp.post_recv(&RecvWr { wr_id: 5, sg_list: &none }).unwrap();
+        let w = wait_one(&me.cq, Duration::from_secs(60)).expect("a WRITE within 60 s");
+        assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RecvRdmaWithImm), "{w:?}");
+        let imm = u32::from_be(w.imm_data);
+        if imm == STOP {
+            return format!("ok iters={n} qpn={}", me.qp.qpn());
+        }
+        assert_eq!(imm, n, "iterations in order");
+        let got = me.mr.to_vec(0, LEN).unwrap();
+        assert!(got == pattern(LEN, pair * 1_000_000 + u64::from(n)), "WRITE {n} landed other bytes");
+        me.mr.write(3 * LEN, &u64::from(n).to_be_bytes()).unwrap();
+        let v = [me.mr.sge(3 * LEN, 8)];
+        me.qp.post_send(&SendWr::new(6, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&v))).unwrap();
+        let w = wait_one(&me.cq, Duration::from_secs(30)).expect("the verdict's completion");
+        assert_eq!(w.status, WcStatus::Success);
+        n += 1;
+    }
+}
+
+/// One UD QP sends `rounds` datagrams to each leaf (in other processes)
+/// and checks each leaf's echo by its source QP and content.
+fn ud_hub(me: &End, leaves: &str, rounds: u64) -> String {
+    connect(me, &me.qp.endpoint(0), 14);
+    let ah = me.pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let leaves: Vec<QpEndpoint> = leaves.split('|').map(|l| parse_hello(l).0).collect();
+    for k in 0..64usize {
+        let r = [me.mr.sge(LEN + k * 1024, 1024)];
+        me.qp.post_recv(&RecvWr { wr_id: 100 + k as u64, sg_list: &r }).unwrap();
+    }
+    for round in 0..rounds {
+        for (i, l) in leaves.iter().enumerate() {
+            let msg = pattern(200, round * 16 + i as u64);
+            me.mr.write(i * 256, &msg).unwrap();
+            let s = [me.mr.sge(i * 256, 200)];
+            let mut wr = SendWr::new(i as u64, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&s));
+            wr.ud = Some(UdDest { ah: ah.handle(), remote_qpn: l.qpn, remote_qkey: QKEY });
+            me.qp.post_send(&wr).unwrap();
+        }
+        let mut echoed = vec![false; leaves.len()];
+        while echoed.iter().any(|e| !e) {
+            let Some(w) = wait_one(&me.cq, Duration::from_secs(10)) else {
+                panic!(
+                    "no completion within 10 s in round {round} (echoed {echoed:?}): {:?} {:?}",
+                    me._ctx.counters(),
+                    me._ctx.host_stats()
+                )
+            };
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            if w.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let i = leaves.iter().position(|l| l.qpn == w.src_qp).expect("an echo from a leaf's QP");
+            let slot = LEN + (w.wr_id as usize - 100) * 1024;
+            let got = me.mr.to_vec(slot + 40, w.byte_len as usize - 40).unwrap();
+            assert_eq!(got, pattern(200, round * 16 + i as u64), "echo of leaf {i} in round {round}");
+            echoed[i] = true;
+            let r = [me.mr.sge(slot, 1024)];
+            me.qp.post_recv(&RecvWr { wr_id: w.wr_id, sg_list: &r }).unwrap();
+        }
+    }
+    format!("ok rounds={rounds} qpn={}", me.qp.qpn())
+}
+
+/// Echoes what the hub sends, until the hub's TCP line says stop.
+fn ud_leaf(me: &End, hub: &str, _pair: u64) -> String {
+    connect(me, &me.qp.endpoint(0), 14);
+    let (hub, _, _) = parse_hello(hub);
+    let ah = me.pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    for k in 0..64u64 {
+        let r = [me.mr.sge(k as usize * 1024, 1024)];
+        me.qp.post_recv(&RecvWr { wr_id: k, sg_list: &r }).unwrap();
+    }
+    let mut echoed = 0;
+    loop {
+        let Some(w) = wait_one(&me.cq, Duration::from_secs(3)) else {
+            // The hub is done (it waited for every echo).
+            eprintln!("leaf {:#x}: {:?} {:?}", me.qp.qpn(), me._ctx.counters(), me._ctx.host_stats());
+            return format!("ok echoed={echoed} qpn={}", me.qp.qpn());
+        };
+        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+        if w.opcode != WcOpcode::Recv {
+            continue;
+        }
+        assert_eq!(w.src_qp, hub.qpn, "datagrams come from the hub's one QP");
+        let s = [me.mr.sge(w.wr_id as usize * 1024 + 40, w.byte_len - 40)];
+        let mut wr = SendWr::new(1000, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&s));
+        wr.ud = Some(UdDest { ah: ah.handle(), remote_qpn: hub.qpn, remote_qkey: QKEY });
+        me.qp.post_send(&wr).unwrap();
+        // The echo's bytes leave before the buffer is posted again.
+        let c = wait_one(&me.cq, Duration::from_secs(10)).expect("the echo's completion");
+        assert_eq!((c.status, c.opcode), (WcStatus::Success, WcOpcode::Send), "{c:?}");
+        let r = [me.mr.sge(w.wr_id as usize * 1024, 1024)];
+        me.qp.post_recv(&RecvWr { wr_id: w.wr_id, sg_list: &r }).unwrap();
+        echoed += 1;
+    }
+}
+
+/// A process started from this binary, joined to the device once the
+/// broker has its hello.
+struct Member {
+    child: Child,
+    tcp: TcpStream,
+    reader: BufReader<TcpStream>,
+    hello: String,
+}
+
+/// Starts `specs` one after the other (each joins the device before the
+/// next starts: seats in this order), returns them with their hellos.
+fn start(listener: &TcpListener, specs: &[String]) -> Vec<Member> {
+    let port = listener.local_addr().unwrap().port();
+    specs
+        .iter()
+        .map(|spec| {
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "member_process", "--nocapture", "--test-threads", "1"])
+                .env("SOFTROCE_TEST_MEMBER", spec.replace("PORT", &port.to_string()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            let mut reader = BufReader::new(tcp.try_clone().unwrap());
+            let mut hello = String::new();
+            reader.read_line(&mut hello).unwrap();
+            Member { child, tcp, reader, hello: hello.trim().to_string() }
+        })
+        .collect()
+}
+
+fn tell(m: &mut Member, line: &str) {
+    writeln!(m.tcp, "{line}").unwrap();
+}
+
+fn result(m: &mut Member) -> String {
+    let mut line = String::new();
+    m.reader.read_line(&mut line).unwrap();
+    let status = m.child.wait().unwrap();
+    assert!(status.success(), "member exited with {status}: {line}");
+    line.trim().to_string()
+}
+
+fn qpn_of(hello: &str) -> u32 {
+    hello.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Pairs (0,1), (2,3), ...: each gets the other's hello.
+fn introduce_pairs(ms: &mut [Member]) {
+    for i in (0..ms.len()).step_by(2) {
+        let (a, b) = (ms[i].hello.clone(), ms[i + 1].hello.clone());
+        tell(&mut ms[i], &b);
+        tell(&mut ms[i + 1], &a);
+    }
+}
+
+#[test]
+fn eight_processes_on_one_device_move_checked_data_in_four_pairs() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let specs: Vec<String> =
+        (0..8).map(|i| format!("{}:PORT:{}:2:14", if i % 2 == 0 { "rc-a" } else { "rc-b" }, i / 2)).collect();
+    let mut ms = start(&listener, &specs);
+    let mut qpns: Vec<u32> = ms.iter().map(|m| qpn_of(&m.hello)).collect();
+    introduce_pairs(&mut ms);
+    let results: Vec<String> = ms.iter_mut().map(result).collect();
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.starts_with("ok iters="), "process {i}: {r}");
+        let iters: u32 = r["ok iters=".len()..].split_whitespace().next().unwrap().parse().unwrap();
+        assert!(iters > 0, "process {i} moved nothing: {r}");
+    }
+    eprintln!("{results:#?}");
+    qpns.sort_unstable();
+    qpns.dedup();
+    assert_eq!(qpns.len(), 8, "QPNs unique across the device");
+}
+
+#[test]
+fn kill_9_of_one_process_fails_only_its_peer_and_others_carry_on() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    // The victim joins second: when it dies the last process to join moves
+    // into its seat in the kernel's group, and its traffic must follow.
+    // Victim pair: 4.096 us x 2^10 timeouts, 7 retries: its peer gives up
+    // within about 40 ms of retries.
+    let specs = ["rc-a:PORT:0:60:10", "rc-b:PORT:0:60:10", "rc-a:PORT:1:3:14", "rc-b:PORT:1:3:14"].map(String::from);
+    let mut ms = start(&listener, &specs);
+    introduce_pairs(&mut ms);
+    std::thread::sleep(Duration::from_millis(700));
+    ms[1].child.kill().unwrap();
+    let killed_at = Instant::now();
+    let _ = ms[1].child.wait();
+    let orphan = {
+        let mut line = String::new();
+        ms[0].reader.read_line(&mut line).unwrap();
+        assert!(ms[0].child.wait().unwrap().success());
+        line
+    };
+    let gave_up_after = killed_at.elapsed();
+    assert!(orphan.starts_with("failed"), "the dead process's peer: {orphan}");
+    assert!(orphan.contains("RetryExc"), "the dead process's peer fails as with a dead host: {orphan}");
+    assert!(gave_up_after < Duration::from_secs(10), "gave up after {gave_up_after:?}");
+    let survivors: Vec<String> = ms[2..].iter_mut().map(result).collect();
+    eprintln!("orphan: {orphan} after {gave_up_after:?}; survivors: {survivors:#?}");
+    assert!(survivors.iter().all(|r| r.starts_with("ok iters=")), "{survivors:?}");
+    let gap: u64 =
+        survivors[0].split("max_gap_us=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    eprintln!("longest pause of the surviving pair: {gap} us");
+    assert!(gap < 2_000_000, "the surviving pair stalled for {gap} us");
+}
+
+#[test]
+fn one_ud_qp_talks_to_qps_of_three_other_processes() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let specs =
+        ["ud-hub:PORT:0:50:14", "ud-leaf:PORT:0:0:14", "ud-leaf:PORT:1:0:14", "ud-leaf:PORT:2:0:14"].map(String::from);
+    let mut ms = start(&listener, &specs);
+    let leaves: Vec<String> = ms[1..].iter().map(|m| m.hello.clone()).collect();
+    let hub = ms[0].hello.clone();
+    tell(&mut ms[0], &leaves.join("|"));
+    for m in &mut ms[1..] {
+        tell(m, &hub);
+    }
+    let results: Vec<String> = ms.iter_mut().map(result).collect();
+    assert_eq!(results[0].split_whitespace().nth(1), Some("rounds=50"), "{results:?}");
+    for r in &results[1..] {
+        assert_eq!(r.split_whitespace().nth(1), Some("echoed=50"), "{results:?}");
+    }
+}
