@@ -96,6 +96,20 @@ impl Done {
     }
 }
 
+thread_local! {
+    /// This thread's programs run under plain `softroce run`: all of them
+    /// on the host's one shared device (127.0.0.1), not a leased address each.
+    static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's programs on the shared device.
+fn shared<R>(f: impl FnOnce() -> R) -> R {
+    SHARED.set(true);
+    let r = f();
+    SHARED.set(false);
+    r
+}
+
 /// A program under `softroce run --loopback`, in a process group of its own
 /// so that killing it also kills the program (`softroce run` only waits for
 /// it). Its output is drained by threads so a full pipe never blocks it.
@@ -120,8 +134,9 @@ impl Proc {
     fn start<S: AsRef<str>>(program: &[S]) -> Proc {
         let program: Vec<&str> = program.iter().map(AsRef::as_ref).collect();
         let what = program.join(" ");
+        let run: &[&str] = if SHARED.get() { &["run", "--"] } else { &["run", "--loopback", "--"] };
         let mut child = Command::new(softroce())
-            .args(["run", "--loopback", "--"])
+            .args(run)
             .args(program)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -426,7 +441,61 @@ fn pingpong(server: &[&str], client: &[&str], qps: usize, bytes: u64) {
     let (ps, pc) = (check_pingpong(&s, qps, bytes), check_pingpong(&c, qps, bytes));
     assert_eq!(ps.local_gids, pc.remote_gids, "{}\n{}", s.report(), c.report());
     assert_eq!(ps.remote_gids, pc.local_gids, "{}\n{}", s.report(), c.report());
-    assert_ne!(ps.local_gids[0], pc.local_gids[0], "two leases, two addresses");
+    if SHARED.get() {
+        assert_eq!(ps.local_gids[0], pc.local_gids[0], "one shared device, one address");
+    } else {
+        assert_ne!(ps.local_gids[0], pc.local_gids[0], "two leases, two addresses");
+    }
+}
+
+#[test]
+fn plain_softroce_run_shares_one_device_ibv_rc_pingpong() {
+    if !have("ibv_rc_pingpong", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let cmd = ["ibv_rc_pingpong", "-g", &g, "-s", "4096"];
+    shared(|| pingpong(&cmd, &cmd, 1, 2 * 4096 * 1000));
+}
+
+#[test]
+fn plain_softroce_run_shares_one_device_ibv_ud_pingpong() {
+    if !have("ibv_ud_pingpong", &["ibv_devinfo", "ibv_ud_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", "2048"];
+    shared(|| pingpong(&cmd, &cmd, 1, 2 * 2048 * 1000));
+}
+
+#[test]
+fn plain_softroce_run_shares_one_device_ib_write_bw() {
+    if !have("ib_write_bw", &["ibv_devinfo", "ib_write_bw"]) {
+        return;
+    }
+    let (s, c) = shared(|| perftest("ib_write_bw", Some(65536)));
+    check_bw(&c, 65536, true);
+    check_bw(&s, 65536, true);
+}
+
+#[test]
+fn four_pingpong_pairs_at_once_on_one_shared_device() {
+    if !have("ibv_rc_pingpong", &["ibv_devinfo", "ibv_rc_pingpong"]) {
+        return;
+    }
+    let g = gid_index();
+    let pairs: Vec<_> = (0..4)
+        .map(|_| {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let cmd = ["ibv_rc_pingpong", "-g", &g, "-s", "4096"];
+                shared(|| pingpong(&cmd, &cmd, 1, 2 * 4096 * 1000));
+            })
+        })
+        .collect();
+    for p in pairs {
+        p.join().expect("a pingpong pair failed (its output is above)");
+    }
 }
 
 #[test]
