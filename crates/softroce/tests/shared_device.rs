@@ -82,6 +82,15 @@ fn member_process() {
     let (role, port, pair, secs, timeout): (&str, u16, u64, u64, u8) =
         (f[0], f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
     let me = open(if role.starts_with("ud") { QpType::Ud } else { QpType::Rc });
+    if role == "ud-leaf" {
+        // Ready before anyone learns its QPN: a UD datagram that finds the
+        // QP not yet in RTR, or no receive posted, is dropped (as on rxe).
+        connect(&me, &me.qp.endpoint(0), 14);
+        for k in 0..64u64 {
+            let r = [me.mr.sge(k as usize * 1024, 1024)];
+            me.qp.post_recv(&RecvWr { wr_id: k, sg_list: &r }).unwrap();
+        }
+    }
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     writeln!(s, "{}", hello(&me)).unwrap();
@@ -225,13 +234,8 @@ fn ud_hub(me: &End, leaves: &str, rounds: u64) -> String {
 
 /// Echoes what the hub sends, until the hub's TCP line says stop.
 fn ud_leaf(me: &End, hub: &str, _pair: u64) -> String {
-    connect(me, &me.qp.endpoint(0), 14);
     let (hub, _, _) = parse_hello(hub);
     let ah = me.pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
-    for k in 0..64u64 {
-        let r = [me.mr.sge(k as usize * 1024, 1024)];
-        me.qp.post_recv(&RecvWr { wr_id: k, sg_list: &r }).unwrap();
-    }
     let mut echoed = 0;
     loop {
         let Some(w) = wait_one(&me.cq, Duration::from_secs(3)) else {
