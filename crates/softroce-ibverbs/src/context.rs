@@ -72,6 +72,17 @@ pub(crate) fn errno(e: &Error) -> c_int {
         },
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         E::Bind(_) => libc::EADDRINUSE,
+        E::Host(h) => {
+            use roce_host::HostError as H;
+            match h {
+                H::Bind(_) | H::OtherUser { .. } => libc::EADDRINUSE,
+                H::File { source, .. } | H::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+                H::Unsafe { .. } => libc::EACCES,
+                H::Locked { .. } | H::Incompatible { .. } => libc::EBUSY,
+                H::Full { .. } | H::NoQpn { .. } => libc::ENOMEM,
+                _ => libc::EINVAL,
+            }
+        }
         E::OutOfBounds { .. } => libc::EINVAL,
         E::DeviceFailed { .. } => libc::EIO,
         E::NoSuchDevice { .. } | E::Config(_) => libc::ENODEV,
@@ -86,15 +97,15 @@ pub(crate) fn errno(e: &Error) -> c_int {
 /// the device closes when its last context and every object made from them
 /// are gone; programs that close a context with objects still alive find it
 /// still open. A `fork()` child inherits the entries of its parent but not
-/// their driver threads: it never reuses them (its own open then finds the
-/// address taken by the parent, and fails).
+/// their driver threads: it never reuses them, and its own open joins the
+/// host's shared device as a process of its own.
 static OPEN: Mutex<Vec<(String, u32, softroce::WeakContext)>> = Mutex::new(Vec::new());
 
 fn shared_open(e: &DevEntry) -> Result<Context, Error> {
     let pid = std::process::id();
     let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-    // A parent's entries stay (for `opened_by_parent`) but are never upgraded.
-    open.retain(|(_, p, w)| *p != pid || w.upgrade().is_some());
+    // A parent's entries are never upgraded here.
+    open.retain(|(_, p, w)| *p == pid && w.upgrade().is_some());
     if let Some(ctx) = open.iter().find(|(n, p, _)| *n == e.info.name && *p == pid).and_then(|(_, _, w)| w.upgrade()) {
         return Ok(ctx);
     }
@@ -103,14 +114,7 @@ fn shared_open(e: &DevEntry) -> Result<Context, Error> {
     Ok(ctx)
 }
 
-/// Whether this process is a `fork()` child of one that had `name` open
-/// (so the address is the parent's: an open here cannot bind it).
-pub(crate) fn opened_by_parent(name: &str) -> bool {
-    let pid = std::process::id();
-    OPEN.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(n, p, _)| n == name && *p != pid)
-}
-
-/// `ibv_open_device`: binds the device and fills both operation tables.
+/// `ibv_open_device`: opens (or shares) the device and fills both operation tables.
 pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     let ctx = shared_open(e)?;
     // SAFETY: eventfd(2) with valid flags; the result is checked.

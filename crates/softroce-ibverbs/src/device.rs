@@ -137,7 +137,8 @@ ibv_export! { "IBVERBS_1.9";
 }
 
 ibv_export! { "IBVERBS_1.1";
-    /// Opens a device: binds its UDP port 4791 and starts its driver.
+    /// Opens a device: joins the host's shared device on its address (UDP
+    /// port 4791) and starts this process's driver for it.
     fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvContext {
         let Some((_, e)) = entry(device) else {
             set_errno(libc::ENODEV);
@@ -147,21 +148,6 @@ ibv_export! { "IBVERBS_1.1";
             Ok(ctx) => ctx,
             Err(err) => {
                 eprintln!("softroce: cannot open {}: {err}", e.info.name);
-                if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. }))
-                    && context::opened_by_parent(&e.info.name)
-                {
-                    eprintln!(
-                        "softroce: this process is a fork() child of the one that has {} open: its address \
-                         stays the parent's; open another device (another address) in the child",
-                        e.info.name
-                    );
-                } else if matches!(err, softroce::Error::Bind(roce_udp::BindError::PortInUse { .. })) {
-                    eprintln!(
-                        "softroce: two processes on one host need two addresses: start each with \
-                         `softroce run --loopback -- PROGRAM` (a free 127.0.0.x each), or give each \
-                         its own with `softroce run --device NAME=ADDR` (SOFTROCE_DEVICES=NAME=ADDR)"
-                    );
-                }
                 set_errno(context::errno(&err));
                 std::ptr::null_mut()
             }

@@ -10,7 +10,9 @@
 //!   device's IPv4 GID, complete a SEND and an RDMA WRITE;
 //! - `fork.py`: with a context, PD, CQ and connected QPs open, children
 //!   forked from the process list devices and exit (one through Python's
-//!   teardown of the inherited objects), and the parent's QPs go on working.
+//!   teardown of the inherited objects), one opens the device itself (a
+//!   process of its own on the shared device: QPNs unlike the parent's, a
+//!   SEND of its own), and the parent's QPs go on working.
 //!
 //! Each run takes a loopback address of its own (`LoopbackLease`) and is
 //! killed after 60 s. Without /usr/bin/python3 or pyverbs the tests print
@@ -244,7 +246,11 @@ fn forked_children_list_devices_and_the_parent_goes_on() {
             "ok before fork: send received 5000 bytes intact",
             &format!("ok child with open qps lists {DEVICE} and leaves with os._exit(0)"),
             &format!("ok child with open qps lists {DEVICE}, tears them down and exits 0"),
-            &format!("ok child opening {DEVICE} again fails with EADDRINUSE (the address is the parent's)"),
+            &format!("ok child opens {DEVICE} itself and gets QP numbers of its own"),
+            "ok child: send completion status success opcode IBV_WC_SEND",
+            "ok child: send receive completion byte_len 5000 opcode IBV_WC_RECV",
+            "ok child: send received 5000 bytes intact",
+            &format!("ok child with its own context on {DEVICE} exits 0"),
             "ok after fork: send completion status success opcode IBV_WC_SEND",
             "ok after fork: send receive completion byte_len 5000 opcode IBV_WC_RECV",
             "ok after fork: send received 5000 bytes intact",
