@@ -4,8 +4,9 @@
 //! 5% of RoCE packets into each namespace. One process per namespace (this
 //! test binary re-run with `ip netns exec`) moves 264 MiB by RDMA WRITE,
 //! SEND and RDMA READ and checks every byte by checksum, then both print
-//! their counters. Needs root, `ip`, `/dev/net/tun` and `nft`; otherwise it
-//! says why it is skipped.
+//! their counters. A second test runs three such pairs at once: three
+//! processes in each namespace share that namespace's device. Needs root,
+//! `ip`, `/dev/net/tun` and `nft`; otherwise it says why it is skipped.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -100,7 +101,8 @@ fn counters_line(who: &str, e: &End) -> String {
     let c = e.ctx.counters();
     let d = e.ctx.driver_stats();
     format!(
-        "{who}: sent_pkts {} rcvd_pkts {} completer_retry_err {} rcvd_seq_err {} out_of_seq_request {} duplicate_request {} drop_icrc {} udp tx {} rx {}",
+        "{who}: qpn {} sent_pkts {} rcvd_pkts {} completer_retry_err {} rcvd_seq_err {} out_of_seq_request {} duplicate_request {} drop_icrc {} udp tx {} rx {}",
+        e.qp.qpn(),
         c.sent_pkts,
         c.rcvd_pkts,
         c.completer_retry_err,
@@ -115,9 +117,9 @@ fn counters_line(who: &str, e: &End) -> String {
 
 /// The server (namespace b): receives SENDs into the middle third of its
 /// region and reports checksums; the client WRITEs and READs its first third.
-fn server() {
+fn server(port: u16) {
     let me = open(ADDR_B);
-    let l = TcpListener::bind((ADDR_B, OOB_PORT)).unwrap();
+    let l = TcpListener::bind((ADDR_B, port)).unwrap();
     // On a line of its own: the test harness has printed "test netns_role ... ".
     println!("\nSERVER-READY");
     std::io::stdout().flush().unwrap();
@@ -148,9 +150,9 @@ fn server() {
     println!("\n{}", counters_line("server", &me));
 }
 
-fn client() {
+fn client(port: u16, rounds: usize) {
     let me = open(ADDR_A);
-    let mut s = TcpStream::connect((ADDR_B, OOB_PORT)).unwrap();
+    let mut s = TcpStream::connect((ADDR_B, port)).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     let f: Vec<String> = line(&mut r).split_whitespace().map(String::from).collect();
     let peer = QpEndpoint { qpn: f[0].parse().unwrap(), psn: f[1].parse().unwrap(), gid: f[2].parse().unwrap() };
@@ -160,7 +162,7 @@ fn client() {
     connect(&me, 9, &peer);
     let t0 = Instant::now();
     let mut moved = 0usize;
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         writeln!(s, "round {round}").unwrap();
         assert_eq!(line(&mut r), "posted");
         // WRITE the first third, SEND the second, then READ the first back
@@ -201,25 +203,40 @@ fn client() {
     println!("{}", counters_line("client", &me));
 }
 
-/// Runs the role named by `SOFTROCE_NETNS_ROLE` (inside a namespace).
+/// Runs the role named by `SOFTROCE_NETNS_ROLE` (inside a namespace) on
+/// the out-of-band port `SOFTROCE_NETNS_PORT`, for `SOFTROCE_NETNS_ROUNDS`.
 #[test]
 fn netns_role() {
+    let var = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let port = var("SOFTROCE_NETNS_PORT", usize::from(OOB_PORT)) as u16;
     match std::env::var("SOFTROCE_NETNS_ROLE").as_deref() {
-        Ok("server") => server(),
-        Ok("client") => client(),
+        Ok("server") => server(port),
+        Ok("client") => client(port, var("SOFTROCE_NETNS_ROUNDS", ROUNDS)),
         _ => {}
     }
 }
 
 fn role(ns: &str, which: &str) -> Command {
+    role_on(ns, which, OOB_PORT, ROUNDS)
+}
+
+fn role_on(ns: &str, which: &str, port: u16, rounds: usize) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns])
         .arg(std::env::current_exe().unwrap())
         .args(["--exact", "netns_role", "--nocapture", "--test-threads", "1"])
         .env("SOFTROCE_NETNS_ROLE", which)
+        .env("SOFTROCE_NETNS_PORT", port.to_string())
+        .env("SOFTROCE_NETNS_ROUNDS", rounds.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     c
+}
+
+/// The word after `name` in `text`, as a number.
+fn counter(text: &str, name: &str) -> u64 {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.iter().position(|w| *w == name).map(|i| words[i + 1].parse().unwrap()).unwrap_or(0)
 }
 
 #[test]
@@ -258,13 +275,67 @@ fn softroce_moves_264_mib_between_namespaces_through_loss_duplication_reordering
     assert!(moved >= 256 << 20, "{moved_line}");
     // The faults happened and were repaired: retransmissions, and every
     // corruption the relay made that reached softroce was an ICRC drop.
-    let counter = |text: &str, name: &str| -> u64 {
-        let words: Vec<&str> = text.split_whitespace().collect();
-        words.iter().position(|w| *w == name).map(|i| words[i + 1].parse().unwrap()).unwrap_or(0)
-    };
     let srv_text = srv_out.join("\n");
     assert!(counter(&cli_out, "completer_retry_err") > 0, "losses were repaired by retransmission");
     assert!(relay.ab.corrupted + relay.ba.corrupted > 0 && relay.ab.duplicated > 0);
     let icrc = counter(&cli_out, "drop_icrc") + counter(&srv_text, "drop_icrc");
     assert!(icrc > 0, "corrupted packets were caught by the ICRC");
+}
+
+/// Three pairs at once across the namespaces: three server processes share
+/// namespace b's device and three clients share a's, over a path that
+/// duplicates and reorders. Every pair moves and checks its bytes, and the
+/// QPNs within each namespace are distinct (one device, not three).
+#[test]
+fn three_processes_on_each_side_share_their_namespace_device() {
+    const PAIRS: u16 = 3;
+    const PAIR_ROUNDS: usize = 2;
+    let Some(_serial) = prepare("three_processes_on_each_side") else { return };
+    let topo = Topology::setup("m", "--seed 12 --dup 0.005 --reorder 0.005 --reorder-delay 1ms", None);
+    let mut servers = Vec::new();
+    for k in 0..PAIRS {
+        let mut g = ChildGuard(Some(role_on(&topo.ns('b'), "server", OOB_PORT + 1 + k, PAIR_ROUNDS).spawn().unwrap()));
+        let out = g.0.as_mut().unwrap().stdout.take().unwrap();
+        let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+        assert!(lines.by_ref().any(|l| l.contains("SERVER-READY")), "server {k} did not start");
+        servers.push((g, lines));
+    }
+    let clients: Vec<ChildGuard> = (0..PAIRS)
+        .map(|k| ChildGuard(Some(role_on(&topo.ns('a'), "client", OOB_PORT + 1 + k, PAIR_ROUNDS).spawn().unwrap())))
+        .collect();
+    let mut client_out = Vec::new();
+    for mut c in clients {
+        let o = c.0.take().unwrap().wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        println!("{text}");
+        assert!(o.status.success(), "a client failed:\n{text}");
+        client_out.push(text);
+    }
+    let mut server_out = Vec::new();
+    for (mut g, lines) in servers {
+        let text: Vec<String> = lines.collect();
+        let status = g.0.take().unwrap().wait().unwrap();
+        assert!(status.success(), "a server failed: {text:?}");
+        server_out.push(text.join("\n"));
+    }
+    topo.teardown();
+    for text in &client_out {
+        let moved: usize = text
+            .lines()
+            .find(|l| l.starts_with("moved "))
+            .expect("figures")
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(moved, PAIR_ROUNDS * 3 * PER_OP, "{text}");
+    }
+    for (side, outs) in [("client", &client_out), ("server", &server_out)] {
+        let mut qpns: Vec<u64> = outs.iter().map(|t| counter(t, "qpn")).collect();
+        assert!(qpns.iter().all(|q| *q > 0), "{side} QPNs {qpns:?}");
+        qpns.sort_unstable();
+        qpns.dedup();
+        assert_eq!(qpns.len(), usize::from(PAIRS), "each {side} process has QPNs of its own on the shared device");
+    }
 }

@@ -45,6 +45,11 @@ enum Command {
     /// `softroce perf write-bw --loopback --baseline` runs both ends here
     /// and prints the ratio to plain UDP sockets beside each row.
     Perf(perf::PerfArgs),
+    /// What sharing one device costs: two `softroce perf` processes on one
+    /// shared device against the same two on two addresses (8-byte
+    /// send-lat, 64 KiB write-bw, 8-byte write message rate), and four
+    /// pairs on one device against one pair alone; ratios and targets.
+    PerfSharing(perf::sharing::SharingArgs),
     /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
     RcPingpong(pingpong::PingpongArgs),
     /// rdma-core's `ibv_ud_pingpong` over softroce (default size 2048).
@@ -63,11 +68,11 @@ enum Command {
     /// Run an unmodified libibverbs program (ibv_rc_pingpong, ib_write_bw,
     /// qperf, pyverbs...) over softroce.
     ///
-    /// Puts softroce's libibverbs.so.1 first on the library path. Two
-    /// processes on one host need two addresses: `--loopback` gives each run
-    /// its own free 127.0.0.x.
-    /// Example: `softroce run --loopback -- ibv_rc_pingpong -g 1` and, beside
-    /// it, `softroce run --loopback -- ibv_rc_pingpong -g 1 127.0.0.1`.
+    /// Puts softroce's libibverbs.so.1 first on the library path. Any
+    /// number of processes share the host's devices; `--loopback` gives a
+    /// run an isolated device on a free 127.0.0.x instead.
+    /// Example: `softroce run -- ibv_rc_pingpong -g 1` and, beside it,
+    /// `softroce run -- ibv_rc_pingpong -g 1 127.0.0.1`.
     Run(run::RunArgs),
     /// List the softroce devices (as rdma-core's `ibv_devices`).
     Devices,
@@ -87,6 +92,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
+        Command::PerfSharing(args) => perf::sharing::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Devices => devinfo::run_devices(),
         Command::RcPingpong(args) => pingpong::run(&args, pingpong::Kind::Rc),

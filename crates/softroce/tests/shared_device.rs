@@ -390,3 +390,66 @@ fn one_ud_qp_talks_to_qps_of_three_other_processes() {
         assert_eq!(r.split_whitespace().nth(1), Some("echoed=50"), "{results:?}");
     }
 }
+
+/// The other user's side of `another_user_is_refused_with_the_reason_and_cannot_read_the_table`:
+/// tries to join 127.0.0.1's device and to open the first user's device
+/// files, and prints what happened.
+#[test]
+fn other_user_process() {
+    if std::env::var_os("SOFTROCE_TEST_OTHER_USER").is_none() {
+        return;
+    }
+    match Context::open_with(&device(), Options::default()) {
+        Ok(_) => println!("\njoined"),
+        Err(e) => println!("\nrefused: {e}"),
+    }
+    let prefix = format!("softroce-u{}-", std::env::var("SOFTROCE_TEST_OTHER_USER").unwrap());
+    for f in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with(&prefix) {
+            let r = std::fs::OpenOptions::new().read(true).open(f.path());
+            println!("open {}: {}", f.path().display(), r.map_or_else(|e| format!("{:?}", e.kind()), |_| "ok".into()));
+        }
+    }
+}
+
+/// Processes of different users: the kernel puts only one user's sockets
+/// in a reuseport group, so a second user cannot join the first one's
+/// device; it is told so (with the uid holding the address and the way
+/// out), and it cannot open the first user's device file (mode 0600).
+/// Needs root (to run a process as nobody); says why it is skipped otherwise.
+#[test]
+fn another_user_is_refused_with_the_reason_and_cannot_read_the_table() {
+    use std::os::unix::process::CommandExt;
+    let me = rustix::process::getuid().as_raw();
+    if me != 0 {
+        eprintln!("another_user: skipped: not root (uid {me}), cannot start a process of another user");
+        return;
+    }
+    let _held = Context::open_with(&device(), Options::default()).unwrap();
+    // A copy of this binary that nobody may run (the build directory may be private).
+    let dir = std::env::temp_dir().join(format!("softroce-other-user-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("shared_device");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    for p in [&dir, &exe] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let out = Command::new(&exe)
+        .args(["--exact", "other_user_process", "--nocapture", "--test-threads", "1"])
+        .env("SOFTROCE_TEST_OTHER_USER", me.to_string())
+        .current_dir(&dir)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("uid 65534 saw:{text}");
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let refused = text.lines().find(|l| l.starts_with("refused: ") || l == &"joined").expect("an outcome");
+    assert!(refused.contains("held by uid 0"), "{refused}");
+    assert!(refused.contains("softroce run --loopback"), "{refused}");
+    let opens: Vec<&str> = text.lines().filter(|l| l.starts_with("open ")).collect();
+    assert!(!opens.is_empty(), "the first user's device file is there: {text}");
+    assert!(opens.iter().all(|l| l.ends_with("PermissionDenied")), "{opens:?}");
+}

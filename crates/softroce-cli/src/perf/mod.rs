@@ -8,6 +8,7 @@ mod baseline;
 mod plot;
 mod rdma;
 pub mod report;
+pub mod sharing;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -474,7 +475,7 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
     let mine = me.remote(rand_psn());
     let mut stream = match &args.host {
         None => rdma::accept(args.port)?,
-        Some(h) => std::net::TcpStream::connect((h.as_str(), args.port))?,
+        Some(h) => connect(h, args.port)?,
     };
     let peer = rdma::exchange(&mut stream, &mine)?;
     me.connect(s, mine.qps[0].psn, &peer)?;
@@ -520,6 +521,24 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
         print_stats(if client { "client" } else { "server" }, &me.ctx);
     }
     Ok(())
+}
+
+/// How long a client waits for its server to listen: a client started
+/// together with its server (a script, `softroce perf-sharing`) finds the
+/// port closed for the first milliseconds.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Connects to the server, retrying while it refuses for [`CONNECT_PATIENCE`].
+fn connect(host: &str, port: u16) -> Result<std::net::TcpStream, PerfError> {
+    let deadline = std::time::Instant::now() + CONNECT_PATIENCE;
+    loop {
+        match std::net::TcpStream::connect((host, port)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return Ok(r?),
+        }
+    }
 }
 
 fn sync(stream: &mut std::net::TcpStream) -> Result<(), PerfError> {

@@ -2,7 +2,7 @@
 //! `--loopback`, or server and client across the network), the QPs, and
 //! the traffic loops of perftest's tests.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -84,8 +84,7 @@ pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfErr
         out.push_str(&format!(" {} {} {}", q.qpn, q.psn, q.gid));
     }
     writeln!(stream, "{out}")?;
-    let mut line = String::new();
-    BufReader::new(stream.try_clone()?).read_line(&mut line)?;
+    let line = read_line(stream)?;
     let f: Vec<&str> = line.split_whitespace().collect();
     let bad = || PerfError::Exchange(line.trim().to_string());
     if f.len() < 5 || !(f.len() - 2).is_multiple_of(3) {
@@ -100,6 +99,27 @@ pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfErr
         });
     }
     Ok(Remote { qps, rkey: f[0].parse().map_err(|_| bad())?, addr: f[1].parse().map_err(|_| bad())? })
+}
+
+/// The longest exchange line read (1,024 QPs of about 60 bytes each).
+const MAX_LINE: usize = 1 << 17;
+
+/// One line from the peer, read a byte at a time: a buffered reader would
+/// also swallow what the peer sends after it (the first sync byte), and
+/// the sync that follows would wait for it forever.
+fn read_line(stream: &mut TcpStream) -> Result<String, PerfError> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        stream.read_exact(&mut b)?;
+        if b[0] == b'\n' {
+            return String::from_utf8(line).map_err(|e| PerfError::Exchange(format!("not UTF-8: {e}")));
+        }
+        if line.len() >= MAX_LINE {
+            return Err(PerfError::Exchange(format!("no end of line in {MAX_LINE} bytes")));
+        }
+        line.push(b[0]);
+    }
 }
 
 /// Server: accept one client on `port`.
@@ -401,4 +421,26 @@ pub fn lat_run(
         Op::Read | Op::Atomic => {}
     }
     Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exchange line is read up to its newline and no further: the
+    /// sync byte the peer sends right after it is still there to read.
+    #[test]
+    fn the_exchange_line_leaves_what_follows_it_unread() {
+        let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = l.accept().unwrap().0;
+        a.write_all(b"1 2 3 4 127.0.0.1\nS").unwrap();
+        assert_eq!(read_line(&mut b).unwrap(), "1 2 3 4 127.0.0.1");
+        let mut s = [0u8; 1];
+        b.read_exact(&mut s).unwrap();
+        assert_eq!(&s, b"S");
+        let w = std::thread::spawn(move || a.write_all(&[b'x'; MAX_LINE + 1]));
+        assert!(matches!(read_line(&mut b), Err(PerfError::Exchange(_))));
+        w.join().unwrap().unwrap();
+    }
 }
