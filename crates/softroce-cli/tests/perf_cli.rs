@@ -171,3 +171,32 @@ fn with_a_baseline_the_rounds_add_up_to_the_iterations_asked_for() {
     let iters: u64 = rows(&out)[0][1].parse().unwrap();
     assert!(iters > 100, "{out}");
 }
+
+/// `softroce perf-sharing --quick`: eight `softroce perf` processes in all
+/// (a pair on two addresses, a pair on one shared device, four pairs on
+/// it); every figure is measured, and each ratio is the shared figure over
+/// the other one.
+#[test]
+fn perf_sharing_measures_both_modes_and_prints_each_ratio() {
+    let (ok, out, err) = softroce(&["perf-sharing", "--quick", "--rounds", "1"]);
+    assert!(ok, "{err}\n{out}");
+    let figures: Vec<Vec<&str>> =
+        ["send-lat 8 B [usec]", "write-bw 64 KiB [MiB/sec]", "write 8 B msg rate [Mpps]", "aggregate [MiB/sec]"]
+            .iter()
+            .map(|label| {
+                let l = out
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(label))
+                    .unwrap_or_else(|| panic!("{label}:\n{out}"));
+                l[l.find(']').unwrap() + 1..].split_whitespace().collect()
+            })
+            .collect();
+    for f in &figures {
+        let (a, b): (f64, f64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+        let ratio: f64 = f[2].strip_suffix('x').unwrap().parse().unwrap();
+        assert!(a > 0.0 && b > 0.0, "{f:?}");
+        assert!((ratio - b / a).abs() < 0.01 + 0.005 * ratio, "{f:?}");
+        assert!(f[3] == "<=" || f[3] == ">=", "{f:?}");
+        assert!(f[5] == "met" || f[5] == "MISSED", "{f:?}");
+    }
+}

@@ -187,6 +187,7 @@ impl Context {
             in_socket: std::sync::atomic::AtomicBool::new(false),
             tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
+            timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),

@@ -188,6 +188,10 @@ pub(crate) struct Shared {
     pub(crate) tx_owed: std::sync::atomic::AtomicU64,
     /// When the driver thread wakes next, in ns since `epoch` (`u64::MAX`: never).
     pub(crate) driver_deadline: std::sync::atomic::AtomicU64,
+    /// The earliest timer another thread's pass left armed since the driver
+    /// thread last looked, in ns since `epoch` (`u64::MAX`: none): the
+    /// driver runs it when due, also while a waiter keeps it off the socket.
+    pub(crate) timer_at: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
@@ -400,15 +404,18 @@ impl Shared {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
-    /// Wakes the driver thread if it sleeps past `next`.
+    /// Tells the driver thread of the timer `next` (the device's earliest,
+    /// after another thread's pass) and wakes it if it sleeps past it.
     pub(crate) fn nudge_driver(&self, next: Option<Instant>) {
         if self.mode != Progress::Thread {
             return;
         }
-        if let Some(t) = next
-            && self.nanos(t) < self.driver_deadline.load(Ordering::Acquire)
-        {
-            let _ = self.waker.wake();
+        if let Some(t) = next {
+            let at = self.nanos(t);
+            self.timer_at.fetch_min(at, Ordering::AcqRel);
+            if at < self.driver_deadline.load(Ordering::Acquire) {
+                let _ = self.waker.wake();
+            }
         }
     }
 
@@ -761,6 +768,12 @@ impl Shared {
             // microseconds in a wait loop.
             // Packets a waiter's pass deferred are sent here too when no verb
             // sent them within OWED_GRACE.
+            // Timers other threads' passes armed (see `nudge_driver`).
+            let nudged = self.timer_at.swap(u64::MAX, Ordering::AcqRel);
+            if nudged != u64::MAX {
+                let at = self.epoch + Duration::from_nanos(nudged);
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
             let now = Instant::now();
             let waiting = self.waiters.load(Ordering::Acquire) > 0;
             if waiting {
