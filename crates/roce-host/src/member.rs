@@ -410,8 +410,8 @@ impl Member {
     /// Hands a packet that reached this member but is not its own on, or
     /// drops and counts it. `hops`: members it went through already.
     pub fn pass_on(&self, sock: &Socket, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8], hops: u8) {
-        let qpn = match packet.get(5..8) {
-            Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
+        let qpn = match roce_wire::bth::dest_qpn_of(packet) {
+            Some(q) => q,
             None => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -679,7 +679,6 @@ impl Member {
             t.set_seats(&after);
             for b in self.blocks() {
                 t.free_block(b, now_ms());
-                self.set_owned(b, false);
             }
             t.bump();
             let _ = self.attach(&sock);

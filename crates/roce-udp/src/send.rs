@@ -313,7 +313,7 @@ impl<'a> SendBatch<'a> {
         self.pieces.extend_from_slice(pieces);
         self.b.packets.push(Pkt { off, head, first, count: pieces.len(), trail, trail_len, len });
         let unsent = self.b.msgs.len() > self.b.next_msg;
-        let flow = dest_qpn_of(&self.b.arena[off..off + head]);
+        let flow = roce_wire::bth::dest_qpn_of(&self.b.arena[off..off + head]).unwrap_or(u32::MAX);
         if let Some(m) = self.b.msgs.last_mut().filter(|_| unsent && !self.b.gso_off)
             && !m.closed
             && m.dst == dst
@@ -472,15 +472,6 @@ impl std::fmt::Debug for SendBatch<'_> {
     }
 }
 
-/// The BTH destination QP of a packet that starts with `head` (its last
-/// three bytes of the first eight), or `u32::MAX` for a shorter header.
-fn dest_qpn_of(head: &[u8]) -> u32 {
-    match head.get(5..8) {
-        Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
-        None => u32::MAX,
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -524,7 +515,6 @@ pub(crate) mod tests {
             b.push(a, &packet(q)).unwrap();
         }
         assert_eq!(runs(&b), [(0, 2), (2, 2), (4, 2)]);
-        assert_eq!(dest_qpn_of(&[0; 7]), u32::MAX);
     }
 
     #[test]

@@ -20,6 +20,14 @@ use crate::{Opcode, Psn, WireError};
 /// BTH length in bytes.
 pub const LEN: usize = 12;
 
+/// The destination QP of `packet` (BTH first), read without parsing or
+/// checking the rest: what steering, GSO grouping and forwarding between
+/// the processes of a host look at before the engine sees the packet.
+/// `None` when the packet is too short to hold the field.
+pub fn dest_qpn_of(packet: &[u8]) -> Option<u32> {
+    packet.get(5..8).map(|q| u32::from_be_bytes([0, q[0], q[1], q[2]]))
+}
+
 header_view!(
     /// A zero-copy view of a BTH.
     Bth,
@@ -215,5 +223,16 @@ mod tests {
         let mut v1 = SEND_ONLY;
         v1[1] |= 1;
         assert_eq!(BthRepr::parse(&Bth::new_unchecked(&v1[..])), Err(WireError::BadVersion(1)));
+    }
+
+    #[test]
+    fn dest_qpn_of_reads_the_24_bit_field_and_refuses_runts() {
+        let mut p = [0u8; 12];
+        p[4] = 0xff; // F, B and resv6: not part of the QPN
+        p[5..8].copy_from_slice(&[0x12, 0x34, 0x56]);
+        assert_eq!(dest_qpn_of(&p), Some(0x12_3456));
+        assert_eq!(dest_qpn_of(&p[..8]), Some(0x12_3456));
+        assert_eq!(dest_qpn_of(&p[..7]), None);
+        assert_eq!(dest_qpn_of(&p), Some(Bth::new_checked(&p[..]).unwrap().dest_qpn()));
     }
 }

@@ -1,20 +1,28 @@
 //! Captures of real softroce traffic decode with every ICRC ok: one taken
 //! by tshark on `lo` (what the kernel really carried, GSO sends included)
-//! and one written by `SOFTROCE_PCAP` (the tap's own).
+//! and one written by `SOFTROCE_PCAP` (the tap's own). Each test's two
+//! devices are on two free loopback addresses (leased).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use softroce::config::DeviceInfo;
+use softroce::config::{DeviceInfo, LoopbackLease};
 use softroce::{
     AccessFlags, Context, Cq, Mr, Options, Payload, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus,
     WrOpcode,
 };
 
-fn device(last: u8) -> DeviceInfo {
-    let mut d = DeviceInfo::on_address(format!("c{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap();
+/// A loopback address of this test's own, held until the lease is dropped:
+/// keep it for as long as a device binds the address.
+fn lease() -> LoopbackLease {
+    LoopbackLease::take().expect("a free loopback address")
+}
+
+fn device(lease: &LoopbackLease) -> DeviceInfo {
+    let addr = lease.addr();
+    let mut d = DeviceInfo::on_address(format!("c{}", addr.octets()[3]), IpAddr::V4(addr)).unwrap();
     // MTU 1024: the WRITE leaves as runs of equal packets, in GSO sends.
     d.active_mtu = softroce::Mtu::Mtu1024;
     d
@@ -27,9 +35,9 @@ struct End {
     mr: Mr,
 }
 
-fn open(last: u8, pcap: Option<PathBuf>) -> End {
+fn open(lease: &LoopbackLease, pcap: Option<PathBuf>) -> End {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let ctx = Context::open_with(&device(last), Options { pcap, ..Options::default() }).unwrap();
+    let ctx = Context::open_with(&device(lease), Options { pcap, ..Options::default() }).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
     let mr = pd.reg_mr(1 << 20, access).unwrap();
@@ -44,9 +52,9 @@ fn wait_one(cq: &Cq) -> Wc {
 }
 
 /// SENDs, a 256 KiB WRITE (MTU 1024: runs of equal packets leave as GSO
-/// sends) and a READ between devices `a` and `b`; returns the packets the
-/// two drivers sent.
-fn traffic(a: u8, b: u8, pcap: Option<&Path>) -> u64 {
+/// sends) and a READ between devices on the addresses of `a` and `b`;
+/// returns the packets the two drivers sent.
+fn traffic(a: &LoopbackLease, b: &LoopbackLease, pcap: Option<&Path>) -> u64 {
     let x = open(a, pcap.map(|p| p.with_extension("a.pcap")));
     let y = open(b, pcap.map(|p| p.with_extension("b.pcap")));
     x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
@@ -93,8 +101,11 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn a_tshark_capture_on_loopback_decodes_with_every_icrc_ok() {
     let file = tmp("lo.pcap");
+    let (la, lb) = (lease(), lease());
+    // Only the traffic of this test's devices: every packet has `a` at one end.
+    let filter = format!("udp port 4791 and host {}", la.addr());
     let mut tshark = match Command::new("tshark")
-        .args(["-i", "lo", "-f", "udp port 4791 and host 127.0.0.31", "-w"])
+        .args(["-i", "lo", "-f", &filter, "-w"])
         .arg(&file)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -122,7 +133,7 @@ fn a_tshark_capture_on_loopback_decodes_with_every_icrc_ok() {
     });
     let (ok, msg) = ready.join().unwrap();
     assert!(ok, "tshark did not start capturing: {msg}");
-    let sent = traffic(31, 32, None);
+    let sent = traffic(&la, &lb, None);
     std::thread::sleep(Duration::from_millis(300));
     let _ = Command::new("kill").args(["-INT", &tshark.id().to_string()]).status();
     let t = Instant::now();
@@ -141,7 +152,8 @@ fn a_tshark_capture_on_loopback_decodes_with_every_icrc_ok() {
 #[test]
 fn softroce_pcap_writes_what_was_sent_and_received_with_valid_icrcs() {
     let base = tmp("tap.pcap");
-    let sent = traffic(33, 34, Some(&base));
+    let (la, lb) = (lease(), lease());
+    let sent = traffic(&la, &lb, Some(&base));
     for side in ["a", "b"] {
         let (ok, summary) = decode(&base.with_extension(format!("{side}.pcap")));
         println!("SOFTROCE_PCAP side {side}: {summary}");

@@ -1,9 +1,32 @@
 //! `softroce rc-pingpong` server and client as two processes, as users run
 //! rdma-core's `ibv_rc_pingpong`: the exchange, the printed addresses and
 //! results, with and without `-g`, with events (`-e`) and data checks (`-c`).
+//! Server and client devices are on two free loopback addresses (leased) and
+//! the TCP exchange uses a free port.
 
+use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use softroce::config::LoopbackLease;
+
+/// Two loopback addresses of the test's own (server's, client's), held until
+/// dropped: keep them until both processes have ended.
+fn leases() -> (LoopbackLease, LoopbackLease) {
+    let take = || LoopbackLease::take().expect("a free loopback address");
+    (take(), take())
+}
+
+/// `GID ::ffff:ADDR`, as rc-pingpong prints an IPv4 GID.
+fn gid(addr: Ipv4Addr) -> String {
+    format!("GID ::ffff:{addr}")
+}
+
+/// A TCP port free right now, for a server process that binds it itself:
+/// taken by binding port 0 and let go at once, just before the server starts.
+fn free_port() -> u16 {
+    TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port()
+}
 
 /// Kills the server if the test fails before it ends.
 struct Reap(Option<std::process::Child>);
@@ -17,10 +40,10 @@ impl Drop for Reap {
     }
 }
 
-fn pingpong(server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
+fn pingpong(server_addr: Ipv4Addr, client_addr: Ipv4Addr, extra: &[&str]) -> (String, String) {
     let mut args = vec!["-s", "2048", "-n", "200"];
     args.extend_from_slice(extra);
-    pingpong_kind("rc-pingpong", server_addr, client_addr, port, &args)
+    pingpong_kind("rc-pingpong", server_addr, client_addr, &args)
 }
 
 fn check(out: &str, local: &str, remote: &str) {
@@ -39,9 +62,10 @@ fn check(out: &str, local: &str, remote: &str) {
 
 #[test]
 fn two_softroce_pingpongs_talk_with_a_gid() {
-    let (s, c) = pingpong("127.0.0.81", "127.0.0.82", 18601, &["-g", "1", "--stats"]);
-    check(&s, "GID ::ffff:127.0.0.81", "GID ::ffff:127.0.0.82");
-    check(&c, "GID ::ffff:127.0.0.82", "GID ::ffff:127.0.0.81");
+    let (ls, lc) = leases();
+    let (s, c) = pingpong(ls.addr(), lc.addr(), &["-g", "1", "--stats"]);
+    check(&s, &gid(ls.addr()), &gid(lc.addr()));
+    check(&c, &gid(lc.addr()), &gid(ls.addr()));
     // --stats: rxe's counters; 200 SENDs each way.
     let counter = |out: &str, name: &str| -> u64 {
         out.lines()
@@ -60,7 +84,8 @@ fn two_softroce_pingpongs_talk_with_a_gid() {
 
 #[test]
 fn without_a_gid_the_tcp_peer_is_used_and_events_and_checks_work() {
-    let (s, c) = pingpong("127.0.0.83", "127.0.0.84", 18602, &["-e", "-c"]);
+    let (ls, lc) = leases();
+    let (s, c) = pingpong(ls.addr(), lc.addr(), &["-e", "-c"]);
     check(&s, "GID ::", "GID ::");
     check(&c, "GID ::", "GID ::");
 }
@@ -74,9 +99,10 @@ fn with_iters<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
-fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, extra: &[&str]) -> (String, String) {
+fn pingpong_kind(cmd: &str, server_addr: Ipv4Addr, client_addr: Ipv4Addr, extra: &[&str]) -> (String, String) {
     let bin = env!("CARGO_BIN_EXE_softroce");
-    let port_s = port.to_string();
+    // The server binds the port itself: pick it right before starting it.
+    let port_s = free_port().to_string();
     let server = Command::new(bin)
         .args([cmd, "-p", &port_s])
         .args(with_iters(extra))
@@ -91,7 +117,7 @@ fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, ext
         let out = Command::new(bin)
             .args([cmd, "-p", &port_s])
             .args(with_iters(extra))
-            .arg(server_addr)
+            .arg(server_addr.to_string())
             .env("SOFTROCE_DEVICES", format!("cli={client_addr}"))
             .output()
             .unwrap();
@@ -109,20 +135,21 @@ fn pingpong_kind(cmd: &str, server_addr: &str, client_addr: &str, port: u16, ext
 
 #[test]
 fn ud_pingpong_exchanges_datagrams() {
-    let (s, c) = pingpong_kind("ud-pingpong", "127.0.0.85", "127.0.0.86", 18603, &["-g", "1", "-c"]);
+    let (ls, lc) = leases();
+    let (s, c) = pingpong_kind("ud-pingpong", ls.addr(), lc.addr(), &["-g", "1", "-c"]);
     for out in [&s, &c] {
         let l: Vec<&str> = out.lines().collect();
         assert_eq!(l.len(), 4, "{out}");
         // 2048 bytes x 100 iterations x 2 directions.
         assert!(l[2].starts_with("409600 bytes in ") && l[3].starts_with("100 iters in "), "{out}");
     }
-    assert!(c.lines().next().unwrap().ends_with("GID ::ffff:127.0.0.86"));
+    assert!(c.lines().next().unwrap().ends_with(&gid(lc.addr())));
 }
 
 #[test]
 fn srq_pingpong_runs_many_qps_on_one_srq() {
-    let (s, c) =
-        pingpong_kind("srq-pingpong", "127.0.0.87", "127.0.0.88", 18604, &["-q", "4", "-s", "1000", "-g", "1"]);
+    let (ls, lc) = leases();
+    let (s, c) = pingpong_kind("srq-pingpong", ls.addr(), lc.addr(), &["-q", "4", "-s", "1000", "-g", "1"]);
     for out in [&s, &c] {
         let l: Vec<&str> = out.lines().collect();
         // A local and a remote address line per QP, then the results.

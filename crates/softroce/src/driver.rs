@@ -564,8 +564,8 @@ impl Shared {
                         }
                         Control::Done => continue,
                     }
-                } else if let Some(q) = data.get(5..8)
-                    && let Route::Member { .. } | Route::Unseated = m.route(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+                } else if let Some(Route::Member { .. } | Route::Unseated) =
+                    roce_wire::bth::dest_qpn_of(data).map(|q| m.route(q))
                 {
                     m.pass_on(&self.sock, src, src_port, dst, data, 0);
                     continue;
@@ -612,8 +612,12 @@ impl Shared {
                 dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
             }
         }
-        if let Some(m) = member {
-            // Strays or misdirected envelopes: the seats changed.
+        if let Some(m) = member
+            && self.mode != Progress::Thread
+        {
+            // Strays or misdirected envelopes: the seats changed. With a
+            // driver thread, that thread does it, outside the device lock (a
+            // probe round may take PROBE_PATIENCE, and posting must not wait).
             m.upkeep(&self.sock);
         }
         Ok(())
@@ -796,6 +800,12 @@ impl Shared {
                 // Look again when the deferred packets would be due.
                 recheck = Some(now + (OWED_GRACE - owed));
             }
+            if let Some(m) = self.sock.member() {
+                // Strays held for a seat, a reconciliation a pass asked for
+                // (outside the device lock; at least every BLIND_TICK while
+                // an application thread waits).
+                m.upkeep(&self.sock);
+            }
             // Wake at least every TICK: a timer armed meanwhile by a verb on
             // another thread that is due later than that needs no wake-up
             // call (see `nudge_driver`), so posting stays free of syscalls.
@@ -807,10 +817,6 @@ impl Shared {
                 if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };
             let _ = wait(fds, Some(&self.waker), timeout);
             self.waker.reset();
-            if let Some(m) = self.sock.member() {
-                // Strays held for a seat, a reconciliation asked for.
-                m.upkeep(&self.sock);
-            }
         }
     }
 }

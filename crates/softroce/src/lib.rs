@@ -6,22 +6,17 @@
 //! queues, as the verbs API promises. No kernel module, no root, no RDMA
 //! hardware; wire compatible with Linux rxe and RoCE NICs.
 //!
-//! Two devices on loopback addresses in one process, an RC connection
-//! between them, and a SEND (this example runs as a test):
+//! Two contexts on the host's loopback device (as two processes would
+//! share it), an RC connection between them, and a SEND (this example runs
+//! as a test):
 //!
 //! ```
 //! use std::time::Duration;
-//! use softroce::config::DeviceInfo;
-//! use softroce::{AccessFlags, Context, Options, Payload, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
+//! use softroce::{AccessFlags, Context, Payload, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
 //!
-//! // Devices are normally found with no configuration (`softroce::devices()`,
-//! // `Context::open("softroce_lo")`); here two are made on 127.0.0.61/.62.
-//! let dev = |last: u8| {
-//!     let addr = std::net::IpAddr::from([127, 0, 0, last]);
-//!     DeviceInfo { name: format!("doc{last}"), addr, interface: None, gids: vec![addr], bindable: vec![true],
-//!                  active_mtu: softroce::Mtu::Mtu4096 }
-//! };
-//! let (a, b) = (Context::open_with(&dev(61), Options::default())?, Context::open_with(&dev(62), Options::default())?);
+//! // The host's loopback device, found with no configuration; two contexts
+//! // on it, as two processes of the host would have.
+//! let (a, b) = (Context::open("softroce_lo")?, Context::open("softroce_lo")?);
 //! let (pa, pb) = (a.alloc_pd()?, b.alloc_pd()?);
 //! let (ca, cb) = (a.create_cq(16, None)?, b.create_cq(16, None)?);
 //! let ma = pa.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;

@@ -1,18 +1,35 @@
-//! Two devices in one process on loopback (127.0.0.2 and 127.0.0.3) moving
-//! real RoCEv2 packets through UDP sockets: every RC opcode, checked byte
+//! Two devices in one process on loopback, on two free loopback addresses
+//! (leased), moving real RoCEv2 packets through UDP sockets: every RC opcode, checked byte
 //! for byte, with the driver thread and with inline progress.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use softroce::config::DeviceInfo;
+use softroce::config::{DeviceInfo, LoopbackLease};
 use softroce::{
     AccessFlags, Context, Cq, Mr, Options, Payload, Progress, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcFlags,
     WcOpcode, WcStatus, WrOpcode,
 };
 
-fn device(name: &str, last: u8) -> DeviceInfo {
-    DeviceInfo::on_address(name, IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap()
+/// A loopback address of this test's own, held until the lease is dropped:
+/// keep it for as long as a device binds the address.
+fn lease() -> LoopbackLease {
+    LoopbackLease::take().expect("a free loopback address")
+}
+
+/// Two leases, for the two devices of a test.
+fn leases() -> (LoopbackLease, LoopbackLease) {
+    (lease(), lease())
+}
+
+/// The device `name` on the leased address.
+fn device(name: &str, lease: &LoopbackLease) -> DeviceInfo {
+    DeviceInfo::on_address(name, IpAddr::V4(lease.addr())).unwrap()
+}
+
+/// The last byte of the leased address, to tell devices apart by name.
+fn last(lease: &LoopbackLease) -> u8 {
+    lease.addr().octets()[3]
 }
 
 struct End {
@@ -24,16 +41,16 @@ struct End {
 
 const MEM: usize = 4 << 20;
 
-fn pair(a: u8, b: u8, progress: Progress) -> (End, End) {
+fn pair(a: &LoopbackLease, b: &LoopbackLease, progress: Progress) -> (End, End) {
     pair_with(a, b, progress, |_| {})
 }
 
-fn pair_with(a: u8, b: u8, progress: Progress, caps: impl Fn(&mut QpInit)) -> (End, End) {
+fn pair_with(a: &LoopbackLease, b: &LoopbackLease, progress: Progress, caps: impl Fn(&mut QpInit)) -> (End, End) {
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let mk = |last: u8| {
+    let mk = |l: &LoopbackLease| {
         let opts = Options { progress, ..Options::default() };
-        let ctx = Context::open_with(&device(&format!("t{last}"), last), opts).unwrap();
+        let ctx = Context::open_with(&device(&format!("t{}", last(l)), l), opts).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256, None).unwrap();
         let mr = pd.reg_mr(MEM, access).unwrap();
@@ -144,13 +161,15 @@ fn exercise(x: &End, y: &End) {
 
 #[test]
 fn every_rc_opcode_with_a_driver_thread() {
-    let (x, y) = pair(2, 3, Progress::Thread);
+    let (la, lb) = leases();
+    let (x, y) = pair(&la, &lb, Progress::Thread);
     exercise(&x, &y);
 }
 
 #[test]
 fn every_rc_opcode_with_inline_progress() {
-    let (x, y) = pair(4, 5, Progress::Inline);
+    let (la, lb) = leases();
+    let (x, y) = pair(&la, &lb, Progress::Inline);
     // Inline: each side progresses only in its own calls; wait() polls both
     // sides' CQs in turn through the one it is given, so pump the peer from
     // another thread.
@@ -170,8 +189,8 @@ fn every_rc_opcode_with_inline_progress() {
 
 #[test]
 fn ud_datagrams_carry_the_grh_and_the_sender() {
-    let mk = |last: u8| {
-        let ctx = Context::open_with(&device(&format!("u{last}"), last), Options::default()).unwrap();
+    let mk = |l: &LoopbackLease| {
+        let ctx = Context::open_with(&device(&format!("u{}", last(l)), l), Options::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64, None).unwrap();
         let mr = pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
@@ -179,9 +198,11 @@ fn ud_datagrams_carry_the_grh_and_the_sender() {
         qp.connect(0, &qp.endpoint(0)).unwrap();
         (ctx, pd, cq, mr, qp)
     };
-    let (_cx, pdx, cqx, mrx, qpx) = mk(6);
-    let (_cy, _pdy, cqy, mry, qpy) = mk(7);
-    let ah = pdx.create_ah(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7))).unwrap();
+    let (lx, ly) = leases();
+    let (_cx, pdx, cqx, mrx, qpx) = mk(&lx);
+    let (_cy, _pdy, cqy, mry, qpy) = mk(&ly);
+    // The address handle leads to y's device.
+    let ah = pdx.create_ah(IpAddr::V4(ly.addr())).unwrap();
     for (i, len) in [0usize, 1, 1000, 4096].into_iter().enumerate() {
         let r = [mry.sge(0, 40 + 4096)];
         qpy.post_recv(&RecvWr { wr_id: i as u64, sg_list: &r }).unwrap();
@@ -200,7 +221,7 @@ fn ud_datagrams_carry_the_grh_and_the_sender() {
         assert!(w.wc_flags.contains(WcFlags::GRH) && w.wc_flags.contains(WcFlags::WITH_IMM));
         // The IPv4 header of the sender in bytes 20..40 of the GRH area, data at 40.
         let grh = mry.to_vec(0, 40).unwrap();
-        assert_eq!(&grh[32..36], &[127, 0, 0, 6], "source address in the GRH area");
+        assert_eq!(&grh[32..36], &lx.addr().octets(), "source address in the GRH area");
         assert_eq!(mry.to_vec(40, len).unwrap(), data);
     }
     // A wrong Q_Key is dropped and counted, never delivered.
@@ -223,16 +244,17 @@ fn softroce_faults_are_survived_and_counted() {
     // retransmissions and ICRC drops to show for it.
     let spec: softroce::FaultSpec = "drop=0.05,dup=0.01,reorder=0.02,corrupt=0.005,seed=3".parse().unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mk = |last: u8| {
+    let mk = |l: &LoopbackLease| {
         let opts = Options { faults: Some(spec), ..Options::default() };
-        let ctx = Context::open_with(&device(&format!("f{last}"), last), opts).unwrap();
+        let ctx = Context::open_with(&device(&format!("f{}", last(l)), l), opts).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256, None).unwrap();
         let mr = pd.reg_mr(MEM, access).unwrap();
         let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
         End { ctx, cq, qp, mr }
     };
-    let (x, y) = (mk(8), mk(9));
+    let (lx, ly) = leases();
+    let (x, y) = (mk(&lx), mk(&ly));
     // 16.7 ms: a loaded CI machine can take milliseconds per round, and a
     // timer that fires while ACKs are on their way only adds retransmissions.
     let opts = softroce::ConnectOptions { timeout: 12, ..softroce::ConnectOptions::default() };
@@ -272,7 +294,8 @@ fn softroce_faults_are_survived_and_counted() {
 
 #[test]
 fn typed_transitions_go_in_order_and_refuse_skips() {
-    let ctx = Context::open_with(&device("tt", 14), Options::default()).unwrap();
+    let l = lease();
+    let ctx = Context::open_with(&device("tt", &l), Options::default()).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(8, None).unwrap();
     let qp = pd.create_qp(QpInit::rc(&cq, &cq, 8)).unwrap();
@@ -351,7 +374,8 @@ fn waiting(e: &End, then: impl FnOnce()) -> Wc {
 
 #[test]
 fn a_waiter_returns_before_the_ack_which_leaves_with_the_reply_or_at_teardown() {
-    let (x, y) = pair(16, 17, Progress::Thread);
+    let (la, lb) = leases();
+    let (x, y) = pair(&la, &lb, Progress::Thread);
     let (sx, sy) = ([x.mr.sge(0, 2)], [y.mr.sge(0, 2)]);
     let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
     x.qp.post_recv(&RecvWr { wr_id: 6, sg_list: &rx }).unwrap();
@@ -396,8 +420,10 @@ fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
     // One thread sleeps in the socket, the other beside it: whichever takes
     // a packet for the other's CQ, the other still gets its completion.
     let access = AccessFlags::LOCAL_WRITE;
-    let open = |last: u8| Context::open_with(&device(&format!("w{last}"), last), Options::default()).unwrap();
-    let (cx, cy) = (open(18), open(19));
+    let open =
+        |l: &LoopbackLease| Context::open_with(&device(&format!("w{}", last(l)), l), Options::default()).unwrap();
+    let (lx, ly) = leases();
+    let (cx, cy) = (open(&lx), open(&ly));
     let (pdx, pdy) = (cx.alloc_pd().unwrap(), cy.alloc_pd().unwrap());
     let cqx = cx.create_cq(64, None).unwrap();
     let cqs = [cy.create_cq(64, None).unwrap(), cy.create_cq(64, None).unwrap()];
@@ -458,7 +484,8 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     // neither poll the socket meanwhile (they would wake with each packet
     // and fight the waiter for the lock) nor send the ACKs, which leave with
     // the replies' posts.
-    let (x, y) = pair(20, 21, Progress::Thread);
+    let (la, lb) = leases();
+    let (x, y) = pair(&la, &lb, Progress::Thread);
     const TURNS: u64 = 4000;
     let (sx, sy) = ([x.mr.sge(0, 8)], [y.mr.sge(0, 8)]);
     let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
@@ -513,7 +540,8 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
 fn a_packet_gathered_from_many_sges_carries_them_in_order() {
     // 20 scattered SGEs of 150 bytes make one 3000-byte WRITE packet: more
     // pieces than the sender keeps on its stack per packet.
-    let (x, y) = pair_with(22, 23, Progress::Thread, |i| i.cap.max_send_sge = 20);
+    let (la, lb) = leases();
+    let (x, y) = pair_with(&la, &lb, Progress::Thread, |i| i.cap.max_send_sge = 20);
     let data = pattern(20 * 4096, 9);
     x.mr.write(0, &data).unwrap();
     let sges: Vec<_> = (0..20).map(|i| x.mr.sge(i * 4096 + 7 * i, 150)).collect();

@@ -137,10 +137,21 @@ fn rc_requester(me: &End, peer: &str, pair: u64, run: Duration, timeout: u8) -> 
         let mut wr = SendWr::new(1, WrOpcode::RdmaWriteWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
         (wr.remote_addr, wr.rkey, wr.imm_data) = (raddr, rkey, iters.to_be());
         me.qp.post_send(&wr).unwrap();
-        // The WRITE's completion and the verdict's, in either order.
-        for _ in 0..2 {
-            match wait_one(&me.cq, Duration::from_secs(30)) {
-                Some(w) if w.status == WcStatus::Success => {}
+        // The WRITE's completion and the verdict's, in either order. A peer
+        // that dies after the WRITE's ACK leaves nothing outstanding here to
+        // fail: after a second without a verdict, a zero-length WRITE asks
+        // (a keepalive, as applications send), and fails if the peer is gone.
+        let (mut got, mut probed, deadline) = (0, false, Instant::now() + Duration::from_secs(30));
+        while got < 2 {
+            match wait_one(&me.cq, Duration::from_secs(1)) {
+                Some(w) if w.status == WcStatus::Success => got += u32::from(w.wr_id != 4),
+                None if !probed => {
+                    let mut ka = SendWr::new(4, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&[]));
+                    (ka.remote_addr, ka.rkey) = (raddr, rkey);
+                    me.qp.post_send(&ka).unwrap();
+                    probed = true;
+                }
+                None if Instant::now() < deadline => {}
                 w => return fail("write", w, iters),
             }
         }
@@ -480,14 +491,25 @@ fn another_user_is_refused_with_the_reason_and_cannot_read_the_table() {
     for p in [&dir, &exe] {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
-    let out = Command::new(&exe)
-        .args(["--exact", "other_user_process", "--nocapture", "--test-threads", "1"])
-        .env("SOFTROCE_TEST_OTHER_USER", me.to_string())
-        .current_dir(&dir)
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    // A child another test thread forks while the copy is open for writing
+    // holds it open a moment: exec then fails with ETXTBSY, so retry.
+    let mut tries = 0;
+    let out = loop {
+        let r = Command::new(&exe)
+            .args(["--exact", "other_user_process", "--nocapture", "--test-threads", "1"])
+            .env("SOFTROCE_TEST_OTHER_USER", me.to_string())
+            .current_dir(&dir)
+            .uid(65534)
+            .gid(65534)
+            .output();
+        match r {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::TXTBSY.raw_os_error()) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("uid 65534 saw:{text}");

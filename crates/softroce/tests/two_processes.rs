@@ -1,6 +1,7 @@
-//! Two processes on loopback, as users run softroce: this test binary
-//! re-runs itself as the peer (`peer_process`, which does nothing unless
-//! `SOFTROCE_TEST_PEER` is set). They swap QP details over TCP, the way
+//! Two processes on loopback, as users run softroce, on two free loopback
+//! addresses (leased by the parent, which tells the peer its own): this test
+//! binary re-runs itself as the peer (`peer_process`, which does nothing
+//! unless `SOFTROCE_TEST_PEER` is set). They swap QP details over TCP, the way
 //! rdma-core's examples do, then move every opcode's data from 0 B to
 //! 16 MiB and check it byte for byte; another test kills the peer in the
 //! middle of a transfer and checks that nothing hangs.
@@ -10,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use softroce::config::DeviceInfo;
+use softroce::config::{DeviceInfo, LoopbackLease};
 use softroce::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
     Wc, WcOpcode, WcStatus, WrOpcode,
@@ -19,8 +20,14 @@ use softroce::{
 const MEM: usize = 40 << 20;
 const SIZES: [usize; 9] = [0, 1, 63, 4095, 4096, 4097, 65_536, 1 << 20, 16 << 20];
 
-fn device(last: u8) -> DeviceInfo {
-    DeviceInfo::on_address(format!("p{last}"), IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))).unwrap()
+fn device(addr: Ipv4Addr) -> DeviceInfo {
+    DeviceInfo::on_address(format!("p{}", addr.octets()[3]), IpAddr::V4(addr)).unwrap()
+}
+
+/// A loopback address of this test's own, held until the lease is dropped:
+/// the parent holds its own and the peer's for the whole test.
+fn lease() -> LoopbackLease {
+    LoopbackLease::take().expect("a free loopback address")
 }
 
 struct End {
@@ -30,10 +37,10 @@ struct End {
     mr: Mr,
 }
 
-fn open(last: u8) -> End {
+fn open(addr: Ipv4Addr) -> End {
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let ctx = Context::open_with(&device(last), Options::default()).unwrap();
+    let ctx = Context::open_with(&device(addr), Options::default()).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(1024, None).unwrap();
     let mr = pd.reg_mr(MEM, access).unwrap();
@@ -75,10 +82,12 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn spawn_peer(test: &str, port: u16, role: &str) -> Child {
+/// The peer, told the TCP port to connect to and the (leased) address its
+/// device is to bind.
+fn spawn_peer(test: &str, port: u16, role: &str, addr: Ipv4Addr) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "peer_process", "--nocapture", "--test-threads", "1"])
-        .env("SOFTROCE_TEST_PEER", format!("{role}:{port}:{test}"))
+        .env("SOFTROCE_TEST_PEER", format!("{role}:{port}:{test}:{addr}"))
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .spawn()
@@ -92,8 +101,8 @@ fn peer_process() {
     let Ok(spec) = std::env::var("SOFTROCE_TEST_PEER") else { return };
     let mut it = spec.split(':');
     let (_role, port) = (it.next().unwrap(), it.next().unwrap().parse::<u16>().unwrap());
-    let last: u8 = it.next().map_or(11, |t| if t == "kill" { 13 } else { 11 });
-    let me = open(last);
+    let (_test, addr) = (it.next().unwrap(), it.next().unwrap().parse::<Ipv4Addr>().unwrap());
+    let me = open(addr);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     send_info(&mut s, &me, 7);
@@ -121,11 +130,12 @@ fn peer_process() {
 
 #[test]
 fn two_processes_move_every_opcode_from_0_bytes_to_16_mib() {
+    let (mine, peers) = (lease(), lease());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut child = spawn_peer("all", l.local_addr().unwrap().port(), "server");
+    let mut child = spawn_peer("all", l.local_addr().unwrap().port(), "server", peers.addr());
     let (mut s, _) = l.accept().unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    let me = open(10);
+    let me = open(mine.addr());
     let (peer, rkey, raddr) = recv_info(&mut r);
     send_info(&mut s, &me, 0x00ff_fff0);
     me.qp.connect(0x00ff_fff0, &peer).unwrap();
@@ -199,11 +209,12 @@ fn two_processes_move_every_opcode_from_0_bytes_to_16_mib() {
 
 #[test]
 fn killing_the_peer_mid_transfer_fails_outstanding_work_within_the_retry_bound() {
+    let (mine, peers) = (lease(), lease());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut child = spawn_peer("kill", l.local_addr().unwrap().port(), "server");
+    let mut child = spawn_peer("kill", l.local_addr().unwrap().port(), "server", peers.addr());
     let (mut s, _) = l.accept().unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    let me = open(12);
+    let me = open(mine.addr());
     let (peer, rkey, raddr) = recv_info(&mut r);
     send_info(&mut s, &me, 1);
     // 4.096 us x 2^10 = 4.2 ms per timeout, 3 retries: a dead peer is

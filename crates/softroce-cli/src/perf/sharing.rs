@@ -220,7 +220,7 @@ fn figure(row: &[String], f: Figure) -> Result<f64, PerfError> {
 
 /// A TCP port nobody listens on right now, for one pair's exchange.
 fn free_tcp_port() -> Result<u16, PerfError> {
-    Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+    Ok(TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port())
 }
 
 /// Runs `softroce perf TEST EXTRA` as one server and one client process
