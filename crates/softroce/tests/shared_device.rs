@@ -5,11 +5,14 @@
 //! a broker that swaps the processes' QP details over TCP, in the order
 //! they joined the device, and collects what each one saw.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::pattern;
 use softroce::config::DeviceInfo;
 use softroce::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType, RecvWr,
@@ -23,18 +26,6 @@ const QKEY: u32 = 0x1111_1111;
 
 fn device() -> DeviceInfo {
     DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// CLOCK_MONOTONIC in ms: one clock for every process of the host.

@@ -6,11 +6,14 @@
 //! 16 MiB and check it byte for byte; another test kills the peer in the
 //! middle of a transfer and checks that nothing hangs.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::pattern;
 use softroce::config::{DeviceInfo, LoopbackLease};
 use softroce::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
@@ -68,18 +71,6 @@ fn wait_one(cq: &Cq, within: Duration) -> Wc {
     let n = cq.wait(&mut wc, within).unwrap();
     assert_eq!(n, 1, "a completion within {within:?}");
     wc[0]
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// The peer, told the TCP port to connect to and the (leased) address its
