@@ -23,3 +23,5 @@ pub mod wire;
 
 pub mod cm;
 pub mod cm_state;
+
+pub mod cma;

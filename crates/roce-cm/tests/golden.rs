@@ -418,3 +418,92 @@ fn decoded_values_match_the_data_traffic() {
     assert_eq!(rxe_rc_udp_sport(cma_flow_label(59073, 18515)), 63874);
     assert_eq!(rxe_rc_udp_sport(cma_flow_label(44789, 18515)), 63467);
 }
+
+/// `mad` with the comm IDs and TID of the capture's `theirs` (what must
+/// differ between two runs), everything else as softroce made it.
+fn with_ids_of(mad: CmMad, theirs: &CmMad) -> CmMad {
+    let mut m = mad;
+    m.header.tid = theirs.header.tid;
+    m.message = match (m.message, theirs.message) {
+        (CmMessage::Req(mut a), CmMessage::Req(b)) => {
+            a.local_comm_id = b.local_comm_id;
+            CmMessage::Req(a)
+        }
+        (CmMessage::Rep(mut a), CmMessage::Rep(b)) => {
+            (a.local_comm_id, a.remote_comm_id) = (b.local_comm_id, b.remote_comm_id);
+            CmMessage::Rep(a)
+        }
+        (CmMessage::Rtu(mut a), CmMessage::Rtu(b)) => {
+            (a.local_comm_id, a.remote_comm_id) = (b.local_comm_id, b.remote_comm_id);
+            CmMessage::Rtu(a)
+        }
+        (CmMessage::Dreq(mut a), CmMessage::Dreq(b)) => {
+            (a.local_comm_id, a.remote_comm_id) = (b.local_comm_id, b.remote_comm_id);
+            CmMessage::Dreq(a)
+        }
+        (CmMessage::Drep(mut a), CmMessage::Drep(b)) => {
+            (a.local_comm_id, a.remote_comm_id) = (b.local_comm_id, b.remote_comm_id);
+            CmMessage::Drep(a)
+        }
+        (ours, theirs) => panic!("softroce sent {:?} where Linux sent {:?}", ours.attr_id(), theirs.attr_id()),
+    };
+    m
+}
+
+/// softroce's CM agents, given what rping gives rdma_cm (the addresses and
+/// ports, QPN 0x11 on both sides, its PSNs, responder resources and
+/// initiator depth 1), make rping's whole exchange: the same five MADs in
+/// the same order, equal to the kernel's byte for byte once the comm IDs
+/// and TIDs (random per run) are the capture's.
+#[test]
+fn softroce_makes_rpings_exchange_byte_for_byte_but_for_the_comm_ids() {
+    use roce_cm::cm::{Cm, CmConfig, CmEvent, ConnectParams};
+    use roce_cm::cma::{self, ConnParam, LocalEnd};
+    let (theirs, _) = read_capture("rping_c3");
+    let now = std::time::Instant::now();
+    let cfg = |ca_guid| CmConfig { ca_guid, tid_hi: 2, ack_delay: 15, comm_id_mask: 0, comm_id_tag: 0 };
+    let (mut c, mut s) = (Cm::new(cfg(CLIENT_GUID), 7), Cm::new(cfg(SERVER_GUID), 8));
+    s.listen(IpServiceId::new(PortSpace::Tcp, 7174).service_id()).unwrap();
+    let end = |ca_guid, psn| LocalEnd {
+        ca_guid,
+        ack_delay: 15,
+        qpn: 0x11,
+        psn: Psn::new(psn),
+        mtu: PathMtu::Mtu1024,
+        tos: 0,
+    };
+    let rping = ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() };
+    let req =
+        cma::rc_req(PortSpace::Tcp, (CLIENT, 56612).into(), (SERVER, 7174).into(), &end(CLIENT_GUID, 0xed57a9), &rping)
+            .unwrap();
+    let (ci, si) = (IpAddr::V4(CLIENT), IpAddr::V4(SERVER));
+    let id_c = c.connect(now, ConnectParams { local: ci, peer: si, req, packet_life_time: cma::IBOE_PACKET_LIFETIME });
+    let mut ours = Vec::new();
+    let mut hop = |from: &mut Cm, to: &mut Cm| {
+        let t = from.poll_transmit().expect("a MAD");
+        assert!(from.poll_transmit().is_none(), "one MAD at a time");
+        to.handle_mad(now, t.from, t.to, &t.mad.to_bytes());
+        ours.push((t.from, t.mad));
+    };
+    hop(&mut c, &mut s);
+    let Some(CmEvent::ReqReceived { id: id_s, .. }) = s.poll_event() else { panic!("no REQ") };
+    s.accept(now, id_s, cma::rc_rep(&end(SERVER_GUID, 0x0eeec9), &rping).unwrap()).unwrap();
+    hop(&mut s, &mut c);
+    c.establish(now, id_c).unwrap();
+    hop(&mut c, &mut s);
+    c.disconnect(now, id_c).unwrap();
+    hop(&mut c, &mut s);
+    s.disconnect(now, id_s).unwrap();
+    hop(&mut s, &mut c);
+    assert_eq!(ours.len(), theirs.len());
+    for ((from, mad), t) in ours.iter().zip(&theirs) {
+        assert_eq!(*from, t.src, "frame {}: sent by the same side", t.frame);
+        assert_eq!(
+            with_ids_of(*mad, &t.mad).to_bytes(),
+            t.mad.to_bytes(),
+            "frame {}: {:?}",
+            t.frame,
+            t.mad.message.attr_id()
+        );
+    }
+}
