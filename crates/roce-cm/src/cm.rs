@@ -220,6 +220,40 @@ struct Conn {
     detached: bool,
 }
 
+impl Conn {
+    /// A connection about to take its first step, retransmitting every
+    /// `period` up to `max_retries` times.
+    fn new(
+        local: IpAddr,
+        peer: IpAddr,
+        period: Duration,
+        max_retries: u8,
+        packet_life_time: u8,
+        ack_timeout: u8,
+    ) -> Conn {
+        Conn {
+            state: State::Idle,
+            local,
+            peer,
+            remote: None,
+            local_qpn: 0,
+            remote_qpn: 0,
+            tid: 0,
+            dreq_tid: 0,
+            last: None,
+            period,
+            retries: max_retries,
+            max_retries,
+            base_period: period,
+            packet_life_time,
+            ack_timeout,
+            timer: None,
+            reject: None,
+            detached: false,
+        }
+    }
+}
+
 /// The CM agent.
 pub struct Cm {
     config: CmConfig,
@@ -279,24 +313,17 @@ impl Cm {
         req.local_ca_guid = self.config.ca_guid;
         let period = conv(p.packet_life_time) * 2 + conv(req.remote_cm_response_timeout);
         let conn = Conn {
-            state: State::Idle,
-            local: p.local,
-            peer: p.peer,
-            remote: None,
             local_qpn: req.local_qpn,
-            remote_qpn: 0,
             tid: kernel_tid(self.config.tid_hi, id),
             dreq_tid: kernel_tid(self.config.tid_hi, id),
-            last: None,
-            period,
-            retries: req.max_cm_retries,
-            max_retries: req.max_cm_retries,
-            base_period: period,
-            packet_life_time: p.packet_life_time,
-            ack_timeout: req.primary_path.local_ack_timeout,
-            timer: None,
-            reject: None,
-            detached: false,
+            ..Conn::new(
+                p.local,
+                p.peer,
+                period,
+                req.max_cm_retries,
+                p.packet_life_time,
+                req.primary_path.local_ack_timeout,
+            )
         };
         self.conns.insert(id, conn);
         let mad = CmMad::new(kernel_tid(self.config.tid_hi, id), req);
@@ -535,24 +562,18 @@ impl Cm {
         self.conns.insert(
             id,
             Conn {
-                state: State::Idle,
-                local,
-                peer,
                 remote: Some(key),
-                local_qpn: 0,
                 remote_qpn: req.local_qpn,
                 tid,
                 dreq_tid: kernel_tid(self.config.tid_hi, id),
-                last: None,
-                period,
-                retries: req.max_cm_retries,
-                max_retries: req.max_cm_retries,
-                base_period: period,
-                packet_life_time: req.primary_path.local_ack_timeout.saturating_sub(1),
-                ack_timeout: req.primary_path.local_ack_timeout,
-                timer: None,
-                reject: None,
-                detached: false,
+                ..Conn::new(
+                    local,
+                    peer,
+                    period,
+                    req.max_cm_retries,
+                    req.primary_path.local_ack_timeout.saturating_sub(1),
+                    req.primary_path.local_ack_timeout,
+                )
             },
         );
         self.by_remote.insert(key, id);

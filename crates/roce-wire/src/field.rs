@@ -1,38 +1,46 @@
-//! Big-endian field access shared by the header views. Callers have checked
-//! the buffer length, so the fixed-size conversions cannot fail.
+//! Big-endian field access shared by the header views (and by `roce-cm`'s
+//! MAD layouts). Callers have checked the buffer length: these index the
+//! slice and panic on a short one.
 
-pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
+/// The big-endian `u16` at `at`.
+pub fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-pub(crate) fn u24_at(b: &[u8], at: usize) -> u32 {
+/// The big-endian 24-bit field at `at`.
+pub fn u24_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
 }
 
-pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The big-endian `u32` at `at`.
+pub fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+/// The big-endian `u64` at `at`.
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut x = [0u8; 8];
     x.copy_from_slice(&b[at..at + 8]);
     u64::from_be_bytes(x)
 }
 
-pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
+/// Writes `v` big-endian at `at`.
+pub fn set_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Writes the low 24 bits of `v`.
-pub(crate) fn set_u24(b: &mut [u8], at: usize, v: u32) {
+/// Writes the low 24 bits of `v` big-endian at `at`.
+pub fn set_u24(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
 }
 
-pub(crate) fn set_u32(b: &mut [u8], at: usize, v: u32) {
+/// Writes `v` big-endian at `at`.
+pub fn set_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
-pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
+/// Writes `v` big-endian at `at`.
+pub fn set_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 

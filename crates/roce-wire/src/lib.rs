@@ -15,7 +15,7 @@
 
 #![forbid(unsafe_code)]
 
-mod field;
+pub mod field;
 
 pub mod aeth;
 pub mod atomic_ack_eth;

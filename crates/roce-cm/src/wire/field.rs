@@ -4,21 +4,7 @@
 
 use std::net::Ipv6Addr;
 
-pub(crate) fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-pub(crate) fn u24_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
-}
-
-pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(array_at(b, at))
-}
+pub(crate) use roce_wire::field::{set_u16, set_u24, set_u32, set_u64, u16_at, u24_at, u32_at, u64_at};
 
 pub(crate) fn gid_at(b: &[u8], at: usize) -> Ipv6Addr {
     Ipv6Addr::from(array_at::<16>(b, at))
@@ -29,23 +15,6 @@ pub(crate) fn array_at<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     let mut x = [0u8; N];
     x.copy_from_slice(&b[at..at + N]);
     x
-}
-
-pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Writes the low 24 bits of `v`.
-pub(crate) fn set_u24(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
-}
-
-pub(crate) fn set_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}
-
-pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 
 pub(crate) fn set_gid(b: &mut [u8], at: usize, gid: Ipv6Addr) {
