@@ -213,6 +213,8 @@ pub struct Device {
 
 /// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
 pub const FIRST_QPN: u32 = 0x11;
+/// The GSI QP's number (QP 1), see [`Device::create_gsi_qp`].
+pub const GSI_QPN: u32 = 1;
 
 /// Packets a QP may send in a row before it goes to the back of the
 /// transmit queue (rxe's per-QP tasks run in bursts too). The QP that sent
@@ -472,6 +474,20 @@ impl Device {
             return Err(VerbError::Invalid("qp number taken or reserved"));
         }
         self.create_qp_numbered(Some(qpn), init)
+    }
+
+    /// Creates QP 1, the General Services Interface QP that carries the CM's
+    /// MADs (IBTA 13.5): a UD QP numbered 1. Its Q_Key is set as usual
+    /// (rdma_cm uses 0x80010000, `GSI_QKEY`), and like rxe's GSI QP it sends
+    /// every packet with AckReq set (golden capture rping_c3).
+    pub fn create_gsi_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+        if init.qp_type != QpType::Ud {
+            return Err(VerbError::Invalid("the GSI QP is a UD QP"));
+        }
+        if self.qps.contains_key(&GSI_QPN) {
+            return Err(VerbError::Invalid("qp 1 exists already"));
+        }
+        self.create_qp_numbered(Some(GSI_QPN), init)
     }
 
     fn create_qp_numbered(&mut self, chosen: Option<u32>, init: QpInitAttr) -> Result<u32, VerbError> {

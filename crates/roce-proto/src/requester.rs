@@ -225,7 +225,9 @@ impl Qp {
             _ => (self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.dest_qp_num),
         };
         self.req.noack_pkts += 1;
-        let ack_req = ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK || self.req.ack_next);
+        // The GSI QP (1) sets AckReq on every packet, as rxe's does.
+        let gsi = self.qpn == crate::device::GSI_QPN;
+        let ack_req = gsi || ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK || self.req.ack_next);
         if ack_req {
             self.req.noack_pkts = 0;
             self.req.ack_next = false;

@@ -50,6 +50,7 @@
 #[cfg(feature = "tokio")]
 mod async_cq;
 mod channel;
+pub mod cm;
 pub mod config;
 mod context;
 mod driver;

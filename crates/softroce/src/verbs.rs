@@ -152,6 +152,16 @@ impl Pd {
 
     /// Creates a queue pair in RESET.
     pub fn create_qp(&self, init: QpInit<'_>) -> Result<Qp, Error> {
+        self.create_qp_of(init, false)
+    }
+
+    /// Creates QP 1, the GSI QP the CM's MADs travel on (a UD QP; see
+    /// `roce_proto::device::Device::create_gsi_qp`).
+    pub(crate) fn create_gsi_qp(&self, init: QpInit<'_>) -> Result<Qp, Error> {
+        self.create_qp_of(init, true)
+    }
+
+    fn create_qp_of(&self, init: QpInit<'_>, gsi: bool) -> Result<Qp, Error> {
         let attr = QpInitAttr {
             qp_type: init.qp_type,
             pd: self.0.handle,
@@ -163,6 +173,8 @@ impl Pd {
         };
         let shared = self.ctx().shared();
         let qpn = match shared.sock.member() {
+            // QP 1 is every process's own (block 0 is nobody's).
+            _ if gsi => shared.with_live_dev(false, |d| d.create_gsi_qp(attr))?,
             // A shared device: a number of this process's blocks.
             Some(m) => shared.with_live_dev(false, |d| {
                 let q = m.alloc_qpn(&shared.sock, |q| d.qp(q).is_some())?;

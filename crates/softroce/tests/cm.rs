@@ -1,0 +1,187 @@
+//! RC connections made by the Communication Manager over real sockets: two
+//! devices on leased loopback addresses, each with its `CmService` (QP 1
+//! and a `roce_cm` agent), connect the way rdma_cm does. The REQ and REP
+//! come from `roce_cm::cma` (rping's values), each side moves its QP with
+//! what the other's message says, data flows, and the disconnect ends in
+//! timewait. The capture shows every MAD as Linux frames it: a UD
+//! SEND_ONLY from QP 1 to QP 1, Q_Key 0x80010000, P_Key 0xffff, AckReq set.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use roce_cm::cm::{CmEvent, ConnectParams};
+use roce_cm::cma::{self, ConnParam, LocalEnd};
+use roce_cm::wire::mad::{GSI_QKEY, GSI_QPN};
+use roce_cm::wire::{AttributeId, CmMad, IpServiceId, PathMtu, PortSpace, RejReason};
+use roce_wire::{Opcode, Packet, Psn};
+use softroce::cm::CmService;
+use softroce::config::LoopbackLease;
+use softroce::{
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
+    Wc, WcOpcode, WcStatus, WrOpcode,
+};
+
+const PORT: u16 = 7174;
+const WAIT: Duration = Duration::from_secs(10);
+
+struct End {
+    _lease: LoopbackLease,
+    ctx: Context,
+    cm: CmService,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn end(pcap: Option<std::path::PathBuf>, seed: u64) -> End {
+    let lease = LoopbackLease::take().unwrap();
+    let ctx = Context::open_with(&lease.device().unwrap(), Options { pcap, ..Options::default() }).unwrap();
+    let cm = CmService::open(&ctx, seed).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let mr =
+        pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 32)).unwrap();
+    End { _lease: lease, ctx, cm, cq, qp, mr }
+}
+
+fn local(e: &End, psn: u32) -> LocalEnd {
+    LocalEnd {
+        ca_guid: e.ctx.device().node_guid(),
+        ack_delay: 15,
+        qpn: e.qp.qpn(),
+        psn: Psn::new(psn),
+        mtu: PathMtu::Mtu1024,
+        tos: 0,
+    }
+}
+
+fn wait_wc(cq: &Cq) -> Wc {
+    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+    assert_eq!(cq.wait(&mut wc, WAIT).unwrap(), 1, "a completion");
+    wc[0]
+}
+
+/// The QP moves rdma_cm derives from the CM exchange (rdma_init_qp_attr):
+/// the peer's QPN and starting PSN, this side's own PSN, MTU 1024, the
+/// ACK timeout the REQ names.
+fn connect_qp(e: &End, my_psn: u32, peer: IpAddr, peer_qpn: u32, peer_psn: u32) {
+    let o = ConnectOptions {
+        mtu: Some(softroce::Mtu::Mtu1024),
+        timeout: 19,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..ConnectOptions::default()
+    };
+    e.qp.connect_with(my_psn, &QpEndpoint { qpn: peer_qpn, psn: peer_psn, gid: peer }, &o).unwrap();
+}
+
+#[test]
+fn two_devices_connect_by_cm_mads_move_data_and_disconnect() {
+    let dir = std::env::temp_dir().join(format!("softroce-cm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("client.pcap");
+    let (c, s) = (end(Some(pcap.clone()), 11), end(None, 12));
+    let service = IpServiceId::new(PortSpace::Tcp, PORT).service_id();
+    s.cm.listen(service).unwrap();
+    let rping = ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() };
+    let (c_addr, s_addr) = (c.cm.local_addr(), s.cm.local_addr());
+    let req = cma::rc_req(
+        PortSpace::Tcp,
+        SocketAddr::new(c_addr, 40000),
+        SocketAddr::new(s_addr, PORT),
+        &local(&c, 0xed57a9),
+        &rping,
+    )
+    .unwrap();
+    let id_c = c.cm.connect(ConnectParams { local: c_addr, peer: s_addr, req, packet_life_time: 18 });
+
+    // The server: the REQ names the client's QP and PSN.
+    let Some(CmEvent::ReqReceived { id: id_s, req: got, peer, .. }) = s.cm.wait_event(WAIT) else {
+        panic!("no REQ at the server")
+    };
+    assert_eq!(
+        (peer, got.local_qpn, got.starting_psn, got.service_id),
+        (c_addr, c.qp.qpn(), Psn::new(0xed57a9), service)
+    );
+    connect_qp(&s, 0x0eeec9, peer, got.local_qpn, got.starting_psn.value());
+    s.cm.accept(id_s, cma::rc_rep(&local(&s, 0x0eeec9), &rping).unwrap()).unwrap();
+
+    // The client: the REP names the server's QP and PSN; then the RTU.
+    let Some(CmEvent::RepReceived { id, rep }) = c.cm.wait_event(WAIT) else { panic!("no REP at the client") };
+    assert_eq!((id, rep.local_qpn, rep.starting_psn), (id_c, s.qp.qpn(), Psn::new(0x0eeec9)));
+    connect_qp(&c, 0xed57a9, s_addr, rep.local_qpn, rep.starting_psn.value());
+    c.cm.establish(id_c).unwrap();
+    assert_eq!(s.cm.wait_event(WAIT), Some(CmEvent::Established { id: id_s }));
+
+    // Data: a SEND each way over the connection the CM made.
+    for (from, to, text) in [(&c, &s, &b"ping over a CM connection"[..]), (&s, &c, &b"pong"[..])] {
+        to.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[to.mr.sge(0, 64)] }).unwrap();
+        from.mr.write(1024, text).unwrap();
+        let sge = [from.mr.sge(1024, text.len() as u32)];
+        from.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+        assert_eq!(wait_wc(&from.cq).status, WcStatus::Success);
+        let w = wait_wc(&to.cq);
+        assert_eq!((w.status, w.byte_len as usize), (WcStatus::Success, text.len()));
+        assert_eq!(to.mr.to_vec(0, text.len()).unwrap(), text);
+    }
+
+    // The client disconnects (rping's order); both end in timewait.
+    c.cm.disconnect(id_c).unwrap();
+    assert_eq!(s.cm.wait_event(WAIT), Some(CmEvent::DreqReceived { id: id_s }));
+    s.cm.disconnect(id_s).unwrap();
+    assert_eq!(c.cm.wait_event(WAIT), Some(CmEvent::DrepReceived { id: id_c }));
+    assert_eq!(c.cm.wait_event(WAIT), Some(CmEvent::TimewaitExit { id: id_c }), "after 2,048 ms");
+    assert_eq!(s.cm.wait_event(WAIT), Some(CmEvent::TimewaitExit { id: id_s }));
+    let ((cm_c, svc_c), (cm_s, _)) = (c.cm.stats(), s.cm.stats());
+    assert_eq!((cm_c.sent, cm_c.retransmitted, cm_s.sent, svc_c.dropped), (3, 0, 2, 0), "REQ RTU DREQ / REP DREP");
+
+    // The client's capture: its three MADs out and the server's two in,
+    // framed as Linux frames them.
+    drop(c);
+    let frames = roce_capture::read_file(&pcap).unwrap();
+    let mut mads = Vec::new();
+    for f in &frames {
+        let roce_capture::Classified::Roce(d) = roce_capture::classify(f) else { continue };
+        let p = Packet::new_checked(d.payload).unwrap();
+        if p.bth().dest_qpn() != GSI_QPN {
+            continue;
+        }
+        let bth = p.bth();
+        assert_eq!((bth.opcode(), bth.pkey(), bth.ack_req()), (Opcode::UD_SEND_ONLY, 0xffff, true));
+        let deth = p.deth().unwrap();
+        assert_eq!((deth.qkey(), deth.src_qpn()), (GSI_QKEY, GSI_QPN));
+        mads.push((d.src.ip(), CmMad::parse(p.payload()).unwrap().message.attr_id()));
+    }
+    assert_eq!(
+        mads,
+        [
+            (c_addr, AttributeId::REQ),
+            (s_addr, AttributeId::REP),
+            (c_addr, AttributeId::RTU),
+            (c_addr, AttributeId::DREQ),
+            (s_addr, AttributeId::DREP),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_req_to_a_port_nobody_listens_on_is_rejected_over_the_wire() {
+    let (c, s) = (end(None, 21), end(None, 22));
+    let (c_addr, s_addr) = (c.cm.local_addr(), s.cm.local_addr());
+    let req = cma::rc_req(
+        PortSpace::Tcp,
+        SocketAddr::new(c_addr, 40001),
+        SocketAddr::new(s_addr, PORT + 1),
+        &local(&c, 5),
+        &ConnParam::default(),
+    )
+    .unwrap();
+    let id = c.cm.connect(ConnectParams { local: c_addr, peer: s_addr, req, packet_life_time: 18 });
+    let Some(CmEvent::Rejected { id: rid, rej }) = c.cm.wait_event(WAIT) else { panic!("no REJ") };
+    assert_eq!((rid, rej.reason), (id, RejReason::INVALID_SERVICE_ID));
+    assert_eq!(s.cm.stats().0.no_listener, 1);
+    assert!(s.cm.wait_event(Duration::from_millis(50)).is_none(), "the server's consumer hears nothing");
+}
