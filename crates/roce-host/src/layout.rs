@@ -19,11 +19,15 @@
 //!        | members[256] x 8 words:                                  |
 //!        |   0 incarnation (0: free)   1 pid   2 seat (or NO_SEAT)  |
 //!        |   3 probe generation answered   4 seat that probe named  |
+//!        |   5 1 when the member has a CM on QP 1                   |
 //!  2312  +---------------------------------------------------------+
 //!        | blocks[4096] x 2 words: QPNs block<<12 .. +4095          |
 //!        |   0 owner: incarnation << 16 | slot + 1 (0: free)        |
 //!        |   1 when it was freed (CLOCK_MONOTONIC ms; 0: never)     |
 //! 10504  +---------------------------------------------------------+
+//!        | services[256] x 2 words: the CM's listeners              |
+//!        |   0 service ID   1 owner as for blocks (0: free entry)   |
+//! 11016  +---------------------------------------------------------+
 //! ```
 //!
 //! A member is alive while it holds the OFD lock on byte
@@ -35,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `b"softroce"` as a big-endian word.
 pub const MAGIC: u64 = u64::from_be_bytes(*b"softroce");
 /// Bumped whenever the meaning of a word changes.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Most members (open contexts) of one device at once.
 pub const MAX_MEMBERS: usize = 256;
 /// QPNs per block: a member owns whole blocks, the steering program
@@ -58,8 +62,11 @@ const SEATS: usize = 8;
 const MEMBERS: usize = SEATS + MAX_MEMBERS;
 const MEMBER_WORDS: usize = 8;
 const BLOCK_TABLE: usize = MEMBERS + MAX_MEMBERS * MEMBER_WORDS;
+const SERVICE_TABLE: usize = BLOCK_TABLE + BLOCKS * 2;
+/// Service IDs the members of one device listen on, at most.
+pub const MAX_SERVICES: usize = 256;
 /// Words in the file.
-pub const WORDS: usize = BLOCK_TABLE + BLOCKS * 2;
+pub const WORDS: usize = SERVICE_TABLE + MAX_SERVICES * 2;
 
 /// Typed access to the mapped words. Every value read may have been
 /// written by a buggy or dead process: readers validate before use.
@@ -246,6 +253,54 @@ impl<'a> Table<'a> {
         self.set(6, u64::from(b));
     }
 
+    /// Marks whether the member in `slot` has a CM on its QP 1.
+    pub fn set_has_cm(&self, slot: usize, on: bool) {
+        self.set(self.member(slot) + 5, u64::from(on));
+    }
+
+    /// Whether the member in `slot` has a CM on its QP 1.
+    pub fn has_cm(&self, slot: usize) -> bool {
+        self.get(self.member(slot) + 5) == 1
+    }
+
+    fn service(&self, i: usize) -> usize {
+        SERVICE_TABLE + (i % MAX_SERVICES) * 2
+    }
+
+    fn service_entry(&self, i: usize) -> Option<(u64, Owner)> {
+        let o = self.get(self.service(i) + 1);
+        let slot = (o & 0xffff).checked_sub(1)? as usize;
+        (slot < MAX_MEMBERS).then(|| (self.get(self.service(i)), Owner { slot, incarnation: o >> 16 }))
+    }
+
+    /// Who listens on `service_id`, as recorded (the caller checks liveness).
+    pub fn service_owner(&self, service_id: u64) -> Option<Owner> {
+        (0..MAX_SERVICES).filter_map(|i| self.service_entry(i)).find(|(sid, _)| *sid == service_id).map(|(_, o)| o)
+    }
+
+    /// Records that the member in `slot` listens on `service_id`; `false`
+    /// when every entry is taken.
+    pub fn add_service(&self, service_id: u64, slot: usize, incarnation: u64) -> bool {
+        let Some(i) = (0..MAX_SERVICES).find(|&i| self.service_entry(i).is_none()) else { return false };
+        self.set(self.service(i), service_id);
+        self.set(self.service(i) + 1, (incarnation << 16) | (slot as u64 + 1));
+        true
+    }
+
+    /// Removes the entries of the member in `slot`: all of them, or only
+    /// `service_id`'s.
+    pub fn remove_services(&self, slot: usize, service_id: Option<u64>) {
+        for i in 0..MAX_SERVICES {
+            if let Some((sid, o)) = self.service_entry(i)
+                && o.slot == slot
+                && service_id.is_none_or(|s| s == sid)
+            {
+                self.set(self.service(i) + 1, 0);
+                self.set(self.service(i), 0);
+            }
+        }
+    }
+
     /// Whether a member incarnation's low 48 bits are `inc`.
     pub fn is_incarnation(&self, slot: usize, inc: u64) -> bool {
         inc != 0 && self.incarnation(slot) & 0xffff_ffff_ffff == inc & 0xffff_ffff_ffff
@@ -264,7 +319,8 @@ mod tests {
     fn layout_is_as_drawn() {
         assert_eq!(MEMBERS, 264);
         assert_eq!(BLOCK_TABLE, 2312);
-        assert_eq!(WORDS, 10504);
+        assert_eq!(SERVICE_TABLE, 10504);
+        assert_eq!(WORDS, 11016);
     }
 
     #[test]
@@ -293,6 +349,16 @@ mod tests {
         assert_eq!((t.probe_answer(9, 42), t.probe_answer(9, 41)), (Some(1), None));
         t.clear_member(9);
         assert_eq!(t.incarnation(9), 0);
+        t.set_has_cm(3, true);
+        assert!(t.has_cm(3) && !t.has_cm(9));
+        assert!(t.add_service(0x1061c06, 3, a) && t.add_service(0x1064853, 9, b));
+        assert_eq!(t.service_owner(0x1061c06), Some(Owner { slot: 3, incarnation: a }));
+        t.remove_services(3, None);
+        assert_eq!((t.service_owner(0x1061c06), t.service_owner(0x1064853).map(|o| o.slot)), (None, Some(9)));
+        for k in 0..MAX_SERVICES as u64 - 1 {
+            assert!(t.add_service(k, 1, a), "entry {k}");
+        }
+        assert!(!t.add_service(u64::MAX, 1, a), "the table is full");
     }
 
     #[test]
@@ -306,6 +372,7 @@ mod tests {
         assert_eq!(t.seats().len(), MAX_MEMBERS);
         assert_eq!(t.block_owner(7), None);
         assert_eq!(t.seat_of(0), None);
+        assert_eq!(t.service_owner(u64::MAX), None);
         assert!((FIRST_BLOCK..=LAST_BLOCK).contains(&t.next_block()));
     }
 }

@@ -13,6 +13,7 @@
 //! from the dead by OFD locks the kernel drops at a crash.
 
 pub mod envelope;
+pub mod gsi;
 pub mod layout;
 mod member;
 pub mod seats;

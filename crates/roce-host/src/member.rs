@@ -13,10 +13,14 @@ use std::time::{Duration, Instant};
 use roce_udp::{BindError, Socket};
 
 use crate::envelope::{self, Envelope};
+use crate::gsi::{self, MadOwner};
 use crate::layout::{self, BLOCK_BITS, BLOCKS, FIRST_BLOCK, LAST_BLOCK, LIVENESS_BASE, MAX_MEMBERS, Table};
 use crate::seats::{self, Plan};
 use crate::shm::{self, Mapping};
 use crate::stats::HostStats;
+
+/// QP 1, the GSI QP: every member's own, routed by its MADs.
+const GSI_QPN: u32 = 1;
 
 /// How long a block stays unused after its member left or died, so that
 /// peers of its QPs have given up on them (IBTA: a requester retries
@@ -71,6 +75,22 @@ pub enum HostError {
     /// The device has [`MAX_MEMBERS`] members already.
     #[error("{addr} already has {MAX_MEMBERS} open contexts")]
     Full {
+        /// The device's address.
+        addr: SocketAddr,
+    },
+    /// Another process of the device listens on the service ID.
+    #[error("service ID {service_id:#018x} on {addr} is listened on by process {pid} already")]
+    ServiceTaken {
+        /// The device's address.
+        addr: SocketAddr,
+        /// The service ID.
+        service_id: u64,
+        /// The listener's pid.
+        pid: u32,
+    },
+    /// The device's service table is full.
+    #[error("{addr} has {max} listening service IDs already", max = layout::MAX_SERVICES)]
+    ServicesFull {
         /// The device's address.
         addr: SocketAddr,
     },
@@ -407,17 +427,87 @@ impl Member {
         }
     }
 
+    /// Where a received packet belongs: by its destination QP's block, or
+    /// for QP 1 by what its MAD names ([`crate::gsi`]); `None` for a packet
+    /// too short to name a QP.
+    pub fn route_packet(&self, packet: &[u8]) -> Option<Route> {
+        let qpn = roce_wire::bth::dest_qpn_of(packet)?;
+        Some(if qpn == GSI_QPN { self.route_mad(packet) } else { self.route(qpn) })
+    }
+
+    /// Where a MAD for QP 1 belongs (see [`crate::gsi`]).
+    pub fn route_mad(&self, packet: &[u8]) -> Route {
+        let t = self.table();
+        let live = |slot: usize, inc: u64| slot < MAX_MEMBERS && t.is_incarnation(slot, inc) && t.has_cm(slot);
+        let owner = match gsi::mad_owner(packet) {
+            MadOwner::Service(sid) => t.service_owner(sid).filter(|o| live(o.slot, o.incarnation)).map(|o| o.slot),
+            MadOwner::Slot(slot) => (slot < MAX_MEMBERS && live(slot, t.incarnation(slot))).then_some(slot),
+            MadOwner::Any => None,
+        };
+        // Nobody named: any member with a CM answers or drops it, this one first.
+        let owner = owner.or_else(|| {
+            if t.has_cm(self.slot) { Some(self.slot) } else { (0..MAX_MEMBERS).find(|&s| live(s, t.incarnation(s))) }
+        });
+        match owner {
+            None => Route::Nobody,
+            Some(s) if s == self.slot => Route::Mine,
+            Some(s) => match t.seat_of(s) {
+                Some(seat) => Route::Member { seat: seat as u32, incarnation: t.incarnation(s) & 0xffff_ffff_ffff },
+                None => Route::Unseated,
+            },
+        }
+    }
+
+    /// This member has (or no longer has) a CM on its QP 1: MADs nobody in
+    /// particular owns may come to it.
+    pub fn set_cm(&self, on: bool) {
+        self.table().set_has_cm(self.slot, on);
+    }
+
+    /// The bits every comm ID this member's CM picks must carry: (mask,
+    /// value), its slot in the low [`gsi::COMM_ID_TAG_BITS`] bits.
+    pub fn comm_id_tag(&self) -> (u32, u32) {
+        ((1 << gsi::COMM_ID_TAG_BITS) - 1, self.slot as u32)
+    }
+
+    /// Listens on `service_id` for the device: REQs for it come to this
+    /// member. Fails when a live member of another process listens on it.
+    pub fn listen(&self, service_id: u64) -> Result<(), HostError> {
+        let _g = self.lock(LOCK_PATIENCE)?;
+        let t = self.table();
+        if let Some(o) = t.service_owner(service_id) {
+            if o.slot == self.slot && t.is_incarnation(o.slot, self.incarnation) {
+                return Ok(());
+            }
+            if t.is_incarnation(o.slot, o.incarnation)
+                && shm::byte_held(&self.file, LIVENESS_BASE + o.slot as u64).unwrap_or(true)
+            {
+                return Err(HostError::ServiceTaken { addr: self.addr, service_id, pid: t.pid(o.slot) });
+            }
+            t.remove_services(o.slot, Some(service_id));
+        }
+        if t.add_service(service_id, self.slot, self.incarnation & 0xffff_ffff_ffff) {
+            Ok(())
+        } else {
+            Err(HostError::ServicesFull { addr: self.addr })
+        }
+    }
+
+    /// Stops listening on `service_id`.
+    pub fn unlisten(&self, service_id: u64) {
+        if let Ok(_g) = self.lock(LOCK_PATIENCE) {
+            self.table().remove_services(self.slot, Some(service_id));
+        }
+    }
+
     /// Hands a packet that reached this member but is not its own on, or
     /// drops and counts it. `hops`: members it went through already.
     pub fn pass_on(&self, sock: &Socket, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8], hops: u8) {
-        let qpn = match roce_wire::bth::dest_qpn_of(packet) {
-            Some(q) => q,
-            None => {
-                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        let Some(route) = self.route_packet(packet) else {
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
         };
-        match self.route(qpn) {
+        match route {
             Route::Mine => unreachable!("pass_on is for packets of other members"),
             Route::Nobody => {
                 self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
@@ -598,6 +688,7 @@ impl Member {
         }
         let plan = seats::after_leaving(&current, &gone);
         for &s in &gone {
+            t.remove_services(s, None);
             t.clear_member(s);
             self.stats.reaped.fetch_add(1, Ordering::Relaxed);
         }
@@ -683,6 +774,7 @@ impl Member {
             t.bump();
             let _ = self.attach(&sock);
             drop(sock);
+            t.remove_services(self.slot, None);
             t.clear_member(self.slot);
             let others = (0..MAX_MEMBERS)
                 .any(|s| t.incarnation(s) != 0 || shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true));

@@ -53,6 +53,8 @@ struct State {
     busy: Vec<bool>,
     /// AHs by peer address.
     ahs: Vec<(IpAddr, Ah)>,
+    /// Service IDs listened on (given up when the service closes).
+    listening: Vec<u64>,
 }
 
 struct Inner {
@@ -88,13 +90,20 @@ impl CmService {
         }
         // INIT -> RTR -> RTS (a UD QP needs no peer).
         qp.connect_from_init(0, &qp.endpoint(0), &crate::ConnectOptions { qkey: GSI_QKEY, ..Default::default() })?;
+        // On a shared device every comm ID carries this process's slot, so
+        // whichever process the kernel hands a MAD finds its owner.
+        let member = ctx.shared().sock.member();
+        let (comm_id_mask, comm_id_tag) = member.map_or((0, 0), |m| m.comm_id_tag());
         let config = CmConfig {
             ca_guid: ctx.device().node_guid(),
             tid_hi: 1,
             ack_delay: ctx.query_device().local_ca_ack_delay,
-            comm_id_mask: 0,
-            comm_id_tag: 0,
+            comm_id_mask,
+            comm_id_tag,
         };
+        if let Some(m) = member {
+            m.set_cm(true);
+        }
         let inner = Arc::new(Inner {
             ctx: ctx.clone(),
             pd,
@@ -107,6 +116,7 @@ impl CmService {
                 stats: CmServiceStats::default(),
                 busy: vec![false; SEND_RING],
                 ahs: Vec::new(),
+                listening: Vec::new(),
             }),
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -121,9 +131,25 @@ impl CmService {
         self.inner.ctx.device().addr
     }
 
-    /// Listens on `service_id`.
-    pub fn listen(&self, service_id: u64) -> Result<(), CmError> {
-        self.inner.with(|cm| cm.listen(service_id))
+    /// Listens on `service_id`, for the whole shared device: a REQ for it
+    /// reaching another process of the host is handed to this one. Fails
+    /// when another process listens on it already.
+    pub fn listen(&self, service_id: u64) -> Result<(), Error> {
+        if let Some(m) = self.inner.ctx.shared().sock.member() {
+            m.listen(service_id)?;
+        }
+        self.inner.with(|cm| cm.listen(service_id))?;
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).listening.push(service_id);
+        Ok(())
+    }
+
+    /// Stops listening on `service_id`.
+    pub fn unlisten(&self, service_id: u64) {
+        if let Some(m) = self.inner.ctx.shared().sock.member() {
+            m.unlisten(service_id);
+        }
+        self.inner.with(|cm| cm.unlisten(service_id));
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).listening.retain(|s| *s != service_id);
     }
 
     /// Starts an active connection (sends the REQ).
@@ -181,6 +207,13 @@ impl CmService {
 
 impl Drop for CmService {
     fn drop(&mut self) {
+        if let Some(m) = self.inner.ctx.shared().sock.member() {
+            m.set_cm(false);
+            let listening = std::mem::take(&mut self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).listening);
+            for sid in listening {
+                m.unlisten(sid);
+            }
+        }
         self.inner.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

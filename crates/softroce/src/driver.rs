@@ -564,9 +564,7 @@ impl Shared {
                         }
                         Control::Done => continue,
                     }
-                } else if let Some(Route::Member { .. } | Route::Unseated) =
-                    roce_wire::bth::dest_qpn_of(data).map(|q| m.route(q))
-                {
+                } else if let Some(Route::Member { .. } | Route::Unseated) = m.route_packet(data) {
                     m.pass_on(&self.sock, src, src_port, dst, data, 0);
                     continue;
                 }

@@ -22,6 +22,9 @@ pub enum Error {
     /// The host's shared device could not be joined.
     #[error(transparent)]
     Host(#[from] roce_host::HostError),
+    /// The CM refused a call (no such connection, wrong state, taken service).
+    #[error(transparent)]
+    Cm(#[from] roce_cm::cm::CmError),
     /// A verb was refused (the C API's errno).
     #[error(transparent)]
     Verb(#[from] roce_proto::VerbError),

@@ -1,0 +1,210 @@
+//! The CM on one device shared by several processes, as with the kernel's
+//! QP 1: two servers in two processes listen on two ports of 127.0.0.1, a
+//! third process has a CM and listens on nothing, and this process (the
+//! client) connects to both servers by CM MADs. Every MAD reaches the
+//! kernel's one UDP 4-tuple (127.0.0.1:4791 to itself), so the kernel hands
+//! them all to one process, which hands each on to its owner: REQs by
+//! service ID, the rest by the comm ID's slot bits. This test binary re-runs
+//! itself for each process (`cm_member_process`, idle unless
+//! `SOFTROCE_TEST_CM` is set).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use roce_cm::cm::{CmEvent, ConnectParams};
+use roce_cm::cma::{self, ConnParam, LocalEnd};
+use roce_cm::wire::{IpServiceId, PathMtu, PortSpace};
+use roce_wire::Psn;
+use softroce::cm::CmService;
+use softroce::config::DeviceInfo;
+use softroce::{
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
+    Wc, WcOpcode, WcStatus, WrOpcode,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn device() -> DeviceInfo {
+    DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
+}
+
+struct End {
+    ctx: Context,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn end(ctx: &Context) -> End {
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let mr =
+        pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 32)).unwrap();
+    End { ctx: ctx.clone(), cq, qp, mr }
+}
+
+fn local(e: &End, psn: u32) -> LocalEnd {
+    LocalEnd {
+        ca_guid: e.ctx.device().node_guid(),
+        ack_delay: 15,
+        qpn: e.qp.qpn(),
+        psn: Psn::new(psn),
+        mtu: PathMtu::Mtu1024,
+        tos: 0,
+    }
+}
+
+fn connect_qp(e: &End, my_psn: u32, peer_qpn: u32, peer_psn: u32) {
+    let o = ConnectOptions {
+        mtu: Some(softroce::Mtu::Mtu1024),
+        timeout: 19,
+        max_rd_atomic: 1,
+        ..ConnectOptions::default()
+    };
+    let peer = QpEndpoint { qpn: peer_qpn, psn: peer_psn, gid: IpAddr::V4(Ipv4Addr::LOCALHOST) };
+    e.qp.connect_with(my_psn, &peer, &o).unwrap();
+}
+
+fn wait_wc(cq: &Cq) -> Wc {
+    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+    assert_eq!(cq.wait(&mut wc, WAIT).unwrap(), 1, "a completion");
+    wc[0]
+}
+
+fn rdma_cm_values() -> ConnParam<'static> {
+    ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() }
+}
+
+/// One process: `server:PORT` (accept one connection, echo one SEND
+/// upper-cased, take the disconnect) or `bystander` (a CM, no listener).
+#[test]
+fn cm_member_process() {
+    let Ok(role) = std::env::var("SOFTROCE_TEST_CM") else { return };
+    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let cm = CmService::open(&ctx, std::process::id().into()).unwrap();
+    let e = end(&ctx);
+    let mut out = std::io::stdout();
+    if role == "bystander" {
+        writeln!(out, "\nREADY").unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        let host: Vec<String> = ctx.host_stats().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        writeln!(out, "DONE {}", host.join(" ")).unwrap();
+        return;
+    }
+    let port: u16 = role.strip_prefix("server:").unwrap().parse().unwrap();
+    cm.listen(IpServiceId::new(PortSpace::Tcp, port).service_id()).unwrap();
+    writeln!(out, "\nREADY").unwrap();
+    out.flush().unwrap();
+    let Some(CmEvent::ReqReceived { id, req, .. }) = cm.wait_event(WAIT) else { panic!("{role}: no REQ") };
+    assert_eq!(req.service_id, IpServiceId::new(PortSpace::Tcp, port).service_id(), "the REQ for this port came here");
+    let psn = 0x1000 + u32::from(port);
+    connect_qp(&e, psn, req.local_qpn, req.starting_psn.value());
+    e.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[e.mr.sge(0, 256)] }).unwrap();
+    cm.accept(id, cma::rc_rep(&local(&e, psn), &rdma_cm_values()).unwrap()).unwrap();
+    assert_eq!(cm.wait_event(WAIT), Some(CmEvent::Established { id }));
+    let w = wait_wc(&e.cq);
+    assert_eq!(w.status, WcStatus::Success);
+    let reply = e.mr.to_vec(0, w.byte_len as usize).unwrap().to_ascii_uppercase();
+    e.mr.write(1024, &reply).unwrap();
+    let sge = [e.mr.sge(1024, reply.len() as u32)];
+    e.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+    assert_eq!(wait_wc(&e.cq).status, WcStatus::Success);
+    assert_eq!(cm.wait_event(WAIT), Some(CmEvent::DreqReceived { id }));
+    cm.disconnect(id).unwrap();
+    let host: Vec<String> = ctx.host_stats().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    writeln!(out, "DONE {}", host.join(" ")).unwrap();
+}
+
+struct Member {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+fn start(role: &str) -> Member {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cm_member_process", "--nocapture", "--test-threads", "1"])
+        .env("SOFTROCE_TEST_CM", role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "READY"), "{role} did not start");
+    Member { child, lines }
+}
+
+fn done(m: &mut Member) -> String {
+    if let Some(stdin) = m.child.stdin.as_mut() {
+        let _ = writeln!(stdin, "done");
+    }
+    let line = m.lines.by_ref().map_while(Result::ok).find(|l| l.starts_with("DONE")).expect("a DONE line");
+    assert!(m.child.wait().unwrap().success(), "member failed: {line}");
+    line
+}
+
+fn counter(line: &str, name: &str) -> u64 {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+}
+
+#[test]
+fn two_servers_in_two_processes_and_a_bystander_share_qp1_of_one_device() {
+    // Ports of this run's own (the service IDs are host-wide on the device).
+    let base = 20000 + (std::process::id() % 20000) as u16;
+    let ports = [base, base + 1];
+    let mut servers: Vec<Member> = ports.iter().map(|p| start(&format!("server:{p}"))).collect();
+    let mut bystander = start("bystander");
+
+    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let cm = CmService::open(&ctx, 99).unwrap();
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    for (k, &port) in ports.iter().enumerate() {
+        let e = end(&ctx);
+        let psn = 0x2000 + k as u32;
+        let src = SocketAddr::new(lo, 40000 + k as u16);
+        let req =
+            cma::rc_req(PortSpace::Tcp, src, SocketAddr::new(lo, port), &local(&e, psn), &rdma_cm_values()).unwrap();
+        let id = cm.connect(ConnectParams { local: lo, peer: lo, req, packet_life_time: 18 });
+        let Some(CmEvent::RepReceived { id: got, rep }) = cm.wait_event(WAIT) else {
+            panic!("no REP from port {port}")
+        };
+        assert_eq!(
+            (got, rep.starting_psn),
+            (id, Psn::new(0x1000 + u32::from(port))),
+            "the server of port {port} answered"
+        );
+        connect_qp(&e, psn, rep.local_qpn, rep.starting_psn.value());
+        e.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[e.mr.sge(0, 256)] }).unwrap();
+        cm.establish(id).unwrap();
+        let text = format!("hello server {k}");
+        e.mr.write(1024, text.as_bytes()).unwrap();
+        let sge = [e.mr.sge(1024, text.len() as u32)];
+        e.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+        let mut got_reply = false;
+        for _ in 0..2 {
+            let w = wait_wc(&e.cq);
+            assert_eq!(w.status, WcStatus::Success);
+            if w.opcode == WcOpcode::Recv {
+                assert_eq!(e.mr.to_vec(0, w.byte_len as usize).unwrap(), text.to_ascii_uppercase().as_bytes());
+                got_reply = true;
+            }
+        }
+        assert!(got_reply, "server {k} echoed");
+        cm.disconnect(id).unwrap();
+        assert_eq!(cm.wait_event(WAIT), Some(CmEvent::DrepReceived { id }));
+    }
+    let lines: Vec<String> = servers.iter_mut().map(done).chain([done(&mut bystander)]).collect();
+    eprintln!("{lines:#?}\nclient: {:?}", ctx.host_stats());
+    // All MADs share one 4-tuple: the kernel gave them to one process, and
+    // every one that was another's was handed on.
+    let forwarded: u64 = lines.iter().map(|l| counter(l, "forwarded")).sum::<u64>()
+        + ctx.host_stats().iter().find(|(k, _)| *k == "forwarded").map_or(0, |x| x.1);
+    let received: u64 = lines.iter().map(|l| counter(l, "received_forwarded")).sum::<u64>()
+        + ctx.host_stats().iter().find(|(k, _)| *k == "received_forwarded").map_or(0, |x| x.1);
+    assert!(forwarded > 0 && forwarded == received, "forwarded {forwarded}, received {received}");
+    assert_eq!(cm.stats().0.retransmitted, 0, "no MAD was lost on the way");
+}
