@@ -57,7 +57,13 @@ struct State {
     listening: Vec<u64>,
 }
 
+/// Where a service's events go instead of [`CmService::wait_event`]'s
+/// queue: called from the service's thread or the consumer's call that made
+/// them, with no lock held (it may call the service again).
+pub type EventSink = Box<dyn Fn(CmEvent) + Send + Sync>;
+
 struct Inner {
+    sink: Option<EventSink>,
     ctx: Context,
     pd: Pd,
     cq: Cq,
@@ -79,6 +85,11 @@ impl CmService {
     /// Opens the CM on `ctx`: QP 1 and the agent's thread. `seed` makes the
     /// comm IDs (random, as Linux's) reproducible.
     pub fn open(ctx: &Context, seed: u64) -> Result<CmService, Error> {
+        CmService::open_with(ctx, seed, None)
+    }
+
+    /// [`CmService::open`] with its events handed to `sink` as they come.
+    pub fn open_with(ctx: &Context, seed: u64, sink: Option<EventSink>) -> Result<CmService, Error> {
         let pd = ctx.alloc_pd()?;
         let cq = ctx.create_cq((RECV_RING + SEND_RING) as u32, None)?;
         let depth = RECV_RING.max(SEND_RING) as u32;
@@ -105,6 +116,7 @@ impl CmService {
             m.set_cm(true);
         }
         let inner = Arc::new(Inner {
+            sink,
             ctx: ctx.clone(),
             pd,
             cq,
@@ -243,21 +255,31 @@ impl Inner {
     fn with<R>(&self, f: impl FnOnce(&mut Cm) -> R) -> R {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut st.cm);
-        self.flush(&mut st);
+        let events = self.flush(&mut st);
+        drop(st);
+        self.deliver(events);
         r
     }
 
-    fn flush(&self, st: &mut State) {
+    /// Sends what the agent queued; returns its events for [`Inner::deliver`].
+    fn flush(&self, st: &mut State) -> Vec<CmEvent> {
         while let Some(t) = st.cm.poll_transmit() {
             self.send(st, &t);
         }
-        let mut woke = false;
-        while let Some(e) = st.cm.poll_event() {
-            st.events.push_back(e);
-            woke = true;
+        std::iter::from_fn(|| st.cm.poll_event()).collect()
+    }
+
+    /// Hands `events` to the sink, or queues them for `wait_event` (no lock held).
+    fn deliver(&self, events: Vec<CmEvent>) {
+        if events.is_empty() {
+            return;
         }
-        if woke {
-            self.ready.notify_all();
+        match &self.sink {
+            Some(sink) => events.into_iter().for_each(sink),
+            None => {
+                self.state.lock().unwrap_or_else(|e| e.into_inner()).events.extend(events);
+                self.ready.notify_all();
+            }
         }
     }
 
@@ -337,7 +359,9 @@ impl Inner {
                 }
             }
             st.cm.handle_timeout(now);
-            self.flush(&mut st);
+            let events = self.flush(&mut st);
+            drop(st);
+            self.deliver(events);
         }
     }
 }

@@ -58,6 +58,7 @@ mod error;
 pub mod faults;
 mod fork;
 mod port;
+pub mod rdma_cm;
 mod sg;
 pub mod tap;
 mod verbs;

@@ -1,0 +1,828 @@
+//! rdma_cm over softroce: connections by IP address and port, as
+//! librdmacm and the kernel's `rdma_cm` make them (rdmacm.md 2-3). An
+//! [`EventChannel`] delivers the events of its [`CmId`]s; an id resolves
+//! an address and a route (both local on RoCE: no packets), connects or
+//! listens, and drives its QP through INIT, RTR and RTS with the values the
+//! CM exchange gives, as librdmacm does around the kernel's events.
+//!
+//! Devices are opened on first use, one context and one [`CmService`] per
+//! device for the whole process (librdmacm opens every device once); the
+//! services' events are routed to the ids by comm ID, and REQs to the
+//! listener of their service ID.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use roce_cm::cm::{CmEvent, CommId, ConnectParams};
+use roce_cm::cma::{self, ConnParam as WireConnParam, LocalEnd};
+use roce_cm::wire::{CmaHdrRepr, IpServiceId, PathMtu, RejReason, RepRepr, ReqRepr};
+use roce_wire::Psn;
+
+use crate::cm::CmService;
+use crate::config::DeviceInfo;
+use crate::error::Error;
+use crate::verbs::{Pd, Qp, QpInit};
+use crate::{AccessFlags, Context, Mtu, QpAttr, QpAttrMask, QpState};
+
+pub use roce_cm::wire::PortSpace;
+
+/// librdmacm's event types, in its order (`enum rdma_cm_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum EventType {
+    /// `rdma_resolve_addr` finished.
+    AddrResolved = 0,
+    /// `rdma_resolve_addr` failed.
+    AddrError = 1,
+    /// `rdma_resolve_route` finished.
+    RouteResolved = 2,
+    /// `rdma_resolve_route` failed.
+    RouteError = 3,
+    /// A connection request for a listener (on a new id).
+    ConnectRequest = 4,
+    /// The REP, for an id without a QP (the consumer calls `establish`).
+    ConnectResponse = 5,
+    /// Setting up the QP after the REP failed.
+    ConnectError = 6,
+    /// The peer did not answer.
+    Unreachable = 7,
+    /// The peer rejected.
+    Rejected = 8,
+    /// Connected.
+    Established = 9,
+    /// Disconnected.
+    Disconnected = 10,
+    /// The device went away.
+    DeviceRemoval = 11,
+    /// A multicast join finished.
+    MulticastJoin = 12,
+    /// A multicast join failed.
+    MulticastError = 13,
+    /// The address moved.
+    AddrChange = 14,
+    /// The timewait after a disconnect ended.
+    TimewaitExit = 15,
+}
+
+impl EventType {
+    /// `rdma_event_str`'s name.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            EventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            EventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            EventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            EventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            EventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            EventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            EventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            EventType::Rejected => "RDMA_CM_EVENT_REJECTED",
+            EventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
+            EventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            EventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            EventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            EventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            EventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            EventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+/// `rdma_conn_param`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    /// The consumer's private data.
+    pub private_data: Vec<u8>,
+    /// RDMA READ / atomic requests this side accepts in flight.
+    pub responder_resources: u8,
+    /// RDMA READ / atomic requests this side issues in flight.
+    pub initiator_depth: u8,
+    /// End-to-end flow control.
+    pub flow_control: bool,
+    /// Transport retries (7 at most).
+    pub retry_count: u8,
+    /// RNR retries (7: infinite).
+    pub rnr_retry_count: u8,
+    /// The QP uses an SRQ.
+    pub srq: bool,
+    /// The QP number (for an id without a QP of its own).
+    pub qp_num: u32,
+}
+
+impl ConnParam {
+    /// librdmacm's values for a NULL `conn_param`: retry and RNR retry 7.
+    pub fn null() -> ConnParam {
+        ConnParam { retry_count: 7, rnr_retry_count: 7, ..ConnParam::default() }
+    }
+
+    fn wire(&self) -> WireConnParam<'_> {
+        WireConnParam {
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: self.flow_control,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: self.srq,
+            private_data: &self.private_data,
+        }
+    }
+}
+
+/// An event (`struct rdma_cm_event`).
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The id it is about (for `ConnectRequest`, the new id).
+    pub id: CmId,
+    /// The listener, for `ConnectRequest`.
+    pub listen_id: Option<CmId>,
+    /// What happened.
+    pub event: EventType,
+    /// 0, a REJ reason (`Rejected`) or a negative errno.
+    pub status: i32,
+    /// The connection parameters the peer's message carried.
+    pub conn: ConnParam,
+}
+
+/// An event channel (`struct rdma_event_channel`): its file descriptor is
+/// readable while an event is queued (an eventfd counting them).
+#[derive(Debug, Clone)]
+pub struct EventChannel(Arc<ChannelInner>);
+
+#[derive(Debug)]
+struct ChannelInner {
+    queue: Mutex<VecDeque<Event>>,
+    ready: Condvar,
+    fd: OwnedFd,
+}
+
+impl EventChannel {
+    /// A new channel.
+    pub fn new() -> Result<EventChannel, Error> {
+        use rustix::event::EventfdFlags as F;
+        let fd = rustix::event::eventfd(0, F::CLOEXEC | F::NONBLOCK | F::SEMAPHORE).map_err(std::io::Error::from)?;
+        Ok(EventChannel(Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), fd })))
+    }
+
+    /// The descriptor to poll (readable while events wait).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.0.fd.as_fd()
+    }
+
+    /// The next event, waiting up to `timeout` (`None`: for ever).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<Event> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(e) = q.pop_front() {
+                // One count off the eventfd: readable while events wait.
+                let _ = rustix::io::read(&self.0.fd, &mut [0u8; 8]);
+                return Some(e);
+            }
+            match deadline {
+                None => q = self.0.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    q = self.0.ready.wait_timeout(q, left).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+
+    fn push(&self, e: Event) {
+        self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+        let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
+        self.0.ready.notify_all();
+    }
+}
+
+/// Where an id is (librdmacm / kernel `enum rdma_cm_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdState {
+    /// Fresh.
+    Idle,
+    /// Bound to a local address.
+    AddrBound,
+    /// The peer's address resolved.
+    AddrResolved,
+    /// The path resolved.
+    RouteResolved,
+    /// Connecting (REQ sent) or connected.
+    Connect,
+    /// Disconnecting or disconnected.
+    Disconnect,
+    /// Listening.
+    Listen,
+}
+
+/// An rdma_cm id (`struct rdma_cm_id`).
+#[derive(Debug, Clone)]
+pub struct CmId(Arc<IdInner>);
+
+#[derive(Debug)]
+struct IdInner {
+    channel: EventChannel,
+    ps: PortSpace,
+    st: Mutex<Id>,
+}
+
+#[derive(Debug)]
+struct Id {
+    state: IdState,
+    dev: Option<Arc<Dev>>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    qp: Option<Qp>,
+    /// This side's PSN (the id's random `seq_num`).
+    psn: u32,
+    comm: Option<CommId>,
+    /// The peer's REQ (passive) or REP (active).
+    req: Option<Box<ReqRepr>>,
+    rep: Option<Box<RepRepr>>,
+    listening: Option<u64>,
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &CmId) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// One device of the process: its context and CM, and the ids using it.
+struct Dev {
+    info: DeviceInfo,
+    ctx: Context,
+    cm: CmService,
+    routes: Mutex<Routes>,
+}
+
+impl std::fmt::Debug for Dev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dev").field("name", &self.info.name).finish()
+    }
+}
+
+#[derive(Default)]
+struct Routes {
+    by_comm: HashMap<CommId, Weak<IdInner>>,
+    listeners: HashMap<u64, Weak<IdInner>>,
+}
+
+/// The process's devices, opened on first use.
+static DEVICES: OnceLock<Mutex<Vec<Arc<Dev>>>> = OnceLock::new();
+
+fn random_u32() -> u32 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) as u32
+}
+
+/// The process's device on `ip` (opened now if need be).
+fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
+    let all = DEVICES.get_or_init(|| Mutex::new(Vec::new()));
+    let mut open = all.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = open.iter().find(|d| d.info.addr == ip) {
+        return Ok(d.clone());
+    }
+    let info = match crate::devices()?.into_iter().find(|d| d.addr == ip) {
+        Some(i) => i,
+        None => DeviceInfo::on_address(format!("softroce_{ip}"), ip)?,
+    };
+    let ctx = Context::open_with(&info, crate::Options::from_env()?)?;
+    // The service's events reach the device once it exists (none come before:
+    // nothing listens or connects yet).
+    let slot: Arc<OnceLock<Weak<Dev>>> = Arc::new(OnceLock::new());
+    let s = slot.clone();
+    let sink: crate::cm::EventSink = Box::new(move |e| {
+        if let Some(d) = s.get().and_then(Weak::upgrade) {
+            d.route(e);
+        }
+    });
+    let cm = CmService::open_with(&ctx, u64::from(random_u32()), Some(sink))?;
+    let dev = Arc::new(Dev { info, ctx, cm, routes: Mutex::new(Routes::default()) });
+    let _ = slot.set(Arc::downgrade(&dev));
+    open.push(dev.clone());
+    Ok(dev)
+}
+
+/// The local address used to reach `dst`: itself when it is a local
+/// device's, else the first device on loopback for a loopback `dst`, else
+/// the first device that is not on loopback.
+fn source_for(dst: IpAddr) -> Result<IpAddr, Error> {
+    let devs = crate::devices()?;
+    if devs.iter().any(|d| d.addr == dst) {
+        return Ok(dst);
+    }
+    let want_lo = dst.is_loopback();
+    devs.iter()
+        .find(|d| d.addr.is_loopback() == want_lo)
+        .or_else(|| devs.first())
+        .map(|d| d.addr)
+        .ok_or_else(|| Error::NoSuchDevice { name: format!("for {dst}"), known: Vec::new() })
+}
+
+fn mtu_of(p: PathMtu) -> Mtu {
+    (1..=5).filter_map(Mtu::from_raw).find(|m| Some(m.bytes()) == p.bytes()).unwrap_or(Mtu::Mtu1024)
+}
+
+fn path_mtu(m: Mtu) -> PathMtu {
+    PathMtu::from_bytes(m.bytes()).unwrap_or(PathMtu::Mtu1024)
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::Verb(roce_proto::VerbError::Invalid(what))
+}
+
+impl Dev {
+    /// A CM event to its id, as librdmacm and the kernel's cma turn it
+    /// into an rdma_cm event.
+    fn route(self: &Arc<Dev>, e: CmEvent) {
+        let comm = match &e {
+            CmEvent::ReqReceived { id, .. }
+            | CmEvent::RepReceived { id, .. }
+            | CmEvent::Established { id }
+            | CmEvent::Rejected { id, .. }
+            | CmEvent::Unreachable { id }
+            | CmEvent::DreqReceived { id }
+            | CmEvent::DrepReceived { id }
+            | CmEvent::DisconnectTimedOut { id }
+            | CmEvent::TimewaitExit { id } => *id,
+        };
+        if let CmEvent::ReqReceived { id, req, peer, local } = e {
+            self.on_req(id, req, peer, local);
+            return;
+        }
+        let id = {
+            let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            let id = r.by_comm.get(&comm).and_then(Weak::upgrade);
+            if matches!(e, CmEvent::TimewaitExit { .. } | CmEvent::Unreachable { .. } | CmEvent::Rejected { .. }) {
+                r.by_comm.remove(&comm);
+            }
+            id
+        };
+        let Some(id) = id.map(CmId) else { return };
+        id.on_cm_event(e);
+    }
+
+    fn on_req(self: &Arc<Dev>, comm: CommId, req: Box<ReqRepr>, peer: IpAddr, local: IpAddr) {
+        let listener = {
+            let r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            r.listeners.get(&req.service_id).and_then(Weak::upgrade).map(CmId)
+        };
+        let hdr = CmaHdrRepr::parse(&req.private_data);
+        let (Some(listener), Ok(hdr)) = (listener, hdr) else {
+            let _ = self.cm.reject(comm, RejReason::CONSUMER_DEFINED, [0; 148]);
+            return;
+        };
+        let port = IpServiceId::from_service_id(req.service_id).map_or(0, |s| s.port);
+        let child = CmId(Arc::new(IdInner {
+            channel: listener.0.channel.clone(),
+            ps: listener.0.ps,
+            st: Mutex::new(Id {
+                state: IdState::Connect,
+                dev: Some(self.clone()),
+                src: Some(SocketAddr::new(local, port)),
+                dst: Some(SocketAddr::new(if peer.is_unspecified() { hdr.src_addr() } else { peer }, hdr.port)),
+                qp: None,
+                psn: random_u32() & 0xff_ffff,
+                comm: Some(comm),
+                req: Some(req.clone()),
+                rep: None,
+                listening: None,
+            }),
+        }));
+        self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
+        // The event's parameters are the REQ's, seen from this side.
+        let conn = ConnParam {
+            private_data: roce_cm::wire::cma_hdr::user_private_data(&req.private_data).to_vec(),
+            responder_resources: req.initiator_depth,
+            initiator_depth: req.responder_resources,
+            flow_control: req.end_to_end_flow_control,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            srq: req.srq,
+            qp_num: req.local_qpn,
+        };
+        listener.0.channel.push(Event {
+            id: child,
+            listen_id: Some(listener.clone()),
+            event: EventType::ConnectRequest,
+            status: 0,
+            conn,
+        });
+    }
+}
+
+impl CmId {
+    /// `rdma_create_id`: a new id whose events go to `channel`.
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> CmId {
+        CmId(Arc::new(IdInner {
+            channel: channel.clone(),
+            ps,
+            st: Mutex::new(Id {
+                state: IdState::Idle,
+                dev: None,
+                src: None,
+                dst: None,
+                qp: None,
+                psn: random_u32() & 0xff_ffff,
+                comm: None,
+                req: None,
+                rep: None,
+                listening: None,
+            }),
+        }))
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, Id> {
+        self.0.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn event(&self, event: EventType, status: i32, conn: ConnParam) {
+        self.0.channel.push(Event { id: self.clone(), listen_id: None, event, status, conn });
+    }
+
+    /// The id's state.
+    pub fn state(&self) -> IdState {
+        self.st().state
+    }
+
+    /// The device context (`id->verbs`), once bound or resolved.
+    pub fn context(&self) -> Option<Context> {
+        self.st().dev.as_ref().map(|d| d.ctx.clone())
+    }
+
+    /// The local address and port.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.st().src
+    }
+
+    /// The peer's address and port.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.st().dst
+    }
+
+    /// The QP made by [`CmId::create_qp`].
+    pub fn qp(&self) -> Option<Qp> {
+        self.st().qp.clone()
+    }
+
+    /// `rdma_bind_addr`: the device owning `addr`'s IP (port 0: any).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<(), Error> {
+        let mut st = self.st();
+        if st.state != IdState::Idle {
+            return Err(bad("rdma_bind_addr: the id is bound already"));
+        }
+        if !addr.ip().is_unspecified() {
+            st.dev = Some(device_for(addr.ip())?);
+        }
+        st.src = Some(addr);
+        st.state = IdState::AddrBound;
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`
+    /// when given) and queues ADDR_RESOLVED. A port of 0 in the source gets
+    /// a random one, as the kernel takes from its local port range.
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), Error> {
+        {
+            let mut st = self.st();
+            if !matches!(st.state, IdState::Idle | IdState::AddrBound) {
+                return Err(bad("rdma_resolve_addr: not idle"));
+            }
+            let ip = match src.map(|s| s.ip()).or(st.src.map(|s| s.ip())).filter(|ip| !ip.is_unspecified()) {
+                Some(ip) => ip,
+                None => source_for(dst.ip())?,
+            };
+            let port = src.or(st.src).map_or(0, |s| s.port());
+            let port = if port == 0 { 32768 + (random_u32() % 28232) as u16 } else { port };
+            st.dev = Some(device_for(ip)?);
+            st.src = Some(SocketAddr::new(ip, port));
+            st.dst = Some(dst);
+            st.state = IdState::AddrResolved;
+        }
+        self.event(EventType::AddrResolved, 0, ConnParam::default());
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: the path is built locally on RoCE; queues
+    /// ROUTE_RESOLVED.
+    pub fn resolve_route(&self) -> Result<(), Error> {
+        {
+            let mut st = self.st();
+            if st.state != IdState::AddrResolved {
+                return Err(bad("rdma_resolve_route: the address is not resolved"));
+            }
+            st.state = IdState::RouteResolved;
+        }
+        self.event(EventType::RouteResolved, 0, ConnParam::default());
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: an RC QP on the id's device, moved to INIT with
+    /// the access rdma_cm gives it (rdmacm.md 2.5).
+    pub fn create_qp(&self, pd: &Pd, init: QpInit<'_>) -> Result<Qp, Error> {
+        let qp = pd.create_qp(init)?;
+        let passive = self.st().req.clone();
+        let access = match passive {
+            // The CM id exists: REMOTE_WRITE, and READ and atomics when the
+            // peer may issue them.
+            Some(r) if r.initiator_depth > 0 => {
+                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+            }
+            Some(_) => AccessFlags::REMOTE_WRITE,
+            None => AccessFlags(0),
+        };
+        qp.to_init(&crate::ToInit { access, qkey: 0 })?;
+        self.st().qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// `rdma_listen`: REQs for the id's port space and port come here.
+    pub fn listen(&self) -> Result<(), Error> {
+        let mut st = self.st();
+        let (Some(src), IdState::AddrBound) = (st.src, st.state) else {
+            return Err(bad("rdma_listen: bind the id first"));
+        };
+        let sid = IpServiceId::new(self.0.ps, src.port()).service_id();
+        let devs: Vec<Arc<Dev>> = match &st.dev {
+            Some(d) => vec![d.clone()],
+            // The any-address: every device.
+            None => crate::devices()?.iter().map(|d| device_for(d.addr)).collect::<Result<_, _>>()?,
+        };
+        for d in &devs {
+            d.cm.listen(sid)?;
+            d.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.insert(sid, Arc::downgrade(&self.0));
+        }
+        st.listening = Some(sid);
+        st.state = IdState::Listen;
+        Ok(())
+    }
+
+    /// `rdma_connect`: sends the REQ.
+    pub fn connect(&self, p: &ConnParam) -> Result<(), Error> {
+        let mut st = self.st();
+        let (Some(dev), Some(src), Some(dst), IdState::RouteResolved) = (st.dev.clone(), st.src, st.dst, st.state)
+        else {
+            return Err(bad("rdma_connect: resolve the route first"));
+        };
+        let qpn = st.qp.as_ref().map_or(p.qp_num, Qp::qpn);
+        let local = LocalEnd {
+            ca_guid: dev.info.node_guid(),
+            ack_delay: dev.ctx.query_device().local_ca_ack_delay,
+            qpn,
+            psn: Psn::new(st.psn),
+            mtu: path_mtu(dev.info.active_mtu),
+            tos: 0,
+        };
+        let req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        let comm = dev.cm.connect(ConnectParams {
+            local: src.ip(),
+            peer: dst.ip(),
+            req,
+            packet_life_time: cma::IBOE_PACKET_LIFETIME,
+        });
+        dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&self.0));
+        st.comm = Some(comm);
+        st.state = IdState::Connect;
+        Ok(())
+    }
+
+    /// `rdma_accept`: moves the QP to RTS with the REQ's values, then sends the REP.
+    pub fn accept(&self, p: &ConnParam) -> Result<(), Error> {
+        let st = self.st();
+        let (Some(dev), Some(req), Some(comm)) = (st.dev.clone(), st.req.clone(), st.comm) else {
+            return Err(bad("rdma_accept: not a connection request"));
+        };
+        let qpn = st.qp.as_ref().map_or(p.qp_num, Qp::qpn);
+        if let Some(qp) = &st.qp {
+            let rtr = QpAttr {
+                qp_state: QpState::Rtr,
+                path_mtu: mtu_of(req.path_mtu),
+                dest_qp_num: req.local_qpn,
+                rq_psn: st.psn,
+                max_dest_rd_atomic: p.responder_resources,
+                min_rnr_timer: 0,
+                ah_attr: crate::AhAttr {
+                    dest: st.dst.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |d| d.ip()),
+                    sgid_index: dev.info.addr_gid_index() as u8,
+                    hop_limit: cma::HOP_LIMIT,
+                    traffic_class: req.primary_path.traffic_class,
+                    sl: 0,
+                },
+                ..QpAttr::default()
+            };
+            to_rtr_rts(
+                qp,
+                &rtr,
+                req.starting_psn.value(),
+                req.primary_path.local_ack_timeout,
+                req.retry_count,
+                req.rnr_retry_count,
+                p.initiator_depth,
+            )?;
+        }
+        let local = LocalEnd {
+            ca_guid: dev.info.node_guid(),
+            ack_delay: dev.ctx.query_device().local_ca_ack_delay,
+            qpn,
+            psn: Psn::new(st.psn),
+            mtu: req.path_mtu,
+            tos: 0,
+        };
+        let rep = cma::rc_rep(&local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        drop(st);
+        dev.cm.accept(comm, rep)?;
+        Ok(())
+    }
+
+    /// `rdma_reject`: REJ with reason 28 (consumer defined) and `private_data`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
+        let st = self.st();
+        let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else { return Err(bad("rdma_reject: no connection")) };
+        drop(st);
+        let pd = roce_cm::wire::private_data::<148>(private_data).map_err(|_| bad("private data too long"))?;
+        dev.cm.reject(comm, RejReason::CONSUMER_DEFINED, pd)?;
+        Ok(())
+    }
+
+    /// `rdma_establish`: the RTU for an id that took CONNECT_RESPONSE.
+    pub fn establish(&self) -> Result<(), Error> {
+        let st = self.st();
+        let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else {
+            return Err(bad("rdma_establish: no connection"));
+        };
+        drop(st);
+        dev.cm.establish(comm)?;
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: the QP to ERR, then the DREQ (or the DREP to one received).
+    pub fn disconnect(&self) -> Result<(), Error> {
+        let st = self.st();
+        let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else {
+            return Err(bad("rdma_disconnect: not connected"));
+        };
+        if let Some(qp) = &st.qp {
+            let _ = qp.to_error();
+        }
+        // The state moves (and DISCONNECTED is reported) when the DREP, the
+        // peer's DREQ or the DREQ's timeout comes, as in the kernel's cma.
+        drop(st);
+        dev.cm.disconnect(comm)?;
+        Ok(())
+    }
+
+    /// A CM event for this id, turned into rdma_cm's.
+    fn on_cm_event(&self, e: CmEvent) {
+        match e {
+            CmEvent::RepReceived { rep, .. } => {
+                let conn = ConnParam {
+                    private_data: rep.private_data.to_vec(),
+                    responder_resources: rep.initiator_depth,
+                    initiator_depth: rep.responder_resources,
+                    flow_control: rep.end_to_end_flow_control,
+                    retry_count: 0,
+                    rnr_retry_count: rep.rnr_retry_count,
+                    srq: rep.srq,
+                    qp_num: rep.local_qpn,
+                };
+                let (qp, done) = {
+                    let mut st = self.st();
+                    st.rep = Some(rep.clone());
+                    (st.qp.clone(), st.dev.clone())
+                };
+                let Some(qp) = qp else {
+                    // No QP here (UCX, rping -q): the consumer establishes.
+                    self.event(EventType::ConnectResponse, 0, conn);
+                    return;
+                };
+                // librdmacm: INIT -> RTR -> RTS with the REP's values, then the RTU.
+                let r = (|| -> Result<(), Error> {
+                    let st = self.st();
+                    let dev = done.ok_or(bad("no device"))?;
+                    let req_retry = 7;
+                    let rtr = QpAttr {
+                        qp_state: QpState::Rtr,
+                        path_mtu: dev.info.active_mtu,
+                        dest_qp_num: rep.local_qpn,
+                        rq_psn: st.psn,
+                        max_dest_rd_atomic: rep.initiator_depth,
+                        min_rnr_timer: 0,
+                        ah_attr: crate::AhAttr {
+                            dest: st.dst.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |d| d.ip()),
+                            sgid_index: dev.info.addr_gid_index() as u8,
+                            hop_limit: cma::HOP_LIMIT,
+                            traffic_class: 0,
+                            sl: 0,
+                        },
+                        ..QpAttr::default()
+                    };
+                    // INIT again, now that the CM id exists (cm_init_qp_init_attr):
+                    // REMOTE_WRITE, and READ and atomics if the peer may issue them.
+                    let access = if rep.initiator_depth > 0 {
+                        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+                    } else {
+                        AccessFlags::REMOTE_WRITE
+                    };
+                    let init = QpAttr { qp_state: QpState::Init, qp_access_flags: access, ..QpAttr::default() };
+                    qp.modify(&init, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
+                    let timeout = cma::ack_timeout(rep.target_ack_delay, cma::IBOE_PACKET_LIFETIME);
+                    to_rtr_rts(
+                        &qp,
+                        &rtr,
+                        rep.starting_psn.value(),
+                        timeout,
+                        req_retry,
+                        rep.rnr_retry_count,
+                        rep.responder_resources,
+                    )?;
+                    let comm = st.comm.ok_or(bad("no comm"))?;
+                    drop(st);
+                    dev.cm.establish(comm)?;
+                    Ok(())
+                })();
+                match r {
+                    Ok(()) => self.event(EventType::Established, 0, conn),
+                    Err(_) => self.event(EventType::ConnectError, -libc::EINVAL, conn),
+                }
+            }
+            CmEvent::Established { .. } => self.event(EventType::Established, 0, ConnParam::default()),
+            CmEvent::Rejected { rej, .. } => {
+                if let Some(qp) = self.st().qp.clone() {
+                    let _ = qp.to_error();
+                }
+                let conn = ConnParam { private_data: rej.private_data.to_vec(), ..ConnParam::default() };
+                self.event(EventType::Rejected, i32::from(rej.reason.0), conn);
+            }
+            CmEvent::Unreachable { .. } => self.event(EventType::Unreachable, -libc::ETIMEDOUT, ConnParam::default()),
+            CmEvent::DreqReceived { .. } | CmEvent::DrepReceived { .. } | CmEvent::DisconnectTimedOut { .. } => {
+                let status = if matches!(e, CmEvent::DisconnectTimedOut { .. }) { -libc::ETIMEDOUT } else { 0 };
+                let first = {
+                    let mut st = self.st();
+                    let first = st.state == IdState::Connect;
+                    st.state = IdState::Disconnect;
+                    first
+                };
+                // rdma_cm reports the disconnect once (CONNECT -> DISCONNECT).
+                if first {
+                    self.event(EventType::Disconnected, status, ConnParam::default());
+                }
+            }
+            CmEvent::TimewaitExit { .. } => self.event(EventType::TimewaitExit, 0, ConnParam::default()),
+            CmEvent::ReqReceived { .. } => {}
+        }
+    }
+}
+
+/// INIT -> RTR with `rtr`, then RTS from `sq_psn` with rdma_cm's timers.
+fn to_rtr_rts(
+    qp: &Qp,
+    rtr: &QpAttr,
+    sq_psn: u32,
+    timeout: u8,
+    retry: u8,
+    rnr_retry: u8,
+    rd_atomic: u8,
+) -> Result<(), Error> {
+    use QpAttrMask as M;
+    let m = M(M::STATE.0
+        | M::AV.0
+        | M::PATH_MTU.0
+        | M::DEST_QPN.0
+        | M::RQ_PSN.0
+        | M::MAX_DEST_RD_ATOMIC.0
+        | M::MIN_RNR_TIMER.0);
+    qp.modify(rtr, m)?;
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: sq_psn & 0xff_ffff,
+        timeout,
+        retry_cnt: retry.min(7),
+        rnr_retry: rnr_retry.min(7),
+        max_rd_atomic: rd_atomic,
+        ..QpAttr::default()
+    };
+    let m = M(M::STATE.0 | M::SQ_PSN.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::MAX_QP_RD_ATOMIC.0);
+    qp.modify(&rts, m)
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(dev) = &st.dev {
+            if let Some(comm) = st.comm {
+                dev.cm.destroy(comm);
+                dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
+            }
+            if let Some(sid) = st.listening {
+                dev.cm.unlisten(sid);
+                dev.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.remove(&sid);
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! rdma_cm over softroce as rping uses it: a listener bound to a port of
+//! 127.0.0.1, a client that resolves the address and the route, creates
+//! its QP through the id, connects with rping's parameters and gets
+//! ESTABLISHED (librdmacm moves its QP to RTS on the REP and sends the
+//! RTU), data both ways (SEND and RDMA WRITE), and the disconnect seen on
+//! both sides, then the timewait's end. Also: a connect to a port nobody
+//! listens on is REJECTED.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use softroce::rdma_cm::{CmId, ConnParam, Event, EventChannel, EventType, IdState, PortSpace};
+use softroce::{AccessFlags, Cq, Mr, Payload, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, WrOpcode};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(10));
+const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn next(ch: &EventChannel, want: EventType) -> Event {
+    let e = ch.get_event(WAIT).unwrap_or_else(|| panic!("no event (waiting for {want:?})"));
+    assert_eq!((e.event, e.status), (want, 0), "{e:?}");
+    e
+}
+
+fn wait_wc(cq: &Cq) -> Wc {
+    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+    assert_eq!(cq.wait(&mut wc, Duration::from_secs(10)).unwrap(), 1, "a completion");
+    assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+    wc[0]
+}
+
+fn rping() -> ConnParam {
+    ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::null() }
+}
+
+/// The PD, CQ and MR an id's consumer makes on `id.context()`, and its QP.
+fn resources(id: &CmId) -> (Cq, Mr) {
+    let ctx = id.context().expect("the id has a device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(32, None).unwrap();
+    let mr = pd.reg_mr(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    let qp = id.create_qp(&pd, QpInit::rc(&cq, &cq, 16)).unwrap();
+    qp.post_recv(&RecvWr { wr_id: 7, sg_list: &[mr.sge(0, 1024)] }).unwrap();
+    (cq, mr)
+}
+
+#[test]
+fn rping_s_flow_connects_moves_data_and_disconnects() {
+    let port = 30000 + (std::process::id() % 20000) as u16;
+    let (ch_s, ch_c) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listen = CmId::new(&ch_s, PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(LO, port)).unwrap();
+    listen.listen().unwrap();
+    assert_eq!(listen.state(), IdState::Listen);
+
+    let id = CmId::new(&ch_c, PortSpace::Tcp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    let (cq_c, mr_c) = resources(&id);
+    id.connect(&rping()).unwrap();
+
+    let req = next(&ch_s, EventType::ConnectRequest);
+    assert!(req.listen_id.as_ref() == Some(&listen));
+    let child = req.id;
+    assert_eq!((req.conn.responder_resources, req.conn.initiator_depth), (1, 1));
+    assert_eq!(child.peer_addr(), id.local_addr(), "the child knows the client's rdma_cm address and port");
+    assert_eq!(child.local_addr(), Some(SocketAddr::new(LO, port)));
+    assert_eq!(req.conn.private_data, [0u8; 56], "56 bytes of user private data after the cma_hdr");
+    let (cq_s, mr_s) = resources(&child);
+    child.accept(&rping()).unwrap();
+
+    next(&ch_c, EventType::Established);
+    next(&ch_s, EventType::Established);
+    let (qp_c, qp_s) = (id.qp().unwrap(), child.qp().unwrap());
+    assert_eq!((qp_c.state(), qp_s.state()), (softroce::QpState::Rts, softroce::QpState::Rts));
+
+    // SEND client -> server, then the server RDMA WRITEs into the client's MR.
+    mr_c.write(4096, b"rdma_cm ping").unwrap();
+    let sge = [mr_c.sge(4096, 12)];
+    qp_c.post_send(&SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+    wait_wc(&cq_c);
+    assert_eq!(wait_wc(&cq_s).byte_len, 12);
+    assert_eq!(mr_s.to_vec(0, 12).unwrap(), b"rdma_cm ping");
+    mr_s.write(4096, b"written by the server").unwrap();
+    let sge = [mr_s.sge(4096, 21)];
+    let mut w = SendWr::new(2, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
+    (w.remote_addr, w.rkey) = (mr_c.addr() + 2048, mr_c.rkey());
+    qp_s.post_send(&w).unwrap();
+    wait_wc(&cq_s);
+    assert_eq!(mr_c.to_vec(2048, 21).unwrap(), b"written by the server");
+
+    // rping's order: the client disconnects, the server answers.
+    id.disconnect().unwrap();
+    next(&ch_s, EventType::Disconnected);
+    child.disconnect().unwrap();
+    next(&ch_c, EventType::Disconnected);
+    next(&ch_c, EventType::TimewaitExit);
+    next(&ch_s, EventType::TimewaitExit);
+    assert!(
+        ch_c.get_event(Some(Duration::from_millis(100))).is_none() && ch_s.get_event(Some(Duration::ZERO)).is_none()
+    );
+}
+
+#[test]
+fn a_connect_to_a_port_nobody_listens_on_is_rejected() {
+    let port = 50000 + (std::process::id() % 10000) as u16;
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(&ch, EventType::RouteResolved);
+    let _res = resources(&id);
+    id.connect(&ConnParam::null()).unwrap();
+    let e = ch.get_event(WAIT).expect("an answer");
+    assert_eq!((e.event, e.status), (EventType::Rejected, 8), "REJ 8: invalid service ID");
+    assert_eq!(id.qp().unwrap().state(), softroce::QpState::Err, "librdmacm moves the QP to ERR on a reject");
+}
