@@ -245,6 +245,11 @@ struct Id {
     req: Option<Box<ReqRepr>>,
     rep: Option<Box<RepRepr>>,
     listening: Option<u64>,
+    /// This side's (responder resources, initiator depth): the consumer's
+    /// connect or accept values.
+    resources: (u8, u8),
+    /// The transport retry count this side's REQ asked for.
+    retry: u8,
 }
 
 impl PartialEq for CmId {
@@ -393,6 +398,8 @@ impl Dev {
                 req: Some(req.clone()),
                 rep: None,
                 listening: None,
+                resources: (req.initiator_depth, req.responder_resources),
+                retry: req.retry_count,
             }),
         }));
         self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
@@ -434,6 +441,8 @@ impl CmId {
                 req: None,
                 rep: None,
                 listening: None,
+                resources: (0, 0),
+                retry: 7,
             }),
         }))
     }
@@ -527,19 +536,114 @@ impl CmId {
     /// the access rdma_cm gives it (rdmacm.md 2.5).
     pub fn create_qp(&self, pd: &Pd, init: QpInit<'_>) -> Result<Qp, Error> {
         let qp = pd.create_qp(init)?;
-        let passive = self.st().req.clone();
-        let access = match passive {
-            // The CM id exists: REMOTE_WRITE, and READ and atomics when the
-            // peer may issue them.
-            Some(r) if r.initiator_depth > 0 => {
-                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
-            }
-            Some(_) => AccessFlags::REMOTE_WRITE,
-            None => AccessFlags(0),
-        };
-        qp.to_init(&crate::ToInit { access, qkey: 0 })?;
-        self.st().qp = Some(qp.clone());
+        self.set_qp(qp.clone())?;
         Ok(qp)
+    }
+
+    /// Takes `qp` (an RC QP in RESET, made by the caller) as the id's QP and
+    /// moves it to INIT as [`CmId::create_qp`] does.
+    pub fn set_qp(&self, qp: Qp) -> Result<(), Error> {
+        let (a, m) = self.qp_attr(QpState::Init)?;
+        qp.modify(&a, m)?;
+        self.st().qp = Some(qp);
+        Ok(())
+    }
+
+    /// The attributes that move the id's QP to `state`, as rdma_cm derives
+    /// them from the CM exchange (`rdma_init_qp_attr`, rdmacm.md 2.5).
+    pub fn qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask), Error> {
+        use QpAttrMask as M;
+        let st = self.st();
+        let dev = st.dev.clone().ok_or(bad("rdma_init_qp_attr: the id has no device"))?;
+        let (resp, init) = st.resources;
+        match state {
+            QpState::Init => {
+                // Before the CM id exists: no remote access; once it does,
+                // REMOTE_WRITE, and READ and atomics if the peer may issue them.
+                let peer_init =
+                    st.req.as_ref().map(|r| r.initiator_depth).or(st.rep.as_ref().map(|r| r.initiator_depth));
+                let access = match peer_init {
+                    None => AccessFlags(0),
+                    Some(0) => AccessFlags::REMOTE_WRITE,
+                    Some(_) => AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+                };
+                let a = QpAttr {
+                    qp_state: QpState::Init,
+                    qp_access_flags: access,
+                    pkey_index: 0,
+                    port_num: 1,
+                    ..QpAttr::default()
+                };
+                Ok((a, M(M::STATE.0 | M::ACCESS_FLAGS.0 | M::PKEY_INDEX.0 | M::PORT.0)))
+            }
+            QpState::Rtr => {
+                let (dest_qp_num, path_mtu, max_dest_rd_atomic, tclass) = match (&st.req, &st.rep) {
+                    (Some(req), _) => (req.local_qpn, mtu_of(req.path_mtu), resp, req.primary_path.traffic_class),
+                    (None, Some(rep)) => (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, 0),
+                    (None, None) => return Err(bad("rdma_init_qp_attr: no peer yet")),
+                };
+                let a = QpAttr {
+                    qp_state: QpState::Rtr,
+                    path_mtu,
+                    dest_qp_num,
+                    rq_psn: st.psn,
+                    max_dest_rd_atomic,
+                    min_rnr_timer: 0,
+                    ah_attr: crate::AhAttr {
+                        dest: st.dst.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |d| d.ip()),
+                        sgid_index: dev.info.addr_gid_index() as u8,
+                        hop_limit: cma::HOP_LIMIT,
+                        traffic_class: tclass,
+                        sl: 0,
+                    },
+                    ..QpAttr::default()
+                };
+                let m = M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0 | M::MAX_DEST_RD_ATOMIC.0;
+                Ok((a, M(m | M::MIN_RNR_TIMER.0)))
+            }
+            QpState::Rts => {
+                let (sq_psn, timeout, retry_cnt, rnr_retry, max_rd_atomic) = match (&st.req, &st.rep) {
+                    (Some(req), _) => (
+                        req.starting_psn,
+                        req.primary_path.local_ack_timeout,
+                        req.retry_count,
+                        req.rnr_retry_count,
+                        init,
+                    ),
+                    (None, Some(rep)) => (
+                        rep.starting_psn,
+                        cma::ack_timeout(rep.target_ack_delay, cma::IBOE_PACKET_LIFETIME),
+                        st.retry,
+                        rep.rnr_retry_count,
+                        rep.responder_resources,
+                    ),
+                    (None, None) => return Err(bad("rdma_init_qp_attr: no peer yet")),
+                };
+                let a = QpAttr {
+                    qp_state: QpState::Rts,
+                    sq_psn: sq_psn.value(),
+                    timeout,
+                    retry_cnt: retry_cnt.min(7),
+                    rnr_retry: rnr_retry.min(7),
+                    max_rd_atomic,
+                    ..QpAttr::default()
+                };
+                let m =
+                    M::STATE.0 | M::SQ_PSN.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::MAX_QP_RD_ATOMIC.0;
+                Ok((a, M(m)))
+            }
+            _ => Err(bad("rdma_init_qp_attr: INIT, RTR or RTS")),
+        }
+    }
+
+    /// INIT (again), RTR and RTS for the id's QP, if it has one.
+    fn move_qp_to_rts(&self) -> Result<(), Error> {
+        let Some(qp) = self.qp() else { return Ok(()) };
+        for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            let (a, m) = self.qp_attr(s)?;
+            qp.modify(&a, m)?;
+        }
+        Ok(())
     }
 
     /// `rdma_listen`: REQs for the id's port space and port come here.
@@ -580,6 +684,8 @@ impl CmId {
             tos: 0,
         };
         let req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        st.resources = (p.responder_resources, p.initiator_depth);
+        st.retry = p.retry_count;
         let comm = dev.cm.connect(ConnectParams {
             local: src.ip(),
             peer: dst.ip(),
@@ -594,48 +700,24 @@ impl CmId {
 
     /// `rdma_accept`: moves the QP to RTS with the REQ's values, then sends the REP.
     pub fn accept(&self, p: &ConnParam) -> Result<(), Error> {
-        let st = self.st();
-        let (Some(dev), Some(req), Some(comm)) = (st.dev.clone(), st.req.clone(), st.comm) else {
-            return Err(bad("rdma_accept: not a connection request"));
-        };
-        let qpn = st.qp.as_ref().map_or(p.qp_num, Qp::qpn);
-        if let Some(qp) = &st.qp {
-            let rtr = QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: mtu_of(req.path_mtu),
-                dest_qp_num: req.local_qpn,
-                rq_psn: st.psn,
-                max_dest_rd_atomic: p.responder_resources,
-                min_rnr_timer: 0,
-                ah_attr: crate::AhAttr {
-                    dest: st.dst.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |d| d.ip()),
-                    sgid_index: dev.info.addr_gid_index() as u8,
-                    hop_limit: cma::HOP_LIMIT,
-                    traffic_class: req.primary_path.traffic_class,
-                    sl: 0,
-                },
-                ..QpAttr::default()
+        let (dev, req, comm, qpn, psn) = {
+            let mut st = self.st();
+            let (Some(dev), Some(req), Some(comm)) = (st.dev.clone(), st.req.clone(), st.comm) else {
+                return Err(bad("rdma_accept: not a connection request"));
             };
-            to_rtr_rts(
-                qp,
-                &rtr,
-                req.starting_psn.value(),
-                req.primary_path.local_ack_timeout,
-                req.retry_count,
-                req.rnr_retry_count,
-                p.initiator_depth,
-            )?;
-        }
+            st.resources = (p.responder_resources, p.initiator_depth);
+            (dev, req, comm, st.qp.as_ref().map_or(p.qp_num, Qp::qpn), st.psn)
+        };
+        self.move_qp_to_rts()?;
         let local = LocalEnd {
             ca_guid: dev.info.node_guid(),
             ack_delay: dev.ctx.query_device().local_ca_ack_delay,
             qpn,
-            psn: Psn::new(st.psn),
+            psn: Psn::new(psn),
             mtu: req.path_mtu,
             tos: 0,
         };
         let rep = cma::rc_rep(&local, &p.wire()).map_err(|_| bad("private data too long"))?;
-        drop(st);
         dev.cm.accept(comm, rep)?;
         Ok(())
     }
@@ -691,61 +773,21 @@ impl CmId {
                     srq: rep.srq,
                     qp_num: rep.local_qpn,
                 };
-                let (qp, done) = {
+                let (has_qp, dev, comm) = {
                     let mut st = self.st();
                     st.rep = Some(rep.clone());
-                    (st.qp.clone(), st.dev.clone())
+                    (st.qp.is_some(), st.dev.clone(), st.comm)
                 };
-                let Some(qp) = qp else {
+                if !has_qp {
                     // No QP here (UCX, rping -q): the consumer establishes.
                     self.event(EventType::ConnectResponse, 0, conn);
                     return;
-                };
-                // librdmacm: INIT -> RTR -> RTS with the REP's values, then the RTU.
-                let r = (|| -> Result<(), Error> {
-                    let st = self.st();
-                    let dev = done.ok_or(bad("no device"))?;
-                    let req_retry = 7;
-                    let rtr = QpAttr {
-                        qp_state: QpState::Rtr,
-                        path_mtu: dev.info.active_mtu,
-                        dest_qp_num: rep.local_qpn,
-                        rq_psn: st.psn,
-                        max_dest_rd_atomic: rep.initiator_depth,
-                        min_rnr_timer: 0,
-                        ah_attr: crate::AhAttr {
-                            dest: st.dst.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |d| d.ip()),
-                            sgid_index: dev.info.addr_gid_index() as u8,
-                            hop_limit: cma::HOP_LIMIT,
-                            traffic_class: 0,
-                            sl: 0,
-                        },
-                        ..QpAttr::default()
-                    };
-                    // INIT again, now that the CM id exists (cm_init_qp_init_attr):
-                    // REMOTE_WRITE, and READ and atomics if the peer may issue them.
-                    let access = if rep.initiator_depth > 0 {
-                        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
-                    } else {
-                        AccessFlags::REMOTE_WRITE
-                    };
-                    let init = QpAttr { qp_state: QpState::Init, qp_access_flags: access, ..QpAttr::default() };
-                    qp.modify(&init, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
-                    let timeout = cma::ack_timeout(rep.target_ack_delay, cma::IBOE_PACKET_LIFETIME);
-                    to_rtr_rts(
-                        &qp,
-                        &rtr,
-                        rep.starting_psn.value(),
-                        timeout,
-                        req_retry,
-                        rep.rnr_retry_count,
-                        rep.responder_resources,
-                    )?;
-                    let comm = st.comm.ok_or(bad("no comm"))?;
-                    drop(st);
-                    dev.cm.establish(comm)?;
-                    Ok(())
-                })();
+                }
+                // librdmacm: INIT again, RTR, RTS with the REP's values, then the RTU.
+                let r = self.move_qp_to_rts().and_then(|()| match (dev, comm) {
+                    (Some(d), Some(c)) => d.cm.establish(c).map_err(Error::from),
+                    _ => Err(bad("no connection")),
+                });
                 match r {
                     Ok(()) => self.event(EventType::Established, 0, conn),
                     Err(_) => self.event(EventType::ConnectError, -libc::EINVAL, conn),
@@ -777,38 +819,6 @@ impl CmId {
             CmEvent::ReqReceived { .. } => {}
         }
     }
-}
-
-/// INIT -> RTR with `rtr`, then RTS from `sq_psn` with rdma_cm's timers.
-fn to_rtr_rts(
-    qp: &Qp,
-    rtr: &QpAttr,
-    sq_psn: u32,
-    timeout: u8,
-    retry: u8,
-    rnr_retry: u8,
-    rd_atomic: u8,
-) -> Result<(), Error> {
-    use QpAttrMask as M;
-    let m = M(M::STATE.0
-        | M::AV.0
-        | M::PATH_MTU.0
-        | M::DEST_QPN.0
-        | M::RQ_PSN.0
-        | M::MAX_DEST_RD_ATOMIC.0
-        | M::MIN_RNR_TIMER.0);
-    qp.modify(rtr, m)?;
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: sq_psn & 0xff_ffff,
-        timeout,
-        retry_cnt: retry.min(7),
-        rnr_retry: rnr_retry.min(7),
-        max_rd_atomic: rd_atomic,
-        ..QpAttr::default()
-    };
-    let m = M(M::STATE.0 | M::SQ_PSN.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::MAX_QP_RD_ATOMIC.0);
-    qp.modify(&rts, m)
 }
 
 impl Drop for IdInner {
