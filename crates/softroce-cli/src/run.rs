@@ -1,11 +1,11 @@
 //! `softroce run`: runs an unmodified libibverbs program over softroce.
 //!
-//! The program finds softroce's `libibverbs.so.1` first on its library
-//! path, and the devices named here in `SOFTROCE_DEVICES`. Two processes
-//! on one host need two addresses (each binds UDP 4791 on its own):
-//! `--loopback` picks a free 127.0.0.x for each run and holds it (a lock
-//! file) until the program exits, so a server and a client started side by
-//! side never collide.
+//! The program finds softroce's `libibverbs.so.1` and `librdmacm.so.1`
+//! (one library under both names) first on its library path, and the
+//! devices named here in `SOFTROCE_DEVICES`. Any number of processes share
+//! the host's devices; `--loopback` picks a free 127.0.0.x for a run that
+//! wants a device of its own and holds it (a lock file) until the program
+//! exits.
 
 use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;
@@ -69,17 +69,25 @@ pub fn libdir() -> Result<PathBuf, String> {
     Err(format!("cannot make a directory for libibverbs.so.1: {last_err}"))
 }
 
+/// The names the library serves: libibverbs, and librdmacm (the same file:
+/// the loader, finding it loaded, satisfies both; see the library's rdmacm.rs).
+const NAMES: [&str; 2] = ["libibverbs.so.1", "librdmacm.so.1"];
+
 fn link_into(dir: &Path, lib: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::canonicalize(&link).ok().as_deref() == Some(std::fs::canonicalize(lib)?.as_path()) {
-        return Ok(());
+    let target = std::fs::canonicalize(lib)?;
+    for name in NAMES {
+        let link = dir.join(name);
+        if std::fs::canonicalize(&link).ok().as_deref() == Some(target.as_path()) {
+            continue;
+        }
+        // Replace atomically: a concurrent run may read the link meanwhile.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(lib, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
     }
-    // Replace atomically: a concurrent run may read the link meanwhile.
-    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(lib, &tmp)?;
-    std::fs::rename(&tmp, &link)
+    Ok(())
 }
 
 /// Runs the command; its exit status becomes ours.

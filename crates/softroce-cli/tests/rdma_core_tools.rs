@@ -46,6 +46,7 @@ fn softroce() -> &'static str {
 fn package_of(tool: &str) -> &'static str {
     match tool {
         "qperf" => "qperf",
+        "rping" | "ucmatose" | "udaddy" | "mckey" => "rdmacm-utils",
         t if t.starts_with("ib_") => "perftest",
         _ => "ibverbs-utils",
     }
@@ -778,4 +779,57 @@ fn qperf_rc_tests() {
 #[test]
 fn qperf_rc_tests_polling() {
     qperf(&["-cp1"]);
+}
+
+/// The 64-byte payload rping sends in ping `n` (its `-S` default): the
+/// text `rdma-ping-N: ` then printable characters from `A + n`, cycling
+/// through 65..=122, NUL-terminated where the text ends.
+fn rping_line(n: usize) -> String {
+    let head = format!("rdma-ping-{n}: ");
+    let mut c = 65 + (n % 58) as u8;
+    let mut out = head.clone();
+    for _ in head.len()..63 {
+        out.push(c as char);
+        c = if c == 122 { 65 } else { c + 1 };
+    }
+    out
+}
+
+/// rdma-core's `rping` (librdmacm), unmodified, under plain `softroce run`:
+/// the server listens on 127.0.0.1, the client connects by rdma_cm, and
+/// 20 verbose iterations of SEND, RDMA READ and RDMA WRITE check every
+/// byte (rping verifies the data itself and prints each ping).
+#[test]
+fn rping_connects_by_rdma_cm_and_pings_20_times() {
+    if !have("rping", &["rping"]) {
+        return;
+    }
+    shared(|| {
+        let port = (20000 + std::process::id() % 40000).to_string();
+        let server = ["rping", "-s", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
+        let client = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
+        let mut s = Proc::start(&server);
+        // The server listens once it has started: until then a connect is
+        // REJECTED (no listener), which rping reports as a connect error.
+        let mut c = None;
+        for attempt in 1..=20u64 {
+            std::thread::sleep(Duration::from_millis(50 * attempt));
+            let d = Proc::start(&client).finish(CHILD_TIMEOUT);
+            let refused =
+                d.stderr.contains("REJECTED") || d.stdout.contains("REJECTED") || d.stderr.contains("rdma_connect");
+            if d.ok() || !refused || s.exited() {
+                c = Some(d);
+                break;
+            }
+        }
+        let c = c.expect("the client ran");
+        assert!(c.ok(), "the client failed\n{}", c.report());
+        let s = s.finish(SERVER_GRACE);
+        assert!(s.ok(), "the server failed\n{}\n{}", s.report(), c.report());
+        let pings: Vec<&str> = c.stdout.lines().filter_map(|l| l.strip_prefix("ping data: ")).collect();
+        let served: Vec<&str> = s.stdout.lines().filter_map(|l| l.strip_prefix("server ping data: ")).collect();
+        let want: Vec<String> = (0..20).map(rping_line).collect();
+        assert_eq!(pings, want, "the client's pings\n{}", c.report());
+        assert_eq!(served, want, "what the server received\n{}", s.report());
+    });
 }

@@ -75,11 +75,11 @@ pub(crate) fn errno(e: &Error) -> c_int {
         E::Host(h) => {
             use roce_host::HostError as H;
             match h {
-                H::Bind(_) | H::OtherUser { .. } => libc::EADDRINUSE,
+                H::Bind(_) | H::OtherUser { .. } | H::ServiceTaken { .. } => libc::EADDRINUSE,
                 H::File { source, .. } | H::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
                 H::Unsafe { .. } => libc::EACCES,
                 H::Locked { .. } | H::Incompatible { .. } => libc::EBUSY,
-                H::Full { .. } | H::NoQpn { .. } => libc::ENOMEM,
+                H::Full { .. } | H::NoQpn { .. } | H::ServicesFull { .. } => libc::ENOMEM,
                 _ => libc::EINVAL,
             }
         }
@@ -112,6 +112,15 @@ fn shared_open(e: &DevEntry) -> Result<Context, Error> {
     let ctx = Context::open_with(&e.info, Options::from_env()?)?;
     open.push((e.info.name.clone(), pid, ctx.downgrade()));
     Ok(ctx)
+}
+
+/// The context rdma_cm uses for `info`'s device: the one `ibv_open_device`
+/// shares (so `id->verbs` and the CM's QP 1 are one device in the process).
+pub(crate) fn open_for_info(info: &softroce::DeviceInfo) -> Result<Context, Error> {
+    match crate::device::entry_by_name(&info.name) {
+        Some(e) => shared_open(e),
+        None => Context::open_with(info, Options::from_env()?),
+    }
 }
 
 /// `ibv_open_device`: opens (or shares) the device and fills both operation tables.

@@ -65,6 +65,11 @@ fn registry() -> Result<&'static [DevEntry], &'static str> {
     }
 }
 
+/// The entry of the device named `name`.
+pub(crate) fn entry_by_name(name: &str) -> Option<&'static DevEntry> {
+    registry().ok()?.iter().find(|e| e.info.name == name)
+}
+
 /// The entry behind a device pointer this library handed out.
 pub(crate) fn entry(dev: *mut IbvDevice) -> Option<(usize, &'static DevEntry)> {
     let all = registry().ok()?;

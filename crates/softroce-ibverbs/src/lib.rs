@@ -31,5 +31,7 @@ mod lid;
 mod mw;
 mod pd;
 mod qp;
+mod rdmacm;
+pub mod rdmacm_abi;
 mod srq;
 mod stubs;

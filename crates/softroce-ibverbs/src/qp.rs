@@ -232,6 +232,37 @@ pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
     crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
 }
 
+/// Writes softroce's attributes into a C `ibv_qp_attr` (what
+/// `rdma_init_qp_attr` hands out); the address vector is global (RoCE).
+pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
+    out.qp_state = a.qp_state as u32;
+    out.path_mtu = a.path_mtu as u32;
+    out.qkey = a.qkey;
+    out.rq_psn = a.rq_psn;
+    out.sq_psn = a.sq_psn;
+    out.dest_qp_num = a.dest_qp_num;
+    out.qp_access_flags = a.qp_access_flags.0;
+    let dgid = match a.ah_attr.dest {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    out.ah_attr.grh.dgid = IbvGid { raw: dgid };
+    out.ah_attr.grh.sgid_index = a.ah_attr.sgid_index;
+    out.ah_attr.grh.hop_limit = a.ah_attr.hop_limit;
+    out.ah_attr.grh.traffic_class = a.ah_attr.traffic_class;
+    out.ah_attr.sl = a.ah_attr.sl;
+    out.ah_attr.is_global = 1;
+    out.ah_attr.port_num = 1;
+    out.pkey_index = a.pkey_index;
+    out.port_num = if a.port_num == 0 { 1 } else { a.port_num };
+    out.timeout = a.timeout;
+    out.retry_cnt = a.retry_cnt;
+    out.rnr_retry = a.rnr_retry;
+    out.min_rnr_timer = a.min_rnr_timer;
+    out.max_rd_atomic = a.max_rd_atomic;
+    out.max_dest_rd_atomic = a.max_dest_rd_atomic;
+}
+
 fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> Result<QpAttr, c_int> {
     let mut o = QpAttr::default();
     let state = |s: u32| QpState::from_raw(s).ok_or(libc::EINVAL);

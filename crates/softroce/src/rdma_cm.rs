@@ -161,8 +161,12 @@ struct ChannelInner {
 impl EventChannel {
     /// A new channel.
     pub fn new() -> Result<EventChannel, Error> {
+        // Blocking, as the kernel's rdma_cm fd is: the consumer sets
+        // O_NONBLOCK itself (rsocket, UCX), and `rdma_get_cm_event` honours it.
+        // A count is taken only after its event is dequeued, and every event
+        // adds one: the read never waits for long.
         use rustix::event::EventfdFlags as F;
-        let fd = rustix::event::eventfd(0, F::CLOEXEC | F::NONBLOCK | F::SEMAPHORE).map_err(std::io::Error::from)?;
+        let fd = rustix::event::eventfd(0, F::CLOEXEC | F::SEMAPHORE).map_err(std::io::Error::from)?;
         Ok(EventChannel(Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), fd })))
     }
 
@@ -281,6 +285,19 @@ struct Routes {
 /// The process's devices, opened on first use.
 static DEVICES: OnceLock<Mutex<Vec<Arc<Dev>>>> = OnceLock::new();
 
+/// How a device's context is opened for rdma_cm (see [`set_context_opener`]).
+pub type ContextOpener = Box<dyn Fn(&DeviceInfo) -> Result<Context, Error> + Send + Sync>;
+
+static OPENER: OnceLock<ContextOpener> = OnceLock::new();
+
+/// Opens rdma_cm's device contexts with `f` instead of
+/// [`Context::open_with`]: the drop-in libraries share one context per
+/// device between libibverbs and librdmacm, as rdma-core's do. Only the
+/// first call counts.
+pub fn set_context_opener(f: ContextOpener) {
+    let _ = OPENER.set(f);
+}
+
 fn random_u32() -> u32 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) as u32
@@ -297,7 +314,10 @@ fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
         Some(i) => i,
         None => DeviceInfo::on_address(format!("softroce_{ip}"), ip)?,
     };
-    let ctx = Context::open_with(&info, crate::Options::from_env()?)?;
+    let ctx = match OPENER.get() {
+        Some(open) => open(&info)?,
+        None => Context::open_with(&info, crate::Options::from_env()?)?,
+    };
     // The service's events reach the device once it exists (none come before:
     // nothing listens or connects yet).
     let slot: Arc<OnceLock<Weak<Dev>>> = Arc::new(OnceLock::new());
@@ -455,6 +475,28 @@ impl CmId {
         self.0.channel.push(Event { id: self.clone(), listen_id: None, event, status, conn });
     }
 
+    /// A number that names this id while it lives (for C handles).
+    pub fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// The (responder resources, initiator depth) the id would use now: a
+    /// connection request's, seen from this side, until the consumer gives
+    /// its own (librdmacm uses them for a NULL `conn_param`).
+    pub fn resources(&self) -> (u8, u8) {
+        self.st().resources
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.0.ps
+    }
+
+    /// The device the id uses, once bound or resolved.
+    pub fn device(&self) -> Option<DeviceInfo> {
+        self.st().dev.as_ref().map(|d| d.info.clone())
+    }
+
     /// The id's state.
     pub fn state(&self) -> IdState {
         self.st().state
@@ -547,6 +589,11 @@ impl CmId {
         qp.modify(&a, m)?;
         self.st().qp = Some(qp);
         Ok(())
+    }
+
+    /// Gives up the id's QP (`rdma_destroy_qp`): the id no longer moves it.
+    pub fn clear_qp(&self) {
+        self.st().qp = None;
     }
 
     /// The attributes that move the id's QP to `state`, as rdma_cm derives

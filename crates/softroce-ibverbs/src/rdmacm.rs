@@ -1,0 +1,778 @@
+//! librdmacm.so.1 (rdma-core 44's ABI), served by this same library:
+//! `softroce run` links `librdmacm.so.1` to it beside `libibverbs.so.1`,
+//! and the dynamic loader, finding the file loaded already, satisfies both
+//! names (and their version nodes) with one object. So `id->verbs` is a
+//! context of this libibverbs, and ids, QPs and devices share one state,
+//! as rdma-core's two libraries share the kernel's.
+//!
+//! The calls are `softroce::rdma_cm`'s: this module only lays out the C
+//! structures (`rdma_cm_id`, `rdma_cm_event`, `rdma_conn_param`,
+//! `rdma_addrinfo`, checked against the installed `<rdma/rdma_cma.h>` by
+//! `tests/layout.rs`), keeps the C handles of the ids, and converts.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use softroce::rdma_cm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
+use softroce::{QpAttrMask, QpState};
+
+use crate::abi::*;
+use crate::export::{ibv_export, set_errno};
+use crate::rdmacm_abi::*;
+
+/// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
+#[repr(C)]
+struct ChannelBlock {
+    c: RdmaEventChannel,
+    ch: EventChannel,
+}
+
+/// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
+#[repr(C)]
+struct IdBlock {
+    c: RdmaCmId,
+    id: CmId,
+}
+
+/// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
+#[repr(C)]
+struct EventBlock {
+    c: RdmaCmEvent,
+    private: [u8; 256],
+}
+
+/// C handles of the live ids, by `CmId::key` (as addresses).
+static IDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+/// Each device's context and default PD for ids (`id->verbs`, `id->pd`),
+/// opened once per process as librdmacm does.
+static VERBS: Mutex<Option<HashMap<String, (usize, usize)>>> = Mutex::new(None);
+
+fn ids() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
+    IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Shares libibverbs' contexts with rdma_cm (once).
+fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| softroce::rdma_cm::set_context_opener(Box::new(crate::context::open_for_info)));
+}
+
+fn port_space(ps: c_uint) -> Option<PortSpace> {
+    match ps {
+        0x0106 => Some(PortSpace::Tcp),
+        0x0111 => Some(PortSpace::Udp),
+        0x013f => Some(PortSpace::Ib),
+        0x0002 => Some(PortSpace::Ipoib),
+        _ => None,
+    }
+}
+
+/// `-1` with `errno` from a softroce error.
+fn fail(e: &softroce::Error) -> c_int {
+    crate::export::trace_err("rdma_cm", e);
+    set_errno(crate::context::errno(e));
+    -1
+}
+
+fn einval() -> c_int {
+    set_errno(libc::EINVAL);
+    -1
+}
+
+/// Reads a `sockaddr` (IPv4 or IPv6).
+///
+/// # Safety
+/// `sa` is NULL or points at a `sockaddr` of its family's size.
+unsafe fn sockaddr_of(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract; the family says which struct it is.
+    unsafe {
+        match c_int::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+                    u16::from_be(s.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(s.sin6_addr.s6_addr),
+                    u16::from_be(s.sin6_port),
+                    0,
+                    s.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Writes `a` as a `sockaddr_in` or `sockaddr_in6` into `out` (128 bytes).
+fn write_sockaddr(out: &mut [u8; 128], a: Option<SocketAddr>) {
+    *out = [0; 128];
+    match a {
+        Some(SocketAddr::V4(v)) => {
+            out[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            out[2..4].copy_from_slice(&v.port().to_be_bytes());
+            out[4..8].copy_from_slice(&v.ip().octets());
+        }
+        Some(SocketAddr::V6(v)) => {
+            out[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            out[2..4].copy_from_slice(&v.port().to_be_bytes());
+            out[8..24].copy_from_slice(&v.ip().octets());
+            out[24..28].copy_from_slice(&v.scope_id().to_ne_bytes());
+        }
+        None => {}
+    }
+}
+
+fn gid_of(a: Option<SocketAddr>) -> [u8; 16] {
+    match a.map(|a| a.ip()) {
+        Some(IpAddr::V4(v)) => v.to_ipv6_mapped().octets(),
+        Some(IpAddr::V6(v)) => v.octets(),
+        None => [0; 16],
+    }
+}
+
+/// The device's context and default PD for ids (opened on first use).
+fn verbs_of(dev: &softroce::DeviceInfo) -> Option<(*mut IbvContext, *mut IbvPd)> {
+    let mut v = VERBS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = v.get_or_insert_with(HashMap::new);
+    if let Some(&(c, p)) = map.get(&dev.name) {
+        return Some((c as *mut IbvContext, p as *mut IbvPd));
+    }
+    let entry = crate::device::entry_by_name(&dev.name)?;
+    let ctx = crate::context::open(entry).ok()?;
+    // SAFETY: a context just opened.
+    let pd = unsafe { crate::pd::ibv_alloc_pd(ctx) };
+    if pd.is_null() {
+        return None;
+    }
+    map.insert(dev.name.clone(), (ctx as usize, pd as usize));
+    Some((ctx, pd))
+}
+
+/// Refreshes the C id from the Rust one: device, addresses, GIDs.
+fn fill(b: &mut IdBlock) {
+    let id = &b.id;
+    if let Some(dev) = id.device()
+        && b.c.verbs.is_null()
+        && let Some((ctx, pd)) = verbs_of(&dev)
+    {
+        b.c.verbs = ctx;
+        b.c.pd = pd;
+    }
+    let (src, dst) = (id.local_addr(), id.peer_addr());
+    write_sockaddr(&mut b.c.src_addr, src);
+    write_sockaddr(&mut b.c.dst_addr, dst);
+    b.c.sgid = gid_of(src);
+    b.c.dgid = gid_of(dst);
+    b.c.pkey = 0xffff_u16.to_be();
+    b.c.port_num = 1;
+}
+
+fn new_block(id: CmId, channel: *mut RdmaEventChannel, context: *mut c_void) -> *mut IdBlock {
+    let ps = match id.port_space() {
+        PortSpace::Tcp => 0x0106,
+        PortSpace::Udp => 0x0111,
+        PortSpace::Ib => 0x013f,
+        PortSpace::Ipoib => 0x0002,
+    };
+    let key = id.key();
+    let mut b = Box::new(IdBlock {
+        c: RdmaCmId {
+            verbs: std::ptr::null_mut(),
+            channel,
+            context,
+            qp: std::ptr::null_mut(),
+            src_addr: [0; 128],
+            dst_addr: [0; 128],
+            sgid: [0; 16],
+            dgid: [0; 16],
+            pkey: 0,
+            _pad0: [0; 6],
+            path_rec: std::ptr::null_mut(),
+            num_paths: 0,
+            _pad1: 0,
+            ps,
+            port_num: 0,
+            _pad2: [0; 3],
+            event: std::ptr::null_mut(),
+            send_cq_channel: std::ptr::null_mut(),
+            send_cq: std::ptr::null_mut(),
+            recv_cq_channel: std::ptr::null_mut(),
+            recv_cq: std::ptr::null_mut(),
+            srq: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
+            qp_type: IBV_QPT_RC as c_uint,
+            _pad3: 0,
+        },
+        id,
+    });
+    fill(&mut b);
+    let p = Box::into_raw(b);
+    ids().get_or_insert_with(HashMap::new).insert(key, p as usize);
+    p
+}
+
+/// The block behind an id pointer.
+///
+/// # Safety
+/// `id` is NULL or an id from `rdma_create_id` or an event, not destroyed.
+unsafe fn block<'a>(id: *mut RdmaCmId) -> Option<&'a mut IdBlock> {
+    // SAFETY: per the contract; `c` is the first field of the block.
+    (!id.is_null()).then(|| unsafe { &mut *(id as *mut IdBlock) })
+}
+
+/// The C handle of `id`.
+fn handle_of(id: &CmId) -> *mut RdmaCmId {
+    ids().as_ref().and_then(|m| m.get(&id.key()).copied()).map_or(std::ptr::null_mut(), |p| p as *mut RdmaCmId)
+}
+
+/// `rdma_conn_param` to softroce's, with librdmacm's defaults (NULL:
+/// retry and RNR retry 7; 0xFF resources: the device's maximum).
+///
+/// # Safety
+/// `p` is NULL or a readable `rdma_conn_param` whose private data is readable.
+unsafe fn to_conn_param(p: *const RdmaConnParam, max_rd: u8) -> ConnParam {
+    if p.is_null() {
+        return ConnParam::null();
+    }
+    // SAFETY: per the contract.
+    let p = unsafe { &*p };
+    let data = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's private data is private_data_len bytes.
+        unsafe { std::slice::from_raw_parts(p.private_data as *const u8, usize::from(p.private_data_len)) }.to_vec()
+    };
+    let max = |v: u8| if v == 0xff { max_rd } else { v };
+    ConnParam {
+        private_data: data,
+        responder_resources: max(p.responder_resources),
+        initiator_depth: max(p.initiator_depth),
+        flow_control: p.flow_control != 0,
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+        srq: p.srq != 0,
+        qp_num: p.qp_num,
+    }
+}
+
+fn max_rd_of(b: &IdBlock) -> u8 {
+    b.id.context().map_or(16, |c| c.query_device().max_qp_rd_atom.min(255) as u8)
+}
+
+fn c_str(e: EventType) -> &'static CStr {
+    match e {
+        EventType::AddrResolved => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        EventType::AddrError => c"RDMA_CM_EVENT_ADDR_ERROR",
+        EventType::RouteResolved => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        EventType::RouteError => c"RDMA_CM_EVENT_ROUTE_ERROR",
+        EventType::ConnectRequest => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        EventType::ConnectResponse => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        EventType::ConnectError => c"RDMA_CM_EVENT_CONNECT_ERROR",
+        EventType::Unreachable => c"RDMA_CM_EVENT_UNREACHABLE",
+        EventType::Rejected => c"RDMA_CM_EVENT_REJECTED",
+        EventType::Established => c"RDMA_CM_EVENT_ESTABLISHED",
+        EventType::Disconnected => c"RDMA_CM_EVENT_DISCONNECTED",
+        EventType::DeviceRemoval => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        EventType::MulticastJoin => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        EventType::MulticastError => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        EventType::AddrChange => c"RDMA_CM_EVENT_ADDR_CHANGE",
+        EventType::TimewaitExit => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+    }
+}
+
+const EVENT_TYPES: [EventType; 16] = [
+    EventType::AddrResolved,
+    EventType::AddrError,
+    EventType::RouteResolved,
+    EventType::RouteError,
+    EventType::ConnectRequest,
+    EventType::ConnectResponse,
+    EventType::ConnectError,
+    EventType::Unreachable,
+    EventType::Rejected,
+    EventType::Established,
+    EventType::Disconnected,
+    EventType::DeviceRemoval,
+    EventType::MulticastJoin,
+    EventType::MulticastError,
+    EventType::AddrChange,
+    EventType::TimewaitExit,
+];
+
+ibv_export! { "RDMACM_1.0";
+    /// A new event channel; its `fd` is readable while events wait.
+    fn rdma_create_event_channel() -> *mut RdmaEventChannel {
+        init();
+        match EventChannel::new() {
+            Ok(ch) => {
+                let fd = ch.fd().as_raw_fd();
+                Box::into_raw(Box::new(ChannelBlock { c: RdmaEventChannel { fd }, ch })) as *mut RdmaEventChannel
+            }
+            Err(e) => {
+                fail(&e);
+                std::ptr::null_mut()
+            }
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Destroys a channel from `rdma_create_event_channel`.
+    fn rdma_destroy_event_channel(channel: *mut RdmaEventChannel) {
+        if !channel.is_null() {
+            // SAFETY: the channel came from Box::into_raw in rdma_create_event_channel.
+            drop(unsafe { Box::from_raw(channel as *mut ChannelBlock) });
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// A new id whose events go to `channel`.
+    fn rdma_create_id(channel: *mut RdmaEventChannel, id: *mut *mut RdmaCmId, context: *mut c_void, ps: c_uint) -> c_int {
+        init();
+        let Some(ps) = port_space(ps) else { return einval() };
+        if id.is_null() {
+            return einval();
+        }
+        if channel.is_null() {
+            // Synchronous ids (each call waits for its own event) are not
+            // made yet: say so rather than hand out an id that never answers.
+            set_errno(libc::EOPNOTSUPP);
+            return -1;
+        }
+        // SAFETY: a channel from rdma_create_event_channel; `c` is its first field.
+        let ch = unsafe { &*(channel as *const ChannelBlock) };
+        let b = new_block(CmId::new(&ch.ch, ps), channel, context);
+        // SAFETY: the caller passes somewhere to write the id.
+        unsafe { *id = b as *mut RdmaCmId };
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Destroys an id (its QP is the caller's to destroy first).
+    fn rdma_destroy_id(id: *mut RdmaCmId) -> c_int {
+        if id.is_null() {
+            return einval();
+        }
+        // SAFETY: an id from rdma_create_id or an event; the caller gives it up.
+        let b = unsafe { Box::from_raw(id as *mut IdBlock) };
+        if let Some(m) = ids().as_mut() {
+            m.remove(&b.id.key());
+        }
+        drop(b);
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Binds the id to a local address (port 0: any).
+    fn rdma_bind_addr(id: *mut RdmaCmId, addr: *mut libc::sockaddr) -> c_int {
+        // SAFETY: the caller passes a live id and a sockaddr of its family.
+        let (Some(b), Some(a)) = (unsafe { block(id) }, unsafe { sockaddr_of(addr) }) else { return einval() };
+        match b.id.bind_addr(a) {
+            Ok(()) => {
+                fill(b);
+                0
+            }
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Resolves the destination (and the source, when NULL): ADDR_RESOLVED.
+    fn rdma_resolve_addr(id: *mut RdmaCmId, src_addr: *mut libc::sockaddr, dst_addr: *mut libc::sockaddr, timeout_ms: c_int) -> c_int {
+        let _ = timeout_ms;
+        // SAFETY: the caller passes a live id and sockaddrs of their family (src may be NULL).
+        let (Some(b), src, Some(dst)) = (unsafe { block(id) }, unsafe { sockaddr_of(src_addr) }, unsafe { sockaddr_of(dst_addr) }) else {
+            return einval();
+        };
+        match b.id.resolve_addr(src, dst) {
+            Ok(()) => {
+                fill(b);
+                0
+            }
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Resolves the route (local on RoCE): ROUTE_RESOLVED.
+    fn rdma_resolve_route(id: *mut RdmaCmId, timeout_ms: c_int) -> c_int {
+        let _ = timeout_ms;
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        match b.id.resolve_route() {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Creates the id's QP on `pd` (NULL: the id's default PD), in INIT.
+    fn rdma_create_qp(id: *mut RdmaCmId, pd: *mut IbvPd, qp_init_attr: *mut IbvQpInitAttr) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if qp_init_attr.is_null() {
+            return einval();
+        }
+        let pd = if pd.is_null() { b.c.pd } else { pd };
+        // SAFETY: a PD of this library and a readable init attr, as for ibv_create_qp.
+        let qp = unsafe { crate::qp::ibv_create_qp(pd, qp_init_attr) };
+        if qp.is_null() {
+            return -1;
+        }
+        // SAFETY: a QP just made by ibv_create_qp.
+        let obj = unsafe { crate::qp::qp_obj(qp) }.expect("not NULL");
+        if let Err(e) = b.id.set_qp(obj.qp.clone()) {
+            // SAFETY: the QP just made, destroyed once.
+            unsafe { crate::qp::ibv_destroy_qp(qp) };
+            return fail(&e);
+        }
+        // SAFETY: the caller's init attr, readable.
+        let a = unsafe { &*qp_init_attr };
+        b.c.qp = qp;
+        (b.c.send_cq, b.c.recv_cq, b.c.srq) = (a.send_cq, a.recv_cq, a.srq);
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Destroys the id's QP.
+    fn rdma_destroy_qp(id: *mut RdmaCmId) {
+        // SAFETY: the caller passes a live id.
+        if let Some(b) = unsafe { block(id) } {
+            b.id.clear_qp();
+            if !b.c.qp.is_null() {
+                // SAFETY: the QP rdma_create_qp made, destroyed once.
+                unsafe { crate::qp::ibv_destroy_qp(b.c.qp) };
+                b.c.qp = std::ptr::null_mut();
+            }
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Sends the REQ.
+    fn rdma_connect(id: *mut RdmaCmId, conn_param: *mut RdmaConnParam) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        // SAFETY: NULL or a readable conn param.
+        let p = unsafe { to_conn_param(conn_param, max_rd_of(b)) };
+        match b.id.connect(&p) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Listens on the bound address and port.
+    fn rdma_listen(id: *mut RdmaCmId, backlog: c_int) -> c_int {
+        let _ = backlog;
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        match b.id.listen() {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Accepts a connection request (the QP goes to RTS, the REP leaves).
+    /// A NULL `conn_param` takes the request's resources (librdmacm).
+    fn rdma_accept(id: *mut RdmaCmId, conn_param: *mut RdmaConnParam) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        let max = max_rd_of(b);
+        let p = if conn_param.is_null() {
+            let (r, i) = b.id.resources();
+            ConnParam { responder_resources: r.min(max), initiator_depth: i.min(max), ..ConnParam::null() }
+        } else {
+            // SAFETY: a readable conn param.
+            unsafe { to_conn_param(conn_param, max) }
+        };
+        match b.id.accept(&p) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Rejects a connection request (REJ reason 28 with `private_data`).
+    fn rdma_reject(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        let data = if private_data.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller's private data is private_data_len bytes.
+            unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(private_data_len)) }
+        };
+        match b.id.reject(data) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Moves the QP to ERR and sends the DREQ (or the DREP).
+    fn rdma_disconnect(id: *mut RdmaCmId) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        match b.id.disconnect() {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// The next event of the channel: waits, or fails with EAGAIN when the
+    /// channel's fd is O_NONBLOCK and none waits.
+    fn rdma_get_cm_event(channel: *mut RdmaEventChannel, event: *mut *mut RdmaCmEvent) -> c_int {
+        if channel.is_null() || event.is_null() {
+            return einval();
+        }
+        // SAFETY: a channel from rdma_create_event_channel.
+        let ch = unsafe { &*(channel as *const ChannelBlock) };
+        let wait = if crate::context::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
+        let Some(e) = ch.ch.get_event(wait) else {
+            set_errno(libc::EAGAIN);
+            return -1;
+        };
+        let eb = event_block(e, channel);
+        // SAFETY: the caller passes somewhere to write the event.
+        unsafe { *event = eb as *mut RdmaCmEvent };
+        0
+    }
+}
+
+/// The C event for `e`: a new C id for a connection request, the
+/// parameters and private data copied into the block.
+fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
+    let listen = e.listen_id.as_ref().map_or(std::ptr::null_mut(), handle_of);
+    let id = match e.event {
+        EventType::ConnectRequest => {
+            // The new id inherits the listener's context pointer.
+            // SAFETY: the listener's handle is live (it has an event).
+            let context = unsafe { block(listen) }.map_or(std::ptr::null_mut(), |l| l.c.context);
+            new_block(e.id.clone(), channel, context) as *mut RdmaCmId
+        }
+        _ => {
+            let h = handle_of(&e.id);
+            // SAFETY: a live handle of this id.
+            if let Some(b) = unsafe { block(h) } {
+                fill(b);
+            }
+            h
+        }
+    };
+    let mut eb = Box::new(EventBlock {
+        c: RdmaCmEvent { id, listen_id: listen, event: e.event as c_uint, status: e.status, param: [0; 7] },
+        private: [0; 256],
+    });
+    let n = e.conn.private_data.len().min(255);
+    eb.private[..n].copy_from_slice(&e.conn.private_data[..n]);
+    let cp = RdmaConnParam {
+        private_data: if n > 0 { eb.private.as_ptr() as *const c_void } else { std::ptr::null() },
+        private_data_len: n as u8,
+        responder_resources: e.conn.responder_resources,
+        initiator_depth: e.conn.initiator_depth,
+        flow_control: u8::from(e.conn.flow_control),
+        retry_count: e.conn.retry_count,
+        rnr_retry_count: e.conn.rnr_retry_count,
+        srq: u8::from(e.conn.srq),
+        qp_num: e.conn.qp_num,
+    };
+    // SAFETY: the 56-byte param union holds an rdma_conn_param (24 bytes) at its start.
+    unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaConnParam, cp) };
+    Box::into_raw(eb)
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Frees an event from `rdma_get_cm_event`.
+    fn rdma_ack_cm_event(event: *mut RdmaCmEvent) -> c_int {
+        if event.is_null() {
+            return einval();
+        }
+        // SAFETY: the event came from Box::into_raw in event_block; the caller gives it up.
+        drop(unsafe { Box::from_raw(event as *mut EventBlock) });
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// The name of an event type ("UNKNOWN EVENT" for others).
+    fn rdma_event_str(event: c_uint) -> *const c_char {
+        EVENT_TYPES.get(event as usize).map_or(c"UNKNOWN EVENT", |e| c_str(*e)).as_ptr()
+    }
+}
+
+ibv_export! { "RDMACM_1.2";
+    /// Sends the RTU for an id that took CONNECT_RESPONSE (no QP of its own).
+    fn rdma_establish(id: *mut RdmaCmId) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        match b.id.establish() {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.2";
+    /// The attributes that move a QP of this connection to `qp_attr.qp_state`.
+    fn rdma_init_qp_attr(id: *mut RdmaCmId, qp_attr: *mut IbvQpAttr, qp_attr_mask: *mut c_int) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return einval();
+        }
+        // SAFETY: the caller's qp_attr is readable and writable.
+        let out = unsafe { &mut *qp_attr };
+        let Some(state) = QpState::from_raw(out.qp_state) else { return einval() };
+        match b.id.qp_attr(state) {
+            Ok((a, m)) => {
+                crate::qp::write_qp_attr(out, &a);
+                // SAFETY: the caller's mask is writable.
+                unsafe { *qp_attr_mask = m.0 as c_int };
+                let _ = QpAttrMask::STATE;
+                0
+            }
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Addresses for rdma_cm (`getaddrinfo` plus the QP type and port space).
+    fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const RdmaAddrinfo, res: *mut *mut RdmaAddrinfo) -> c_int {
+        init();
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            return einval();
+        }
+        // SAFETY: NULL or the caller's readable hints.
+        let h = unsafe { hints.as_ref() };
+        let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
+        // SAFETY: a zeroed addrinfo is a valid hints value.
+        let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
+        ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+        ai.ai_socktype = libc::SOCK_STREAM;
+        ai.ai_flags = if passive { libc::AI_PASSIVE } else { 0 } | if h.is_some_and(|h| h.ai_flags & 2 != 0) { libc::AI_NUMERICHOST } else { 0 };
+        let mut list: *mut libc::addrinfo = std::ptr::null_mut();
+        // SAFETY: NULL or NUL-terminated strings from the caller; `list` receives the result.
+        let r = unsafe { libc::getaddrinfo(node, service, &ai, &mut list) };
+        if r != 0 {
+            return r;
+        }
+        let mut head: *mut RdmaAddrinfo = std::ptr::null_mut();
+        let mut tail: *mut *mut RdmaAddrinfo = &mut head;
+        let mut cur = list;
+        while !cur.is_null() {
+            // SAFETY: an entry of getaddrinfo's list.
+            let c = unsafe { &*cur };
+            if matches!(c.ai_family, libc::AF_INET | libc::AF_INET6) {
+                let len = c.ai_addrlen as usize;
+                // SAFETY: malloc of len bytes, filled from getaddrinfo's address of that length.
+                let addr = unsafe {
+                    let p = libc::malloc(len) as *mut libc::sockaddr;
+                    if !p.is_null() {
+                        std::ptr::copy_nonoverlapping(c.ai_addr as *const u8, p as *mut u8, len);
+                    }
+                    p
+                };
+                let mut e = RdmaAddrinfo {
+                    ai_flags: h.map_or(0, |h| h.ai_flags),
+                    ai_family: c.ai_family,
+                    ai_qp_type: h.map_or(IBV_QPT_RC as c_int, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { IBV_QPT_RC as c_int }),
+                    ai_port_space: h.map_or(RDMA_PS_TCP as c_int, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP as c_int }),
+                    ai_src_len: 0,
+                    ai_dst_len: 0,
+                    ai_src_addr: std::ptr::null_mut(),
+                    ai_dst_addr: std::ptr::null_mut(),
+                    ai_src_canonname: std::ptr::null_mut(),
+                    ai_dst_canonname: std::ptr::null_mut(),
+                    ai_route_len: 0,
+                    ai_route: std::ptr::null_mut(),
+                    ai_connect_len: 0,
+                    ai_connect: std::ptr::null_mut(),
+                    ai_next: std::ptr::null_mut(),
+                };
+                if passive {
+                    (e.ai_src_addr, e.ai_src_len) = (addr, len as u32);
+                } else {
+                    (e.ai_dst_addr, e.ai_dst_len) = (addr, len as u32);
+                }
+                let b = Box::into_raw(Box::new(e));
+                // SAFETY: `tail` points at the last `next` field (or `head`).
+                unsafe {
+                    *tail = b;
+                    tail = &mut (*b).ai_next;
+                }
+            }
+            cur = c.ai_next;
+        }
+        // SAFETY: the list from getaddrinfo, freed once.
+        unsafe { libc::freeaddrinfo(list) };
+        if head.is_null() {
+            return libc::EAI_NONAME;
+        }
+        // SAFETY: the caller passes somewhere to write the list.
+        unsafe { *res = head };
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Frees a list from `rdma_getaddrinfo`.
+    fn rdma_freeaddrinfo(res: *mut RdmaAddrinfo) {
+        let mut cur = res;
+        while !cur.is_null() {
+            // SAFETY: an entry made by Box::into_raw in rdma_getaddrinfo, freed once.
+            let b = unsafe { Box::from_raw(cur) };
+            // SAFETY: the addresses came from malloc (or are NULL).
+            unsafe {
+                libc::free(b.ai_src_addr as *mut c_void);
+                libc::free(b.ai_dst_addr as *mut c_void);
+            }
+            cur = b.ai_next;
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// `poll` for rsockets and ordinary descriptors; softroce has no
+    /// rsockets yet, so every descriptor is an ordinary one.
+    fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+        // SAFETY: the caller's array of nfds pollfds.
+        unsafe { libc::poll(fds, nfds, timeout) }
+    }
+}
+
+/// `IbvQpAttr` is read by rdma_init_qp_attr callers as this library writes it.
+#[allow(dead_code)]
+fn _assert_sizes() {
+    const _: () = assert!(std::mem::size_of::<RdmaCmId>() == 416);
+    const _: () = assert!(std::mem::size_of::<RdmaCmEvent>() == 80);
+    const _: () = assert!(std::mem::size_of::<RdmaConnParam>() == 24);
+    const _: () = assert!(std::mem::size_of::<RdmaAddrinfo>() == 96);
+}
