@@ -507,8 +507,18 @@ impl Member {
             self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        // A held stray can turn out to be this member's own once the seats are
+        // known (QP 1's MADs go by what they name): it goes to this member's
+        // own seat in an envelope, as to any other, and comes back to it.
+        let route = match route {
+            Route::Mine => match self.table().seat_of(self.slot) {
+                Some(seat) => Route::Member { seat: seat as u32, incarnation: self.incarnation & 0xffff_ffff_ffff },
+                None => Route::Unseated,
+            },
+            r => r,
+        };
         match route {
-            Route::Mine => unreachable!("pass_on is for packets of other members"),
+            Route::Mine => unreachable!("mapped to this member's seat above"),
             Route::Nobody => {
                 self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
             }

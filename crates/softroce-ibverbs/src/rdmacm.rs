@@ -434,21 +434,9 @@ ibv_export! { "RDMACM_1.0";
         let pd = if pd.is_null() { b.c.pd } else { pd };
         // SAFETY: a PD of this library and a readable init attr, as for ibv_create_qp.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, qp_init_attr) };
-        if qp.is_null() {
-            return -1;
-        }
-        // SAFETY: a QP just made by ibv_create_qp.
-        let obj = unsafe { crate::qp::qp_obj(qp) }.expect("not NULL");
-        if let Err(e) = b.id.set_qp(obj.qp.clone()) {
-            // SAFETY: the QP just made, destroyed once.
-            unsafe { crate::qp::ibv_destroy_qp(qp) };
-            return fail(&e);
-        }
         // SAFETY: the caller's init attr, readable.
         let a = unsafe { &*qp_init_attr };
-        b.c.qp = qp;
-        (b.c.send_cq, b.c.recv_cq, b.c.srq) = (a.send_cq, a.recv_cq, a.srq);
-        0
+        adopt_qp(b, qp, a.send_cq, a.recv_cq, a.srq)
     }
 }
 
@@ -775,4 +763,114 @@ fn _assert_sizes() {
     const _: () = assert!(std::mem::size_of::<RdmaCmEvent>() == 80);
     const _: () = assert!(std::mem::size_of::<RdmaConnParam>() == 24);
     const _: () = assert!(std::mem::size_of::<RdmaAddrinfo>() == 96);
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Creates the id's QP from extended attributes (`attr.pd` NULL: the id's
+    /// default PD), in INIT.
+    fn rdma_create_qp_ex(id: *mut RdmaCmId, qp_init_attr: *mut IbvQpInitAttrEx) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if qp_init_attr.is_null() {
+            return einval();
+        }
+        // SAFETY: the caller's attributes, readable and writable.
+        let a = unsafe { &mut *qp_init_attr };
+        if a.pd.is_null() {
+            a.pd = b.c.pd;
+            a.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        }
+        // SAFETY: a context of this library and readable attributes, as for ibv_create_qp_ex.
+        let qp = unsafe { crate::qp::create_qp_ex(b.c.verbs, qp_init_attr) };
+        adopt_qp(b, qp, a.send_cq, a.recv_cq, a.srq)
+    }
+}
+
+/// Makes `qp` (just created, or NULL on failure) the id's QP.
+fn adopt_qp(b: &mut IdBlock, qp: *mut IbvQp, send_cq: *mut IbvCq, recv_cq: *mut IbvCq, srq: *mut IbvSrq) -> c_int {
+    if qp.is_null() {
+        return -1;
+    }
+    // SAFETY: a QP just made by this library.
+    let obj = unsafe { crate::qp::qp_obj(qp) }.expect("not NULL");
+    if let Err(e) = b.id.set_qp(obj.qp.clone()) {
+        // SAFETY: the QP just made, destroyed once.
+        unsafe { crate::qp::ibv_destroy_qp(qp) };
+        return fail(&e);
+    }
+    b.c.qp = qp;
+    (b.c.send_cq, b.c.recv_cq, b.c.srq) = (send_cq, recv_cq, srq);
+    0
+}
+
+/// `RDMA_OPTION_ID` and its options (`<rdma/rdma_cma.h>`).
+const RDMA_OPTION_ID: c_int = 0;
+const RDMA_OPTION_ID_TOS: c_int = 0;
+const RDMA_OPTION_ID_REUSEADDR: c_int = 1;
+const RDMA_OPTION_ID_AFONLY: c_int = 2;
+const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
+
+ibv_export! { "RDMACM_1.0";
+    /// Sets an id option: TOS (the path's traffic class), ACK_TIMEOUT (the
+    /// QP's), REUSEADDR and AFONLY (accepted: softroce's port space does
+    /// not hold ports in timewait, and each id binds one family).
+    /// `RDMA_OPTION_IB_PATH` is refused with ENOSYS (RoCE paths are built locally).
+    fn rdma_set_option(id: *mut RdmaCmId, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if optval.is_null() {
+            return einval();
+        }
+        // SAFETY: optval holds optlen readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(optval as *const u8, optlen) };
+        match (level, optname) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen == 1 => b.id.set_tos(bytes[0]),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen == 1 => b.id.set_ack_timeout(bytes[0]),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY) if optlen == 4 => {}
+            (RDMA_OPTION_ID, _) => return einval(),
+            _ => {
+                set_errno(libc::ENOSYS);
+                return -1;
+            }
+        }
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Moves the id's future events to `channel`.
+    fn rdma_migrate_id(id: *mut RdmaCmId, channel: *mut RdmaEventChannel) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if channel.is_null() {
+            set_errno(libc::EOPNOTSUPP);
+            return -1;
+        }
+        // SAFETY: a channel from rdma_create_event_channel.
+        let ch = unsafe { &*(channel as *const ChannelBlock) };
+        b.id.migrate(&ch.ch);
+        b.c.channel = channel;
+        0
+    }
+}
+
+/// The port of a stored `sockaddr` (network order), 0 for none.
+fn port_be(sa: &[u8; 128]) -> u16 {
+    u16::from_ne_bytes([sa[2], sa[3]])
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// The id's local port, in network byte order.
+    fn rdma_get_src_port(id: *mut RdmaCmId) -> u16 {
+        // SAFETY: the caller passes a live id.
+        unsafe { block(id) }.map_or(0, |b| port_be(&b.c.src_addr))
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// The id's peer port, in network byte order.
+    fn rdma_get_dst_port(id: *mut RdmaCmId) -> u16 {
+        // SAFETY: the caller passes a live id.
+        unsafe { block(id) }.map_or(0, |b| port_be(&b.c.dst_addr))
+    }
 }

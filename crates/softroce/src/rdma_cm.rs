@@ -230,7 +230,8 @@ pub struct CmId(Arc<IdInner>);
 
 #[derive(Debug)]
 struct IdInner {
-    channel: EventChannel,
+    /// Where the id's events go (`rdma_migrate_id` moves them).
+    channel: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<Id>,
 }
@@ -254,6 +255,10 @@ struct Id {
     resources: (u8, u8),
     /// The transport retry count this side's REQ asked for.
     retry: u8,
+    /// The type of service (`RDMA_OPTION_ID_TOS`).
+    tos: u8,
+    /// The QP ACK timeout the consumer set (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+    ack_timeout: Option<u8>,
 }
 
 impl PartialEq for CmId {
@@ -405,7 +410,7 @@ impl Dev {
         };
         let port = IpServiceId::from_service_id(req.service_id).map_or(0, |s| s.port);
         let child = CmId(Arc::new(IdInner {
-            channel: listener.0.channel.clone(),
+            channel: Mutex::new(listener.channel()),
             ps: listener.0.ps,
             st: Mutex::new(Id {
                 state: IdState::Connect,
@@ -420,6 +425,8 @@ impl Dev {
                 listening: None,
                 resources: (req.initiator_depth, req.responder_resources),
                 retry: req.retry_count,
+                tos: req.primary_path.traffic_class,
+                ack_timeout: None,
             }),
         }));
         self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
@@ -434,7 +441,7 @@ impl Dev {
             srq: req.srq,
             qp_num: req.local_qpn,
         };
-        listener.0.channel.push(Event {
+        listener.channel().push(Event {
             id: child,
             listen_id: Some(listener.clone()),
             event: EventType::ConnectRequest,
@@ -448,7 +455,7 @@ impl CmId {
     /// `rdma_create_id`: a new id whose events go to `channel`.
     pub fn new(channel: &EventChannel, ps: PortSpace) -> CmId {
         CmId(Arc::new(IdInner {
-            channel: channel.clone(),
+            channel: Mutex::new(channel.clone()),
             ps,
             st: Mutex::new(Id {
                 state: IdState::Idle,
@@ -463,6 +470,8 @@ impl CmId {
                 listening: None,
                 resources: (0, 0),
                 retry: 7,
+                tos: 0,
+                ack_timeout: None,
             }),
         }))
     }
@@ -472,7 +481,29 @@ impl CmId {
     }
 
     fn event(&self, event: EventType, status: i32, conn: ConnParam) {
-        self.0.channel.push(Event { id: self.clone(), listen_id: None, event, status, conn });
+        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn });
+    }
+
+    /// The channel the id's events go to.
+    pub fn channel(&self) -> EventChannel {
+        self.0.channel.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `rdma_migrate_id`: the id's future events go to `channel`.
+    pub fn migrate(&self, channel: &EventChannel) {
+        *self.0.channel.lock().unwrap_or_else(|e| e.into_inner()) = channel.clone();
+    }
+
+    /// `RDMA_OPTION_ID_TOS`: the IP type of service of the connection's path
+    /// (the REQ's traffic class and the QP's).
+    pub fn set_tos(&self, tos: u8) {
+        self.st().tos = tos;
+    }
+
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout, instead of
+    /// the one derived from the packet lifetime.
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        self.st().ack_timeout = Some(timeout.min(31));
     }
 
     /// A number that names this id while it lives (for C handles).
@@ -626,7 +657,7 @@ impl CmId {
             QpState::Rtr => {
                 let (dest_qp_num, path_mtu, max_dest_rd_atomic, tclass) = match (&st.req, &st.rep) {
                     (Some(req), _) => (req.local_qpn, mtu_of(req.path_mtu), resp, req.primary_path.traffic_class),
-                    (None, Some(rep)) => (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, 0),
+                    (None, Some(rep)) => (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, st.tos),
                     (None, None) => return Err(bad("rdma_init_qp_attr: no peer yet")),
                 };
                 let a = QpAttr {
@@ -669,7 +700,7 @@ impl CmId {
                 let a = QpAttr {
                     qp_state: QpState::Rts,
                     sq_psn: sq_psn.value(),
-                    timeout,
+                    timeout: st.ack_timeout.unwrap_or(timeout),
                     retry_cnt: retry_cnt.min(7),
                     rnr_retry: rnr_retry.min(7),
                     max_rd_atomic,
@@ -728,7 +759,7 @@ impl CmId {
             qpn,
             psn: Psn::new(st.psn),
             mtu: path_mtu(dev.info.active_mtu),
-            tos: 0,
+            tos: st.tos,
         };
         let req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
         st.resources = (p.responder_resources, p.initiator_depth);
