@@ -49,7 +49,9 @@ struct EventBlock {
 static IDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 /// Each device's context and default PD for ids (`id->verbs`, `id->pd`),
 /// opened once per process as librdmacm does.
-static VERBS: Mutex<Option<HashMap<String, (usize, usize)>>> = Mutex::new(None);
+/// Keyed by the opening pid too: a `fork()` child opens its own (the
+/// parent's contexts have no driver thread in it).
+static VERBS: Mutex<Option<HashMap<(u32, String), (usize, usize)>>> = Mutex::new(None);
 
 fn ids() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
     IDS.lock().unwrap_or_else(|e| e.into_inner())
@@ -146,7 +148,8 @@ fn gid_of(a: Option<SocketAddr>) -> [u8; 16] {
 fn verbs_of(dev: &softroce::DeviceInfo) -> Option<(*mut IbvContext, *mut IbvPd)> {
     let mut v = VERBS.lock().unwrap_or_else(|e| e.into_inner());
     let map = v.get_or_insert_with(HashMap::new);
-    if let Some(&(c, p)) = map.get(&dev.name) {
+    let key = (std::process::id(), dev.name.clone());
+    if let Some(&(c, p)) = map.get(&key) {
         return Some((c as *mut IbvContext, p as *mut IbvPd));
     }
     let entry = crate::device::entry_by_name(&dev.name)?;
@@ -156,7 +159,7 @@ fn verbs_of(dev: &softroce::DeviceInfo) -> Option<(*mut IbvContext, *mut IbvPd)>
     if pd.is_null() {
         return None;
     }
-    map.insert(dev.name.clone(), (ctx as usize, pd as usize));
+    map.insert(key, (ctx as usize, pd as usize));
     Some((ctx, pd))
 }
 

@@ -249,7 +249,8 @@ struct Id {
     /// The peer's REQ (passive) or REP (active).
     req: Option<Box<ReqRepr>>,
     rep: Option<Box<RepRepr>>,
-    listening: Option<u64>,
+    /// The devices and service ID the id listens on.
+    listening: Vec<(Arc<Dev>, u64)>,
     /// This side's (responder resources, initiator depth): the consumer's
     /// connect or accept values.
     resources: (u8, u8),
@@ -287,8 +288,10 @@ struct Routes {
     listeners: HashMap<u64, Weak<IdInner>>,
 }
 
-/// The process's devices, opened on first use.
-static DEVICES: OnceLock<Mutex<Vec<Arc<Dev>>>> = OnceLock::new();
+/// The process's devices, opened on first use, with the pid that opened
+/// them: a `fork()` child (qperf's server forks one per client) opens its
+/// own, since the parent's CM threads are not in it.
+static DEVICES: Mutex<(u32, Vec<Arc<Dev>>)> = Mutex::new((0, Vec::new()));
 
 /// How a device's context is opened for rdma_cm (see [`set_context_opener`]).
 pub type ContextOpener = Box<dyn Fn(&DeviceInfo) -> Result<Context, Error> + Send + Sync>;
@@ -303,6 +306,11 @@ pub fn set_context_opener(f: ContextOpener) {
     let _ = OPENER.set(f);
 }
 
+/// A port of Linux's default `ip_local_port_range` (32768-60999).
+fn ephemeral_port() -> u16 {
+    32768 + (random_u32() % 28232) as u16
+}
+
 fn random_u32() -> u32 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) as u32
@@ -310,8 +318,15 @@ fn random_u32() -> u32 {
 
 /// The process's device on `ip` (opened now if need be).
 fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
-    let all = DEVICES.get_or_init(|| Mutex::new(Vec::new()));
-    let mut open = all.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if all.0 != pid {
+        // The parent's devices: never used here, and never dropped (that
+        // would join CM threads this process does not have).
+        std::mem::forget(std::mem::take(&mut all.1));
+        all.0 = pid;
+    }
+    let open = &mut all.1;
     if let Some(d) = open.iter().find(|d| d.info.addr == ip) {
         return Ok(d.clone());
     }
@@ -422,7 +437,7 @@ impl Dev {
                 comm: Some(comm),
                 req: Some(req.clone()),
                 rep: None,
-                listening: None,
+                listening: Vec::new(),
                 resources: (req.initiator_depth, req.responder_resources),
                 retry: req.retry_count,
                 tos: req.primary_path.traffic_class,
@@ -467,7 +482,7 @@ impl CmId {
                 comm: None,
                 req: None,
                 rep: None,
-                listening: None,
+                listening: Vec::new(),
                 resources: (0, 0),
                 retry: 7,
                 tos: 0,
@@ -559,10 +574,20 @@ impl CmId {
         if st.state != IdState::Idle {
             return Err(bad("rdma_bind_addr: the id is bound already"));
         }
-        if !addr.ip().is_unspecified() {
+        if addr.ip().is_unspecified() {
+            // The any-address listens on every device: open them now, so
+            // that `rdma_listen` only registers (a consumer may tell its peer
+            // the port between the two calls, and the peer connect at once).
+            for d in crate::devices()? {
+                device_for(d.addr)?;
+            }
+        } else {
             st.dev = Some(device_for(addr.ip())?);
         }
-        st.src = Some(addr);
+        // Port 0: a port of the kernel's local range, chosen now, as
+        // `rdma_bind_addr` does (consumers read it with rdma_get_src_port).
+        let port = if addr.port() == 0 { ephemeral_port() } else { addr.port() };
+        st.src = Some(SocketAddr::new(addr.ip(), port));
         st.state = IdState::AddrBound;
         Ok(())
     }
@@ -581,7 +606,7 @@ impl CmId {
                 None => source_for(dst.ip())?,
             };
             let port = src.or(st.src).map_or(0, |s| s.port());
-            let port = if port == 0 { 32768 + (random_u32() % 28232) as u16 } else { port };
+            let port = if port == 0 { ephemeral_port() } else { port };
             st.dev = Some(device_for(ip)?);
             st.src = Some(SocketAddr::new(ip, port));
             st.dst = Some(dst);
@@ -739,8 +764,8 @@ impl CmId {
         for d in &devs {
             d.cm.listen(sid)?;
             d.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.insert(sid, Arc::downgrade(&self.0));
+            st.listening.push((d.clone(), sid));
         }
-        st.listening = Some(sid);
         st.state = IdState::Listen;
         Ok(())
     }
@@ -901,15 +926,22 @@ impl CmId {
 
 impl Drop for IdInner {
     fn drop(&mut self) {
+        let me = self as *const IdInner;
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(dev) = &st.dev {
             if let Some(comm) = st.comm {
                 dev.cm.destroy(comm);
                 dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
             }
-            if let Some(sid) = st.listening {
+        }
+        // A listener gives its service ID up only if it is still the one
+        // listening: a new id may listen on the same port before this one goes.
+        for (dev, sid) in std::mem::take(&mut st.listening) {
+            let mut r = dev.routes.lock().unwrap_or_else(|e| e.into_inner());
+            if r.listeners.get(&sid).is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
+                r.listeners.remove(&sid);
+                drop(r);
                 dev.cm.unlisten(sid);
-                dev.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.remove(&sid);
             }
         }
     }
