@@ -928,11 +928,9 @@ impl Drop for IdInner {
     fn drop(&mut self) {
         let me = self as *const IdInner;
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(dev) = &st.dev {
-            if let Some(comm) = st.comm {
-                dev.cm.destroy(comm);
-                dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
-            }
+        if let (Some(dev), Some(comm)) = (&st.dev, st.comm) {
+            dev.cm.destroy(comm);
+            dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
         }
         // A listener gives its service ID up only if it is still the one
         // listening: a new id may listen on the same port before this one goes.
