@@ -833,3 +833,89 @@ fn rping_connects_by_rdma_cm_and_pings_20_times() {
         assert_eq!(served, want, "what the server received\n{}", s.report());
     });
 }
+
+/// Starts `server` (an rdma_cm listener) and runs `client` until it gets
+/// past the REJECTED (reason 8: nobody listens yet) a connect meets while
+/// the server is still starting; returns both ends.
+fn cm_server_client(server: &[&str], client: &[&str]) -> (Done, Done) {
+    let mut s = Proc::start(server);
+    let mut last = None;
+    for attempt in 1..=20u64 {
+        std::thread::sleep(Duration::from_millis(50 * attempt));
+        let c = Proc::start(client).finish(CHILD_TIMEOUT);
+        let early = ["REJECTED", "CM event bl blka 8"].iter().any(|m| c.stdout.contains(m) || c.stderr.contains(m));
+        if c.ok() || !early || s.exited() {
+            last = Some(c);
+            break;
+        }
+    }
+    let c = last.expect("the client ran");
+    assert!(c.ok(), "the client failed\n{}", c.report());
+    let s = s.finish(SERVER_GRACE);
+    assert!(s.ok(), "the server failed\n{}\n{}", s.report(), c.report());
+    (s, c)
+}
+
+/// perftest over rdma_cm (`-R`: the connection and the parameter exchange
+/// by rdma_cm, no TCP), unmodified, under plain `softroce run`.
+#[test]
+fn perftest_over_rdma_cm_send_write_bw_and_read_lat() {
+    if !have("perftest_over_rdma_cm", &["ib_send_bw", "ib_write_bw", "ib_read_lat"]) {
+        return;
+    }
+    let g = gid_index();
+    shared(|| {
+        let iters = PERF_ITERS.to_string();
+        for (tool, size) in [("ib_send_bw", "65536"), ("ib_write_bw", "65536"), ("ib_read_lat", "2")] {
+            let port = (20000 + (std::process::id() + tool.len() as u32 * 7) % 40000).to_string();
+            let server = [tool, "-R", "-x", &g, "-n", &iters, "-s", size, "-p", &port];
+            let client: Vec<&str> = server.iter().copied().chain(["127.0.0.1"]).collect();
+            let (s, c) = cm_server_client(&server, &client);
+            for d in [&s, &c] {
+                assert!(d.stdout.contains(" Data ex. method : rdma_cm"), "{}", d.report());
+                assert!(d.stdout.contains(" rdma_cm QPs\t : ON"), "{}", d.report());
+            }
+            if tool.ends_with("_bw") {
+                check_bw(&c, 65536, true);
+            } else {
+                check_lat(&c, 2);
+            }
+        }
+    });
+}
+
+/// librdmacm's `ucmatose` (rdma_cm connections with data transfers both
+/// ways and a migrate of the ids), and qperf's rdma_cm mode (`-cm1`).
+#[test]
+fn ucmatose_and_qperf_cm1_connect_by_rdma_cm() {
+    if !have("ucmatose_and_qperf_cm1", &["ucmatose", "qperf"]) {
+        return;
+    }
+    shared(|| {
+        let port = (20000 + (std::process::id() + 11) % 40000).to_string();
+        let (s, c) = cm_server_client(
+            &["ucmatose", "-b", "127.0.0.1", "-p", &port],
+            &["ucmatose", "-s", "127.0.0.1", "-p", &port],
+        );
+        for d in [&s, &c] {
+            assert!(d.stdout.contains("data transfers complete"), "{}", d.report());
+            assert!(d.stdout.contains("return status 0"), "{}", d.report());
+        }
+        assert!(s.stdout.contains("disconnected"), "{}", s.report());
+        let (_s, c) = server_client(
+            &["qperf", "-lp", PORT],
+            &["qperf", "-lp", PORT, "-cm1", "127.0.0.1", "rc_bw", "rc_lat"],
+            ServerEnd::Kill,
+            &[],
+        );
+        let bw =
+            c.stdout.lines().find_map(|l| l.trim().strip_prefix("bw  =  ")).unwrap_or_else(|| panic!("{}", c.report()));
+        let lat = c
+            .stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("latency  =  "))
+            .unwrap_or_else(|| panic!("{}", c.report()));
+        let num = |s: &str| s.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        assert!(num(bw) > 0.0 && num(lat) > 0.0, "{}", c.report());
+    });
+}

@@ -51,7 +51,10 @@ static IDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 /// opened once per process as librdmacm does.
 /// Keyed by the opening pid too: a `fork()` child opens its own (the
 /// parent's contexts have no driver thread in it).
-static VERBS: Mutex<Option<HashMap<(u32, String), (usize, usize)>>> = Mutex::new(None);
+static VERBS: Mutex<Option<HashMap<VerbsKey, (usize, usize)>>> = Mutex::new(None);
+
+/// (pid, device name).
+type VerbsKey = (u32, String);
 
 fn ids() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
     IDS.lock().unwrap_or_else(|e| e.into_inner())
