@@ -438,7 +438,16 @@ impl Member {
     /// Where a MAD for QP 1 belongs (see [`crate::gsi`]).
     pub fn route_mad(&self, packet: &[u8]) -> Route {
         let t = self.table();
-        let live = |slot: usize, inc: u64| slot < MAX_MEMBERS && t.is_incarnation(slot, inc) && t.has_cm(slot);
+        // Alive by the kernel's word too (its OFD lock): a member that died
+        // keeps its words until it is reaped, and a MAD handed to its seat
+        // would be lost at every retry (they all share one 4-tuple, so the
+        // kernel gives them all to the same member).
+        let live = |slot: usize, inc: u64| {
+            slot < MAX_MEMBERS
+                && t.is_incarnation(slot, inc)
+                && t.has_cm(slot)
+                && (slot == self.slot || shm::byte_held(&self.file, LIVENESS_BASE + slot as u64).unwrap_or(true))
+        };
         let owner = match gsi::mad_owner(packet) {
             MadOwner::Service(sid) => t.service_owner(sid).filter(|o| live(o.slot, o.incarnation)).map(|o| o.slot),
             MadOwner::Slot(slot) => (slot < MAX_MEMBERS && live(slot, t.incarnation(slot))).then_some(slot),

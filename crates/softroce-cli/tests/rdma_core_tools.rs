@@ -103,8 +103,20 @@ thread_local! {
     static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Tests on the one shared device take turns. Known issue (issue 17's
+/// note): while processes join and leave the device at a high rate, a
+/// member can hold the device file's lock long enough that a CM MAD waits
+/// past the stray hold time and is lost, or that a listener registers
+/// after the REQ it was told to expect. The kernel's CM retries for a
+/// process that has exited; softroce's dies with it. Until that is fixed,
+/// programs of two tests never share the device at once here (the
+/// concurrent cases are tested in crates/softroce/tests/shared_device.rs
+/// and cm_processes.rs).
+static SHARED_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `f` with this thread's programs on the shared device.
 fn shared<R>(f: impl FnOnce() -> R) -> R {
+    let _turn = SHARED_TURN.lock().unwrap_or_else(|e| e.into_inner());
     SHARED.set(true);
     let r = f();
     SHARED.set(false);
@@ -781,6 +793,12 @@ fn qperf_rc_tests_polling() {
     qperf(&["-cp1"]);
 }
 
+/// The rdma_cm port of this run's test `k` (0..5): one per test and run
+/// (a listener holds its port on the device while its process lives).
+fn cm_port(k: u16) -> u16 {
+    20000 + (std::process::id() % 8000) as u16 * 5 + k
+}
+
 /// The 64-byte payload rping sends in ping `n` (its `-S` default): the
 /// text `rdma-ping-N: ` then printable characters from `A + n`, cycling
 /// through 65..=122, NUL-terminated where the text ends.
@@ -805,7 +823,7 @@ fn rping_connects_by_rdma_cm_and_pings_20_times() {
         return;
     }
     shared(|| {
-        let port = (20000 + std::process::id() % 40000).to_string();
+        let port = cm_port(0).to_string();
         let server = ["rping", "-s", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
         let client = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
         let mut s = Proc::start(&server);
@@ -866,8 +884,12 @@ fn perftest_over_rdma_cm_send_write_bw_and_read_lat() {
     let g = gid_index();
     shared(|| {
         let iters = PERF_ITERS.to_string();
-        for (tool, size) in [("ib_send_bw", "65536"), ("ib_write_bw", "65536"), ("ib_read_lat", "2")] {
-            let port = (20000 + (std::process::id() + tool.len() as u32 * 7) % 40000).to_string();
+        for (k, (tool, size)) in
+            [("ib_send_bw", "65536"), ("ib_write_bw", "65536"), ("ib_read_lat", "2")].into_iter().enumerate()
+        {
+            // A port of its own per run (a listener's port is the device's
+            // while its process lives).
+            let port = cm_port(1 + k as u16).to_string();
             let server = [tool, "-R", "-x", &g, "-n", &iters, "-s", size, "-p", &port];
             let client: Vec<&str> = server.iter().copied().chain(["127.0.0.1"]).collect();
             let (s, c) = cm_server_client(&server, &client);
@@ -892,7 +914,7 @@ fn ucmatose_and_qperf_cm1_connect_by_rdma_cm() {
         return;
     }
     shared(|| {
-        let port = (20000 + (std::process::id() + 11) % 40000).to_string();
+        let port = cm_port(4).to_string();
         let (s, c) = cm_server_client(
             &["ucmatose", "-b", "127.0.0.1", "-p", &port],
             &["ucmatose", "-s", "127.0.0.1", "-p", &port],
