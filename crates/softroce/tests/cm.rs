@@ -6,13 +6,15 @@
 //! timewait. The capture shows every MAD as Linux frames it: a UD
 //! SEND_ONLY from QP 1 to QP 1, Q_Key 0x80010000, P_Key 0xffff, AckReq set.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_cm::cm::{CmEvent, ConnectParams};
 use roce_cm::cma::{self, ConnParam, LocalEnd};
 use roce_cm::wire::mad::{GSI_QKEY, GSI_QPN};
-use roce_cm::wire::{AttributeId, CmMad, IpServiceId, PathMtu, PortSpace, RejReason};
+use roce_cm::wire::{AttributeId, CmMad, IpServiceId, PortSpace, RejReason};
 use roce_wire::{Opcode, Packet, Psn};
 use softroce::cm::CmService;
 use softroce::config::LoopbackLease;
@@ -46,14 +48,7 @@ fn end(pcap: Option<std::path::PathBuf>, seed: u64) -> End {
 }
 
 fn local(e: &End, psn: u32) -> LocalEnd {
-    LocalEnd {
-        ca_guid: e.ctx.device().node_guid(),
-        ack_delay: 15,
-        qpn: e.qp.qpn(),
-        psn: Psn::new(psn),
-        mtu: PathMtu::Mtu1024,
-        tos: 0,
-    }
+    common::local_end(&e.ctx, &e.qp, psn)
 }
 
 fn wait_wc(cq: &Cq) -> Wc {

@@ -8,6 +8,8 @@
 //! itself for each process (`cm_member_process`, idle unless
 //! `SOFTROCE_TEST_CM` is set).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use roce_cm::cm::{CmEvent, ConnectParams};
 use roce_cm::cma::{self, ConnParam, LocalEnd};
-use roce_cm::wire::{IpServiceId, PathMtu, PortSpace};
+use roce_cm::wire::{IpServiceId, PortSpace};
 use roce_wire::Psn;
 use softroce::cm::CmService;
 use softroce::config::DeviceInfo;
@@ -47,14 +49,7 @@ fn end(ctx: &Context) -> End {
 }
 
 fn local(e: &End, psn: u32) -> LocalEnd {
-    LocalEnd {
-        ca_guid: e.ctx.device().node_guid(),
-        ack_delay: 15,
-        qpn: e.qp.qpn(),
-        psn: Psn::new(psn),
-        mtu: PathMtu::Mtu1024,
-        tos: 0,
-    }
+    common::local_end(&e.ctx, &e.qp, psn)
 }
 
 fn connect_qp(e: &End, my_psn: u32, peer_qpn: u32, peer_psn: u32) {

@@ -1,4 +1,5 @@
 //! Shared by the multi-process tests of this crate.
+#![allow(dead_code)]
 
 /// `len` bytes of a xorshift stream seeded by `seed`: every iteration of a
 /// transfer writes other bytes, so a stale or misplaced write shows.
@@ -12,4 +13,18 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// This side of a CM exchange for `qp` on `ctx`'s device: rxe's ACK delay,
+/// MTU 1024 (rping's path), the first PSN `psn`.
+#[allow(dead_code)]
+pub fn local_end(ctx: &softroce::Context, qp: &softroce::Qp, psn: u32) -> roce_cm::cma::LocalEnd {
+    roce_cm::cma::LocalEnd {
+        ca_guid: ctx.device().node_guid(),
+        ack_delay: 15,
+        qpn: qp.qpn(),
+        psn: roce_wire::Psn::new(psn),
+        mtu: roce_cm::wire::PathMtu::Mtu1024,
+        tos: 0,
+    }
 }
