@@ -739,10 +739,13 @@ impl CmId {
         }
     }
 
-    /// INIT (again), RTR and RTS for the id's QP, if it has one.
+    /// INIT again (only the access changes: the P_Key index and port stay),
+    /// RTR and RTS for the id's QP, if it has one.
     fn move_qp_to_rts(&self) -> Result<(), Error> {
         let Some(qp) = self.qp() else { return Ok(()) };
-        for s in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (a, _) = self.qp_attr(QpState::Init)?;
+        qp.modify(&a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
+        for s in [QpState::Rtr, QpState::Rts] {
             let (a, m) = self.qp_attr(s)?;
             qp.modify(&a, m)?;
         }

@@ -790,10 +790,18 @@ impl Qp {
         self.ctx().shared().with_dev(false, |d| d.qp(q).map_or(QpState::Err, |qp| qp.state()))
     }
 
-    /// `ibv_modify_qp` with explicit attributes and mask.
+    /// `ibv_modify_qp` with explicit attributes and mask. Packets a waiter's
+    /// pass deferred (the ACK of what it just received) leave first: a move
+    /// to ERR would otherwise drop them, and the peer, whose message was
+    /// delivered, would retry it until RETRY_EXC_ERR.
     pub fn modify(&self, attr: &QpAttr, mask: M) -> Result<(), Error> {
         let q = self.0.qpn;
-        self.ctx().shared().with_live_dev(true, |d| d.modify_qp(q, attr, mask))
+        let s = self.ctx().shared();
+        {
+            let mut st = s.lock();
+            let _ = s.flush(&mut st);
+        }
+        s.with_live_dev(true, |d| d.modify_qp(q, attr, mask))
     }
 
     /// What the peer needs to connect to this QP, with `psn` as the first
