@@ -553,3 +553,25 @@ fn a_packet_gathered_from_many_sges_carries_them_in_order() {
     let want: Vec<u8> = (0..20).flat_map(|i| data[i * 4096 + 7 * i..][..150].to_vec()).collect();
     assert_eq!(y.mr.to_vec(100, 3000).unwrap(), want);
 }
+
+/// A receiver that moves its QP to ERR right after its receive completes
+/// (rdma_cm's disconnect after the last message) still ACKs that message:
+/// the ACK its waiting pass deferred leaves before the modify, so the
+/// sender's SEND completes with success, not with RETRY_EXC_ERR after its
+/// retries to a QP in ERR. Twenty rounds, each on a fresh pair.
+#[test]
+fn a_receive_followed_at_once_by_err_is_still_acked() {
+    for round in 0..20u8 {
+        let (la, lb) = leases();
+        let (x, y) = pair(&la, &lb, Progress::Thread);
+        y.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[y.mr.sge(0, 64)] }).unwrap();
+        x.mr.write(0, &[round; 16]).unwrap();
+        let sge = [x.mr.sge(0, 16)];
+        x.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+        let w = wait_one(&y);
+        assert_eq!((w.status, w.byte_len), (WcStatus::Success, 16), "round {round}");
+        y.qp.to_error().unwrap();
+        let s = wait_one(&x);
+        assert_eq!((s.wr_id, s.status), (2, WcStatus::Success), "round {round}: the delivered SEND was ACKed");
+    }
+}
