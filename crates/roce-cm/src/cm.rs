@@ -396,13 +396,13 @@ impl Cm {
             State::ReqSent | State::MraReqRcvd => {
                 c.reject = Some((timeout, [0; 148]));
                 let rej = self.rej_of(id.0, MsgResponse::Req);
-                self.send(now, id.0, rej);
+                self.send(id.0, rej);
                 self.remove(id.0);
             }
             State::MraReqSent | State::MraRepSent | State::RepSent | State::MraRepRcvd => {
                 let what = if c.state == State::MraRepSent { MsgResponse::Rep } else { MsgResponse::Req };
                 let rej = self.rej_of(id.0, what);
-                self.send(now, id.0, rej);
+                self.send(id.0, rej);
                 self.remove(id.0);
             }
             State::Established | State::DreqRcvd => self.run(now, id.0, Input::Disconnect, None),
@@ -634,7 +634,7 @@ impl Cm {
     }
 
     /// Sends `mad` for connection `id`.
-    fn send(&mut self, _now: Instant, id: u32, mad: CmMad) {
+    fn send(&mut self, id: u32, mad: CmMad) {
         let c = &self.conns[&id];
         self.stats.sent += 1;
         self.transmits.push_back(Transmit { from: c.local, to: c.peer, mad });
@@ -642,7 +642,7 @@ impl Cm {
 
     /// Sends a retransmittable message and arms its timer.
     fn send_armed(&mut self, now: Instant, id: u32, mad: CmMad) {
-        self.send(now, id, mad);
+        self.send(id, mad);
         let c = self.conns.get_mut(&id).expect("exists");
         c.last = Some(mad);
         c.timer = Some(now + c.period);
@@ -690,20 +690,20 @@ impl Cm {
             }
             Action::SendRtu => {
                 let mad = CmMad::new(c.tid, RtuRepr::new(local, remote));
-                self.send(now, id, mad);
+                self.send(id, mad);
             }
             Action::SendMraOfReq | Action::SendMraOfRep => {
                 let what = if a == Action::SendMraOfReq { MsgResponse::Req } else { MsgResponse::Rep };
                 let mad = CmMad::new(c.tid, MraRepr::new(local, remote, what, MRA_SERVICE_TIMEOUT));
-                self.send(now, id, mad);
+                self.send(id, mad);
             }
             Action::SendRejOfReq => {
                 let m = self.rej_of(id, MsgResponse::Req);
-                self.send(now, id, m);
+                self.send(id, m);
             }
             Action::SendRejOfRep => {
                 let m = self.rej_of(id, MsgResponse::Rep);
-                self.send(now, id, m);
+                self.send(id, m);
             }
             Action::SendDreq => {
                 let mad = CmMad::new(c.dreq_tid, DreqRepr::new(local, remote, c.remote_qpn));
@@ -714,7 +714,7 @@ impl Cm {
             }
             Action::SendDrep => {
                 let mad = CmMad::new(c.dreq_tid, DrepRepr::new(local, remote));
-                self.send(now, id, mad);
+                self.send(id, mad);
             }
             Action::Resend => {
                 if let Some(m) = c.last {

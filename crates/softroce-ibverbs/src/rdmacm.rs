@@ -11,14 +11,14 @@
 //! `tests/layout.rs`), keeps the C handles of the ids, and converts.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use softroce::QpState;
 use softroce::rdma_cm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
-use softroce::{QpAttrMask, QpState};
 
 use crate::abi::*;
 use crate::export::{ibv_export, set_errno};
@@ -64,16 +64,6 @@ fn ids() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
 fn init() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| softroce::rdma_cm::set_context_opener(Box::new(crate::context::open_for_info)));
-}
-
-fn port_space(ps: c_uint) -> Option<PortSpace> {
-    match ps {
-        0x0106 => Some(PortSpace::Tcp),
-        0x0111 => Some(PortSpace::Udp),
-        0x013f => Some(PortSpace::Ib),
-        0x0002 => Some(PortSpace::Ipoib),
-        _ => None,
-    }
 }
 
 /// `-1` with `errno` from a softroce error.
@@ -186,12 +176,7 @@ fn fill(b: &mut IdBlock) {
 }
 
 fn new_block(id: CmId, channel: *mut RdmaEventChannel, context: *mut c_void) -> *mut IdBlock {
-    let ps = match id.port_space() {
-        PortSpace::Tcp => 0x0106,
-        PortSpace::Udp => 0x0111,
-        PortSpace::Ib => 0x013f,
-        PortSpace::Ipoib => 0x0002,
-    };
+    let ps = c_uint::from(id.port_space().value());
     let key = id.key();
     let mut b = Box::new(IdBlock {
         c: RdmaCmId {
@@ -277,46 +262,6 @@ fn max_rd_of(b: &IdBlock) -> u8 {
     b.id.context().map_or(16, |c| c.query_device().max_qp_rd_atom.min(255) as u8)
 }
 
-fn c_str(e: EventType) -> &'static CStr {
-    match e {
-        EventType::AddrResolved => c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        EventType::AddrError => c"RDMA_CM_EVENT_ADDR_ERROR",
-        EventType::RouteResolved => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        EventType::RouteError => c"RDMA_CM_EVENT_ROUTE_ERROR",
-        EventType::ConnectRequest => c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        EventType::ConnectResponse => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        EventType::ConnectError => c"RDMA_CM_EVENT_CONNECT_ERROR",
-        EventType::Unreachable => c"RDMA_CM_EVENT_UNREACHABLE",
-        EventType::Rejected => c"RDMA_CM_EVENT_REJECTED",
-        EventType::Established => c"RDMA_CM_EVENT_ESTABLISHED",
-        EventType::Disconnected => c"RDMA_CM_EVENT_DISCONNECTED",
-        EventType::DeviceRemoval => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        EventType::MulticastJoin => c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        EventType::MulticastError => c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        EventType::AddrChange => c"RDMA_CM_EVENT_ADDR_CHANGE",
-        EventType::TimewaitExit => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-    }
-}
-
-const EVENT_TYPES: [EventType; 16] = [
-    EventType::AddrResolved,
-    EventType::AddrError,
-    EventType::RouteResolved,
-    EventType::RouteError,
-    EventType::ConnectRequest,
-    EventType::ConnectResponse,
-    EventType::ConnectError,
-    EventType::Unreachable,
-    EventType::Rejected,
-    EventType::Established,
-    EventType::Disconnected,
-    EventType::DeviceRemoval,
-    EventType::MulticastJoin,
-    EventType::MulticastError,
-    EventType::AddrChange,
-    EventType::TimewaitExit,
-];
-
 ibv_export! { "RDMACM_1.0";
     /// A new event channel; its `fd` is readable while events wait.
     fn rdma_create_event_channel() -> *mut RdmaEventChannel {
@@ -348,7 +293,7 @@ ibv_export! { "RDMACM_1.0";
     /// A new id whose events go to `channel`.
     fn rdma_create_id(channel: *mut RdmaEventChannel, id: *mut *mut RdmaCmId, context: *mut c_void, ps: c_uint) -> c_int {
         init();
-        let Some(ps) = port_space(ps) else { return einval() };
+        let Some(ps) = u16::try_from(ps).ok().and_then(PortSpace::from_value) else { return einval() };
         if id.is_null() {
             return einval();
         }
@@ -617,7 +562,7 @@ ibv_export! { "RDMACM_1.0";
 ibv_export! { "RDMACM_1.0";
     /// The name of an event type ("UNKNOWN EVENT" for others).
     fn rdma_event_str(event: c_uint) -> *const c_char {
-        EVENT_TYPES.get(event as usize).map_or(c"UNKNOWN EVENT", |e| c_str(*e)).as_ptr()
+        EventType::from_raw(event).map_or(c"UNKNOWN EVENT", EventType::c_name).as_ptr()
     }
 }
 
@@ -649,7 +594,6 @@ ibv_export! { "RDMACM_1.2";
                 crate::qp::write_qp_attr(out, &a);
                 // SAFETY: the caller's mask is writable.
                 unsafe { *qp_attr_mask = m.0 as c_int };
-                let _ = QpAttrMask::STATE;
                 0
             }
             Err(e) => fail(&e),
@@ -760,15 +704,6 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: the caller's array of nfds pollfds.
         unsafe { libc::poll(fds, nfds, timeout) }
     }
-}
-
-/// `IbvQpAttr` is read by rdma_init_qp_attr callers as this library writes it.
-#[allow(dead_code)]
-fn _assert_sizes() {
-    const _: () = assert!(std::mem::size_of::<RdmaCmId>() == 416);
-    const _: () = assert!(std::mem::size_of::<RdmaCmEvent>() == 80);
-    const _: () = assert!(std::mem::size_of::<RdmaConnParam>() == 24);
-    const _: () = assert!(std::mem::size_of::<RdmaAddrinfo>() == 96);
 }
 
 ibv_export! { "RDMACM_1.0";

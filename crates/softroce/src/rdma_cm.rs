@@ -11,6 +11,7 @@
 //! listener of their service ID.
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
@@ -68,26 +69,55 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// `rdma_event_str`'s name, NUL-terminated for the C API.
+    pub fn c_name(self) -> &'static CStr {
+        match self {
+            EventType::AddrResolved => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            EventType::AddrError => c"RDMA_CM_EVENT_ADDR_ERROR",
+            EventType::RouteResolved => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            EventType::RouteError => c"RDMA_CM_EVENT_ROUTE_ERROR",
+            EventType::ConnectRequest => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            EventType::ConnectResponse => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            EventType::ConnectError => c"RDMA_CM_EVENT_CONNECT_ERROR",
+            EventType::Unreachable => c"RDMA_CM_EVENT_UNREACHABLE",
+            EventType::Rejected => c"RDMA_CM_EVENT_REJECTED",
+            EventType::Established => c"RDMA_CM_EVENT_ESTABLISHED",
+            EventType::Disconnected => c"RDMA_CM_EVENT_DISCONNECTED",
+            EventType::DeviceRemoval => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            EventType::MulticastJoin => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            EventType::MulticastError => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            EventType::AddrChange => c"RDMA_CM_EVENT_ADDR_CHANGE",
+            EventType::TimewaitExit => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+
     /// `rdma_event_str`'s name.
     pub fn name(self) -> &'static str {
-        match self {
-            EventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
-            EventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
-            EventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
-            EventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
-            EventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
-            EventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
-            EventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
-            EventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
-            EventType::Rejected => "RDMA_CM_EVENT_REJECTED",
-            EventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
-            EventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
-            EventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
-            EventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
-            EventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
-            EventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
-            EventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        }
+        self.c_name().to_str().expect("ASCII names")
+    }
+
+    /// The event type numbered `v` in librdmacm's enum.
+    pub fn from_raw(v: u32) -> Option<EventType> {
+        use EventType::*;
+        const ALL: [EventType; 16] = [
+            AddrResolved,
+            AddrError,
+            RouteResolved,
+            RouteError,
+            ConnectRequest,
+            ConnectResponse,
+            ConnectError,
+            Unreachable,
+            Rejected,
+            Established,
+            Disconnected,
+            DeviceRemoval,
+            MulticastJoin,
+            MulticastError,
+            AddrChange,
+            TimewaitExit,
+        ];
+        ALL.get(v as usize).copied()
     }
 }
 
@@ -945,5 +975,22 @@ impl Drop for IdInner {
                 dev.cm.unlisten(sid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventType;
+
+    #[test]
+    fn event_types_number_and_name_as_librdmacm_does() {
+        for v in 0..16 {
+            let e = EventType::from_raw(v).unwrap();
+            assert_eq!(e as u32, v);
+            assert!(e.name().starts_with("RDMA_CM_EVENT_"));
+            assert_eq!(e.c_name().to_str().unwrap(), e.name());
+        }
+        assert_eq!(EventType::from_raw(9).unwrap().name(), "RDMA_CM_EVENT_ESTABLISHED");
+        assert_eq!(EventType::from_raw(16), None);
     }
 }
