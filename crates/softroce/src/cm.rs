@@ -166,7 +166,18 @@ impl CmService {
 
     /// Starts an active connection (sends the REQ).
     pub fn connect(&self, p: ConnectParams) -> CommId {
-        self.inner.with(|cm| cm.connect(Instant::now(), p))
+        self.connect_then(p, |_| {})
+    }
+
+    /// [`CmService::connect`], calling `before_send` with the new comm ID
+    /// before the REQ leaves: a sink learns where the answer's events go
+    /// before the answer can come (a REJ from this host takes microseconds).
+    pub fn connect_then(&self, p: ConnectParams, before_send: impl FnOnce(CommId)) -> CommId {
+        self.inner.with(|cm| {
+            let id = cm.connect(Instant::now(), p);
+            before_send(id);
+            id
+        })
     }
 
     /// Accepts a passive connection (sends the REP).

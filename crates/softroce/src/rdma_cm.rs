@@ -795,8 +795,17 @@ impl CmId {
             None => crate::devices()?.iter().map(|d| device_for(d.addr)).collect::<Result<_, _>>()?,
         };
         for d in &devs {
-            d.cm.listen(sid)?;
-            d.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.insert(sid, Arc::downgrade(&self.0));
+            // Routed first: a REQ may come the moment the device lists the port.
+            let before =
+                d.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.insert(sid, Arc::downgrade(&self.0));
+            if let Err(e) = d.cm.listen(sid) {
+                let mut r = d.routes.lock().unwrap_or_else(|e| e.into_inner());
+                match before {
+                    Some(w) => r.listeners.insert(sid, w),
+                    None => r.listeners.remove(&sid),
+                };
+                return Err(e);
+            }
             st.listening.push((d.clone(), sid));
         }
         st.state = IdState::Listen;
@@ -822,13 +831,13 @@ impl CmId {
         let req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
         st.resources = (p.responder_resources, p.initiator_depth);
         st.retry = p.retry_count;
-        let comm = dev.cm.connect(ConnectParams {
-            local: src.ip(),
-            peer: dst.ip(),
-            req,
-            packet_life_time: cma::IBOE_PACKET_LIFETIME,
+        // The id is found by its comm ID before the REQ leaves (a REJ from
+        // this host can beat the return); its answer's events wait for `st`.
+        let params =
+            ConnectParams { local: src.ip(), peer: dst.ip(), req, packet_life_time: cma::IBOE_PACKET_LIFETIME };
+        let comm = dev.cm.connect_then(params, |comm| {
+            dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&self.0));
         });
-        dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&self.0));
         st.comm = Some(comm);
         st.state = IdState::Connect;
         Ok(())
