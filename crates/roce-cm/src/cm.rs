@@ -410,6 +410,18 @@ impl Cm {
         }
     }
 
+    /// [`Cm::destroy`] of every connection the consumer has not destroyed:
+    /// what Linux does for a process that exits (closing its rdma_cm file
+    /// destroys its ids), so its peers hear a DREQ, DREP or REJ instead of
+    /// retrying into silence.
+    pub fn destroy_all(&mut self, now: Instant) {
+        let mut ids: Vec<u32> = self.conns.iter().filter(|(_, c)| !c.detached).map(|(k, _)| *k).collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.destroy(now, CommId(id));
+        }
+    }
+
     /// When [`Cm::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.conns.values().filter_map(|c| c.timer).min()

@@ -22,6 +22,6 @@ mod stats;
 pub mod steer;
 
 pub use member::{
-    Control, HostError, LOCK_PATIENCE, Member, PROBE_PATIENCE, QUARANTINE, Route, device_file, port_owner,
+    Control, HostError, LISTEN_GRACE, LOCK_PATIENCE, Member, PROBE_PATIENCE, QUARANTINE, Route, device_file, port_owner,
 };
 pub use stats::HostStats;

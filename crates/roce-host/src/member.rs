@@ -143,6 +143,10 @@ pub enum Route {
     Nobody,
     /// Owned by a member whose seat is not known right now.
     Unseated,
+    /// A REQ or SIDR_REQ for a service ID nobody on the device listens on
+    /// yet: it waits up to [`LISTEN_GRACE`] for a listener, then goes to a
+    /// CM that rejects it as Linux does (REJ 8).
+    NoListenerYet,
 }
 
 /// What a received envelope asks of the member.
@@ -178,6 +182,14 @@ struct Held {
 /// Most strays held at once, and for how long.
 const MAX_HELD: usize = 1024;
 const HOLD_FOR: Duration = Duration::from_millis(200);
+/// How long a REQ for a service ID nobody listens on waits for a listener
+/// before it is answered. With Linux's CM a listen is one system call; here
+/// it may join the device first (a socket, a reconciliation), and programs
+/// such as qperf 0.4 tell their peer the port before they call
+/// `rdma_listen`: their peer's REQ must not lose that race.
+pub const LISTEN_GRACE: Duration = Duration::from_millis(250);
+/// Most REQs waiting for a listener at once (more are answered at once).
+const MAX_WAITING: usize = 64;
 
 struct Alloc {
     blocks: Vec<u32>,
@@ -199,6 +211,8 @@ pub struct Member {
     last_reconcile: Mutex<Option<Instant>>,
     /// Strays waiting for the seats, and the generation they were held at.
     held: Mutex<(std::collections::VecDeque<Held>, u64)>,
+    /// REQs waiting for a listener ([`Route::NoListenerYet`]).
+    waiting: Mutex<Vec<Held>>,
     stats: HostStats,
 }
 
@@ -315,6 +329,7 @@ impl Member {
             attention: AtomicBool::new(false),
             last_reconcile: Mutex::new(None),
             held: Mutex::new((std::collections::VecDeque::new(), 0)),
+            waiting: Mutex::new(Vec::new()),
             stats: HostStats::default(),
         };
         let guard = member.lock(LOCK_PATIENCE)?;
@@ -437,6 +452,12 @@ impl Member {
 
     /// Where a MAD for QP 1 belongs (see [`crate::gsi`]).
     pub fn route_mad(&self, packet: &[u8]) -> Route {
+        self.route_mad_or(packet, true)
+    }
+
+    /// [`Member::route_mad`]; `wait`: a REQ nobody listens for may wait
+    /// for a listener (else it goes where any unnamed MAD goes).
+    fn route_mad_or(&self, packet: &[u8], wait: bool) -> Route {
         let t = self.table();
         // Alive by the kernel's word too (its OFD lock): a member that died
         // keeps its words until it is reaped, and a MAD handed to its seat
@@ -449,7 +470,13 @@ impl Member {
                 && (slot == self.slot || shm::byte_held(&self.file, LIVENESS_BASE + slot as u64).unwrap_or(true))
         };
         let owner = match gsi::mad_owner(packet) {
-            MadOwner::Service(sid) => t.service_owner(sid).filter(|o| live(o.slot, o.incarnation)).map(|o| o.slot),
+            MadOwner::Service(sid) => {
+                let o = t.service_owner(sid).filter(|o| live(o.slot, o.incarnation)).map(|o| o.slot);
+                if o.is_none() && wait {
+                    return Route::NoListenerYet;
+                }
+                o
+            }
             MadOwner::Slot(slot) => (slot < MAX_MEMBERS && live(slot, t.incarnation(slot))).then_some(slot),
             MadOwner::Any => None,
         };
@@ -516,6 +543,29 @@ impl Member {
             self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        self.hand_on(sock, route, src, src_port, dst, packet, hops);
+    }
+
+    /// Sends a MAD of this member's own QP 1 to a QP 1 of its own device:
+    /// straight to the member it is for, in an envelope to its seat, as a
+    /// stray is handed on. Every MAD between processes of the host has one
+    /// 4-tuple, so the kernel's hash would give them all to one member, and
+    /// one that is leaving (a process that sends its last DREP and exits)
+    /// would take them with it.
+    pub fn send_local_mad(&self, sock: &Socket, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8]) {
+        self.stats.local_mads.fetch_add(1, Ordering::Relaxed);
+        let route = self.route_mad(packet);
+        self.hand_on(sock, route, src, src_port, dst, packet, 0);
+    }
+
+    /// The device's address (QP 1's MADs to it are [`Member::send_local_mad`]'s).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// [`Member::pass_on`] once the route is known.
+    #[allow(clippy::too_many_arguments)]
+    fn hand_on(&self, sock: &Socket, route: Route, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8], hops: u8) {
         // A held stray can turn out to be this member's own once the seats are
         // known (QP 1's MADs go by what they name): it goes to this member's
         // own seat in an envelope, as to any other, and comes back to it.
@@ -532,6 +582,7 @@ impl Member {
                 self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
             }
             Route::Unseated => self.hold(src, src_port, dst, packet),
+            Route::NoListenerYet => self.wait_for_listener(sock, src, src_port, dst, packet, hops),
             Route::Member { .. } if hops >= envelope::MAX_HOPS => self.hold(src, src_port, dst, packet),
             Route::Member { seat, incarnation } => {
                 let mut head = Vec::with_capacity(envelope::FORWARD_HEADER);
@@ -603,6 +654,44 @@ impl Member {
         }
     }
 
+    /// Keeps a REQ nobody listens for until a listener comes or
+    /// [`LISTEN_GRACE`] is over (answered at once when too many wait).
+    fn wait_for_listener(&self, sock: &Socket, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8], hops: u8) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if w.len() < MAX_WAITING {
+            self.stats.waited_for_listener.fetch_add(1, Ordering::Relaxed);
+            w.push(Held { at: Instant::now(), src, src_port, dst, packet: packet.to_vec() });
+            return;
+        }
+        drop(w);
+        let route = self.route_mad_or(packet, false);
+        self.hand_on(sock, route, src, src_port, dst, packet, hops);
+    }
+
+    /// Hands on the REQs whose listener came, and those whose grace is over
+    /// (to a CM that rejects them).
+    fn release_waiting(&self, sock: &Socket) {
+        let ready: Vec<(Route, Held)> = {
+            let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if w.is_empty() {
+                return;
+            }
+            let mut ready = Vec::new();
+            w.retain_mut(|x| {
+                let route = self.route_mad_or(&x.packet, x.at.elapsed() < LISTEN_GRACE);
+                if route == Route::NoListenerYet {
+                    return true;
+                }
+                ready.push((route, std::mem::replace(x, Held { packet: Vec::new(), ..*x })));
+                false
+            });
+            ready
+        };
+        for (route, x) in ready {
+            self.hand_on(sock, route, x.src, x.src_port, x.dst, &x.packet, 0);
+        }
+    }
+
     /// Keeps a stray until the seats are reconciled (counted as dropped
     /// when there is no room or it waited too long).
     fn hold(&self, src: IpAddr, src_port: u16, dst: IpAddr, packet: &[u8]) {
@@ -650,6 +739,7 @@ impl Member {
     /// Reconciles the table with the kernel if something asked for it and
     /// no other member is doing so (never waits for the lock).
     pub fn upkeep(&self, sock: &Socket) {
+        self.release_waiting(sock);
         if !self.attention.load(Ordering::Acquire) {
             return;
         }

@@ -22,6 +22,9 @@ macro_rules! host_stats {
 host_stats! {
     /// Packets for other members' QPs, forwarded to them.
     forwarded,
+    /// MADs this member sent to its own device's QP 1, handed straight to
+    /// their owner.
+    local_mads,
     /// Packets other members forwarded here.
     received_forwarded,
     /// Packets for a QP nobody owns (dropped, as a NIC drops them).
@@ -30,6 +33,8 @@ host_stats! {
     stray_dropped,
     /// Strays held until the seats were known again.
     held,
+    /// REQs that waited for a listener to come.
+    waited_for_listener,
     /// Envelopes for another member that reached this one.
     misdirected,
     /// Envelopes refused (forged, truncated, unknown).

@@ -205,6 +205,11 @@ impl CmService {
         self.inner.with(|cm| cm.destroy(Instant::now(), id))
     }
 
+    /// Ends every connection as [`CmService::destroy`] does (at exit).
+    pub fn destroy_all(&self) {
+        self.inner.with(|cm| cm.destroy_all(Instant::now()))
+    }
+
     /// The next event, waiting up to `timeout` for one.
     pub fn wait_event(&self, timeout: Duration) -> Option<CmEvent> {
         let deadline = Instant::now() + timeout;

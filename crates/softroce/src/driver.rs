@@ -564,7 +564,8 @@ impl Shared {
                         }
                         Control::Done => continue,
                     }
-                } else if let Some(Route::Member { .. } | Route::Unseated) = m.route_packet(data) {
+                } else if let Some(Route::Member { .. } | Route::Unseated | Route::NoListenerYet) = m.route_packet(data)
+                {
                     m.pass_on(&self.sock, src, src_port, dst, data, 0);
                     continue;
                 }
@@ -659,6 +660,7 @@ impl Shared {
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         let mut alone = first_alone;
+        let member = self.sock.member();
         dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
             let icrc = &mut t.icrc;
             let mut n = 0;
@@ -682,6 +684,24 @@ impl Shared {
             trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             let dst = SocketAddr::new(t.dst, PORT);
+            if let Some(m) = member
+                && t.dst == m.addr().ip()
+                && roce_wire::bth::dest_qpn_of(head) == Some(roce_proto::device::GSI_QPN)
+            {
+                // A MAD to QP 1 of this very device: to its owner's seat.
+                scratch.clear();
+                scratch.extend_from_slice(head);
+                slices.iter().for_each(|s| scratch.extend_from_slice(s));
+                scratch.extend_from_slice(trailer);
+                m.send_local_mad(&self.sock, t.src, t.src_port, t.dst, scratch);
+                if let Some(tp) = tap.as_mut()
+                    && let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch)
+                {
+                    result = Err(e);
+                    return false;
+                }
+                return true;
+            }
             if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
                     // The kernel gives the k-th GSO segment IPv4 ID k: fix the

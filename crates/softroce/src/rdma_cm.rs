@@ -346,6 +346,41 @@ fn random_u32() -> u32 {
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) as u32
 }
 
+/// Registers [`at_exit`] (once per process).
+fn register_exit_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: an `extern "C"` function that never unwinds; libc runs it
+        // in the thread calling exit(), with the process still whole.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(at_exit);
+        }
+    });
+}
+
+/// At `exit()`: each device's CM ends the connections still open, as
+/// Linux's does when a process's rdma_cm file closes (`ucma_close`
+/// destroys its ids): qperf's server exits without destroying its
+/// connected id, and its client waits for the DREP. A process killed by a
+/// signal sends nothing, like a host that dies.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let devs = match DEVICES.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        if devs.0 != std::process::id() {
+            return;
+        }
+        let devs = devs.1.clone();
+        for d in devs {
+            d.cm.destroy_all();
+        }
+    });
+}
+
 /// The process's device on `ip` (opened now if need be).
 fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
     let mut all = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
@@ -378,6 +413,7 @@ fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
         }
     });
     let cm = CmService::open_with(&ctx, u64::from(random_u32()), Some(sink))?;
+    register_exit_hook();
     let dev = Arc::new(Dev { info, ctx, cm, routes: Mutex::new(Routes::default()) });
     let _ = slot.set(Arc::downgrade(&dev));
     open.push(dev.clone());

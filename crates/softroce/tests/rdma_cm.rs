@@ -117,3 +117,36 @@ fn a_connect_to_a_port_nobody_listens_on_is_rejected() {
     assert_eq!((e.event, e.status), (EventType::Rejected, 8), "REJ 8: invalid service ID");
     assert_eq!(id.qp().unwrap().state(), softroce::QpState::Err, "librdmacm moves the QP to ERR on a reject");
 }
+
+/// qperf's way to end: the client disconnects, the server takes
+/// DISCONNECTED and destroys its id without `rdma_disconnect`. Linux's CM
+/// sends the DREP when an id in DREQ_RCVD is destroyed (`cm_destroy_id`),
+/// so the client's DISCONNECTED comes at once, not after its DREQ retries.
+#[test]
+fn destroying_an_id_that_got_a_dreq_answers_it() {
+    let port = 40000 + (std::process::id() % 10000) as u16;
+    let (ch_s, ch_c) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listen = CmId::new(&ch_s, PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(LO, port)).unwrap();
+    listen.listen().unwrap();
+    let id = CmId::new(&ch_c, PortSpace::Tcp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    let _res_c = resources(&id);
+    id.connect(&rping()).unwrap();
+    let child = next(&ch_s, EventType::ConnectRequest).id;
+    let res_s = resources(&child);
+    child.accept(&rping()).unwrap();
+    next(&ch_c, EventType::Established);
+    next(&ch_s, EventType::Established);
+
+    let t = std::time::Instant::now();
+    id.disconnect().unwrap();
+    next(&ch_s, EventType::Disconnected);
+    child.clear_qp();
+    drop((res_s, child));
+    next(&ch_c, EventType::Disconnected);
+    assert!(t.elapsed() < Duration::from_secs(1), "the DREP came after {:?}: no DREQ retry", t.elapsed());
+}
