@@ -103,20 +103,9 @@ thread_local! {
     static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Tests on the one shared device take turns. Known issue (issue 17's
-/// note): while processes join and leave the device at a high rate, a
-/// member can hold the device file's lock long enough that a CM MAD waits
-/// past the stray hold time and is lost, or that a listener registers
-/// after the REQ it was told to expect. The kernel's CM retries for a
-/// process that has exited; softroce's dies with it. Until that is fixed,
-/// programs of two tests never share the device at once here (the
-/// concurrent cases are tested in crates/softroce/tests/shared_device.rs
-/// and cm_processes.rs).
-static SHARED_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Runs `f` with this thread's programs on the shared device.
+/// Runs `f` with this thread's programs on the shared device (tests of
+/// this binary run at once: their programs share it, as users' do).
 fn shared<R>(f: impl FnOnce() -> R) -> R {
-    let _turn = SHARED_TURN.lock().unwrap_or_else(|e| e.into_inner());
     SHARED.set(true);
     let r = f();
     SHARED.set(false);
@@ -793,6 +782,15 @@ fn qperf_rc_tests_polling() {
     qperf(&["-cp1"]);
 }
 
+/// qperf's RC tests connected by rdma_cm (`-cm1`), on the shared device.
+/// qperf 0.4.11's server tells the client its rdma_cm port before it calls
+/// `rdma_listen`, and exits without destroying its connected id: the REQ
+/// waits for the listener, and the exit sends the DREP its client waits for.
+#[test]
+fn qperf_rc_tests_over_rdma_cm() {
+    shared(|| qperf(&["-cm1"]));
+}
+
 /// The rdma_cm port of this run's test `k` (0..5): one per test and run
 /// (a listener holds its port on the device while its process lives).
 fn cm_port(k: u16) -> u16 {
@@ -893,10 +891,7 @@ fn perftest_over_rdma_cm_send_write_bw_and_read_lat() {
 }
 
 /// librdmacm's `ucmatose`: rdma_cm connections with data transfers both
-/// ways, disconnected by the server. (qperf's `-cm1` runs too, by hand, but
-/// its server tells the client its port before it listens, and loses that
-/// race often enough here to be left out until listening is faster: the
-/// note of issue 17.)
+/// ways, disconnected by the server.
 #[test]
 fn ucmatose_connects_by_rdma_cm() {
     if !have("ucmatose", &["ucmatose"]) {
