@@ -23,6 +23,10 @@
 //! connection's peer comm ID, or it is dropped and counted, except a DREQ
 //! for a connection gone, which gets a DREP (Linux `cm_issue_drep`).
 
+mod sidr;
+
+pub use sidr::{SidrAnswer, SidrParams};
+
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -30,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::cm_state::{self, Action, Input, State};
 use crate::wire::{
     CmMad, CmMessage, DrepRepr, DreqRepr, MraRepr, MsgResponse, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr,
-    kernel_tid,
+    SidrRepRepr, SidrReqRepr, kernel_tid,
 };
 
 /// A connection, by its local communication ID.
@@ -130,6 +134,25 @@ pub enum CmEvent {
     TimewaitExit {
         /// The connection.
         id: CommId,
+    },
+    /// A SIDR_REQ for a listened-on service: answer it with
+    /// [`Cm::sidr_reply`] (or destroy `id`, which rejects it).
+    SidrReqReceived {
+        /// The request.
+        id: CommId,
+        /// The SIDR_REQ.
+        req: Box<SidrReqRepr>,
+        /// Where it came from.
+        peer: IpAddr,
+        /// The local address it was sent to.
+        local: IpAddr,
+    },
+    /// The SIDR_REP to this side's SIDR_REQ (whatever its status).
+    SidrRepReceived {
+        /// The request.
+        id: CommId,
+        /// The SIDR_REP.
+        rep: Box<SidrRepRepr>,
     },
 }
 
@@ -261,6 +284,8 @@ pub struct Cm {
     /// (peer comm ID, peer CA GUID) -> local comm ID, for duplicate REQs.
     by_remote: HashMap<(u32, u64), u32>,
     listeners: HashMap<u64, ()>,
+    /// SIDR exchanges, by local request ID (drawn as comm IDs are).
+    sidr: HashMap<u32, sidr::Sidr>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<CmEvent>,
     rng: u64,
@@ -275,6 +300,7 @@ impl Cm {
             conns: HashMap::new(),
             by_remote: HashMap::new(),
             listeners: HashMap::new(),
+            sidr: HashMap::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             rng: seed ^ 0x9e37_79b9_7f4a_7c15 | 1,
@@ -389,6 +415,10 @@ impl Cm {
     /// does (a REJ for a connection being made, a DREQ or DREP for one
     /// made, then timewait) and reports nothing more.
     pub fn destroy(&mut self, now: Instant, id: CommId) {
+        if self.sidr.contains_key(&id.0) {
+            self.destroy_sidr(id.0);
+            return;
+        }
         let Some(c) = self.conns.get_mut(&id.0) else { return };
         c.detached = true;
         let timeout = RejReason::TIMEOUT;
@@ -416,6 +446,7 @@ impl Cm {
     /// retrying into silence.
     pub fn destroy_all(&mut self, now: Instant) {
         let mut ids: Vec<u32> = self.conns.iter().filter(|(_, c)| !c.detached).map(|(k, _)| *k).collect();
+        ids.extend(self.sidr.keys());
         ids.sort_unstable();
         for id in ids {
             self.destroy(now, CommId(id));
@@ -424,7 +455,7 @@ impl Cm {
 
     /// When [`Cm::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.timer).min()
+        self.conns.values().filter_map(|c| c.timer).chain(self.sidr_timeout()).min()
     }
 
     /// Runs the timers due at `now`.
@@ -442,6 +473,7 @@ impl Cm {
             };
             self.run(now, id, input, None);
         }
+        self.sidr_timers(now);
     }
 
     /// The next MAD to send.
@@ -535,9 +567,8 @@ impl Cm {
                 c.dreq_tid = tid;
                 self.run(now, id, Input::Dreq, None);
             }
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
-                self.stats.ignored += 1;
-            }
+            CmMessage::SidrReq(req) => self.on_sidr_req(peer, local, tid, req),
+            CmMessage::SidrRep(rep) => self.on_sidr_rep(peer, rep),
         }
     }
 
@@ -633,7 +664,7 @@ impl Cm {
             self.rng ^= self.rng << 17;
             let r = (self.rng >> 16) as u32;
             let id = (r & !self.config.comm_id_mask) | (self.config.comm_id_tag & self.config.comm_id_mask);
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0 && !self.conns.contains_key(&id) && !self.sidr.contains_key(&id) {
                 return id;
             }
         }

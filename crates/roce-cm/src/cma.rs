@@ -9,7 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 use roce_wire::Psn;
 
 use crate::wire::{
-    CmWireError, CmaHdrRepr, IpServiceId, PathMtu, PortSpace, RepRepr, ReqPath, ReqRepr, TransportType, private_data,
+    CmWireError, CmaHdrRepr, IpServiceId, PathMtu, PortSpace, RepRepr, ReqPath, ReqRepr, SidrReqRepr, TransportType,
+    private_data,
 };
 
 /// Both CM response timeouts rdma_cm asks for (`CMA_CM_RESPONSE_TIMEOUT`).
@@ -21,6 +22,14 @@ pub const MAX_CM_RETRIES: u8 = 15;
 pub const IBOE_PACKET_LIFETIME: u8 = 18;
 /// The hop limit of a RoCEv2 path over IPv4.
 pub const HOP_LIMIT: u8 = 64;
+
+/// The Q_Key of rdma_cm's UDP and IB port spaces (`RDMA_UDP_QKEY`): a UD
+/// id's QP gets it, and its SIDR_REP names it.
+pub const UDP_QKEY: u32 = 0x0123_4567;
+
+/// The period of a SIDR_REQ (`1 << (CMA_CM_RESPONSE_TIMEOUT - 8)` ms,
+/// `cma_resolve_ib_udp`), resent [`MAX_CM_RETRIES`] times.
+pub const SIDR_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1 << (CM_RESPONSE_TIMEOUT - 8));
 
 /// `rdma_conn_param`: what the consumer asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +161,15 @@ pub fn rc_req(
         private_data: hdr.private_data(p.private_data)?,
         ..ReqRepr::default()
     })
+}
+
+/// The SIDR_REQ rdma_cm sends for a UD id (`cma_resolve_ib_udp`) from
+/// `src` to `dst` in port space `ps`: the cma_hdr, then at most 180 bytes
+/// of `user` private data. The request ID is left 0 for the CM agent.
+pub fn ud_sidr_req(ps: PortSpace, src: SocketAddr, dst: SocketAddr, user: &[u8]) -> Result<SidrReqRepr, CmWireError> {
+    let mut req = SidrReqRepr::new(0, 0xffff, IpServiceId { port_space: ps, port: dst.port() }.service_id());
+    req.private_data = CmaHdrRepr::new(src.port(), src.ip(), dst.ip()).private_data(user)?;
+    Ok(req)
 }
 
 /// The REP rdma_cm sends when the consumer accepts (`cma_accept_ib`); the

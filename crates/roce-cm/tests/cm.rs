@@ -443,6 +443,7 @@ fn four_hundred_lossy_runs_connect_and_disconnect_cleanly() {
                     CmEvent::DrepReceived { .. } => "drep",
                     CmEvent::DisconnectTimedOut { .. } => "dreq-timeout",
                     CmEvent::TimewaitExit { .. } => "timewait-exit",
+                    CmEvent::SidrReqReceived { .. } | CmEvent::SidrRepReceived { .. } => "sidr",
                 })
                 .collect()
         };

@@ -910,3 +910,35 @@ fn ucmatose_connects_by_rdma_cm() {
         assert!(s.stdout.contains("disconnected"), "{}", s.report());
     });
 }
+
+/// librdmacm's `udaddy`: a UD id resolves the server's service by SIDR,
+/// then ten datagrams go each way (the server answers through an AH made
+/// from each receive and the Q_Key `ibv_query_qp` reports). udaddy's port
+/// is fixed (7174, in rdma_cm's UDP port space of the shared device), so a
+/// listener left there by another run of this user is waited out.
+#[test]
+fn udaddy_resolves_by_sidr_and_exchanges_datagrams() {
+    if !have("udaddy", &["udaddy"]) {
+        return;
+    }
+    shared(|| {
+        for attempt in 1..=10u64 {
+            let mut s = Proc::start(&["udaddy", "-b", "127.0.0.1"]);
+            std::thread::sleep(Duration::from_millis(300));
+            if s.exited() {
+                let d = s.finish(SERVER_GRACE);
+                assert!(d.stderr.contains("in use") && attempt < 10, "the server failed\n{}", d.report());
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            let c = Proc::start(&["udaddy", "-s", "127.0.0.1"]).finish(CHILD_TIMEOUT);
+            let s = s.finish(SERVER_GRACE);
+            for d in [&s, &c] {
+                assert!(d.ok() && d.stdout.contains("data transfers complete"), "{}\n{}", s.report(), c.report());
+                assert!(d.stdout.contains("return status 0"), "{}", d.report());
+            }
+            assert!(s.stdout.contains("sending replies"), "{}", s.report());
+            return;
+        }
+    });
+}

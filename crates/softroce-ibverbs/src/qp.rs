@@ -232,6 +232,21 @@ pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
     crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
 }
 
+/// `ah` as an `ibv_ah_attr`: global (RoCE), port 1.
+pub(crate) fn write_ah_attr(out: &mut IbvAhAttr, ah: &roce_proto::AhAttr) {
+    let dgid = match ah.dest {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    out.grh.dgid = IbvGid { raw: dgid };
+    out.grh.sgid_index = ah.sgid_index;
+    out.grh.hop_limit = ah.hop_limit;
+    out.grh.traffic_class = ah.traffic_class;
+    out.sl = ah.sl;
+    out.is_global = 1;
+    out.port_num = 1;
+}
+
 /// Writes softroce's attributes into a C `ibv_qp_attr` (what
 /// `rdma_init_qp_attr` hands out); the address vector is global (RoCE).
 pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
@@ -242,17 +257,7 @@ pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
     out.sq_psn = a.sq_psn;
     out.dest_qp_num = a.dest_qp_num;
     out.qp_access_flags = a.qp_access_flags.0;
-    let dgid = match a.ah_attr.dest {
-        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
-        IpAddr::V6(v) => v.octets(),
-    };
-    out.ah_attr.grh.dgid = IbvGid { raw: dgid };
-    out.ah_attr.grh.sgid_index = a.ah_attr.sgid_index;
-    out.ah_attr.grh.hop_limit = a.ah_attr.hop_limit;
-    out.ah_attr.grh.traffic_class = a.ah_attr.traffic_class;
-    out.ah_attr.sl = a.ah_attr.sl;
-    out.ah_attr.is_global = 1;
-    out.ah_attr.port_num = 1;
+    write_ah_attr(&mut out.ah_attr, &a.ah_attr);
     out.pkey_index = a.pkey_index;
     out.port_num = if a.port_num == 0 { 1 } else { a.port_num };
     out.timeout = a.timeout;
@@ -405,6 +410,12 @@ ibv_export! { "IBVERBS_1.1";
             return libc::EINVAL;
         }
         let mut a = *o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        // rdma_cm's moves of the QP, made for the application.
+        for (ra, rm) in o.qp.modified_for_app() {
+            let mut t = a;
+            write_qp_attr(&mut t, &ra);
+            merge(&mut a, &t, rm.0);
+        }
         let state = o.qp.state() as u32;
         a.qp_state = state as _;
         a.cur_qp_state = state as _;

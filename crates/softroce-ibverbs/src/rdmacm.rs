@@ -542,8 +542,29 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
         srq: u8::from(e.conn.srq),
         qp_num: e.conn.qp_num,
     };
-    // SAFETY: the 56-byte param union holds an rdma_conn_param (24 bytes) at its start.
-    unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaConnParam, cp) };
+    match e.ud {
+        None => {
+            // SAFETY: the 56-byte param union holds an rdma_conn_param (24 bytes) at its start.
+            unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaConnParam, cp) };
+        }
+        Some(ud) => {
+            // SAFETY: an all-zero ibv_ah_attr is valid (plain integers and a byte union).
+            let mut ah_attr: IbvAhAttr = unsafe { std::mem::zeroed() };
+            if let Some(ah) = &ud.ah {
+                crate::qp::write_ah_attr(&mut ah_attr, ah);
+                ah_attr.grh.flow_label = ud.flow_label;
+            }
+            let up = RdmaUdParam {
+                private_data: cp.private_data,
+                private_data_len: cp.private_data_len,
+                ah_attr,
+                qp_num: ud.qp_num,
+                qkey: ud.qkey,
+            };
+            // SAFETY: the param union is rdma_ud_param's 56 bytes (checked against the header).
+            unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaUdParam, up) };
+        }
+    }
     Box::into_raw(eb)
 }
 

@@ -63,6 +63,19 @@ pub struct RdmaConnParam {
     pub qp_num: u32,
 }
 
+/// `struct rdma_ud_param`: the event's parameters for a UD id (the other
+/// member of the `param` union).
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct RdmaUdParam {
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub ah_attr: crate::abi::IbvAhAttr,
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
 /// `struct rdma_cm_event`: `param` is the union of `rdma_conn_param` and
 /// `rdma_ud_param` (56 bytes).
 #[repr(C)]

@@ -8,7 +8,7 @@ use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
 
-use softroce_ibverbs::rdmacm_abi::{RdmaAddrinfo, RdmaCmEvent, RdmaCmId, RdmaConnParam, RdmaEventChannel};
+use softroce_ibverbs::rdmacm_abi::{RdmaAddrinfo, RdmaCmEvent, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaUdParam};
 
 const HEADER: &str = "/usr/include/rdma/rdma_cma.h";
 
@@ -49,12 +49,19 @@ fn rust_layout() -> Vec<(&'static str, &'static str, usize)> {
         ("rdma_conn_param", "rnr_retry_count", offset_of!(RdmaConnParam, rnr_retry_count)),
         ("rdma_conn_param", "srq", offset_of!(RdmaConnParam, srq)),
         ("rdma_conn_param", "qp_num", offset_of!(RdmaConnParam, qp_num)),
+        ("rdma_ud_param", "(sizeof)", size_of::<RdmaUdParam>()),
+        ("rdma_ud_param", "private_data", offset_of!(RdmaUdParam, private_data)),
+        ("rdma_ud_param", "private_data_len", offset_of!(RdmaUdParam, private_data_len)),
+        ("rdma_ud_param", "ah_attr", offset_of!(RdmaUdParam, ah_attr)),
+        ("rdma_ud_param", "qp_num", offset_of!(RdmaUdParam, qp_num)),
+        ("rdma_ud_param", "qkey", offset_of!(RdmaUdParam, qkey)),
         ("rdma_cm_event", "(sizeof)", size_of::<RdmaCmEvent>()),
         ("rdma_cm_event", "id", offset_of!(RdmaCmEvent, id)),
         ("rdma_cm_event", "listen_id", offset_of!(RdmaCmEvent, listen_id)),
         ("rdma_cm_event", "event", offset_of!(RdmaCmEvent, event)),
         ("rdma_cm_event", "status", offset_of!(RdmaCmEvent, status)),
         ("rdma_cm_event", "param.conn", offset_of!(RdmaCmEvent, param)),
+        ("rdma_cm_event", "param.ud", offset_of!(RdmaCmEvent, param)),
         ("rdma_addrinfo", "(sizeof)", size_of::<RdmaAddrinfo>()),
         ("rdma_addrinfo", "ai_flags", offset_of!(RdmaAddrinfo, ai_flags)),
         ("rdma_addrinfo", "ai_family", offset_of!(RdmaAddrinfo, ai_family)),

@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use roce_cm::cm::{Cm, CmConfig, CmError, CmEvent, CmStats, CommId, ConnectParams, Transmit};
+use roce_cm::cm::{Cm, CmConfig, CmError, CmEvent, CmStats, CommId, ConnectParams, SidrAnswer, SidrParams, Transmit};
 use roce_cm::wire::mad::{GSI_QKEY, GSI_QPN};
 use roce_cm::wire::{MAD_LEN, RejReason, RepRepr};
 
@@ -178,6 +178,21 @@ impl CmService {
             before_send(id);
             id
         })
+    }
+
+    /// Starts a SIDR exchange (sends the SIDR_REQ), calling `before_send`
+    /// with its ID first (see [`CmService::connect_then`]).
+    pub fn sidr_connect_then(&self, p: SidrParams, before_send: impl FnOnce(CommId)) -> CommId {
+        self.inner.with(|cm| {
+            let id = cm.sidr_connect(Instant::now(), p);
+            before_send(id);
+            id
+        })
+    }
+
+    /// Answers a SIDR_REQ (sends the SIDR_REP).
+    pub fn sidr_reply(&self, id: CommId, answer: SidrAnswer) -> Result<(), CmError> {
+        self.inner.with(|cm| cm.sidr_reply(id, answer))
     }
 
     /// Accepts a passive connection (sends the REP).

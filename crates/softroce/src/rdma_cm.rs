@@ -17,9 +17,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use roce_cm::cm::{CmEvent, CommId, ConnectParams};
+use roce_cm::cm::{CmEvent, CommId, ConnectParams, SidrAnswer, SidrParams};
 use roce_cm::cma::{self, ConnParam as WireConnParam, LocalEnd};
-use roce_cm::wire::{CmaHdrRepr, IpServiceId, PathMtu, RejReason, RepRepr, ReqRepr};
+use roce_cm::wire::{CmaHdrRepr, IpServiceId, PathMtu, RejReason, RepRepr, ReqRepr, SidrReqRepr, SidrStatus};
 use roce_wire::Psn;
 
 use crate::cm::CmService;
@@ -172,8 +172,25 @@ pub struct Event {
     pub event: EventType,
     /// 0, a REJ reason (`Rejected`) or a negative errno.
     pub status: i32,
-    /// The connection parameters the peer's message carried.
+    /// The connection parameters the peer's message carried (for a UD id,
+    /// its private data and QPN).
     pub conn: ConnParam,
+    /// A UD id's `rdma_ud_param` (`ConnectRequest`, `Established`).
+    pub ud: Option<UdParam>,
+}
+
+/// `rdma_ud_param` beyond the private data: where a UD id sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdParam {
+    /// The address handle to the peer (`None` in a `ConnectRequest`: the
+    /// passive side answers from the datagrams it receives).
+    pub ah: Option<crate::AhAttr>,
+    /// The AH's flow label (rdma_cm's hash of the two ports).
+    pub flow_label: u32,
+    /// The peer's UD QP.
+    pub qp_num: u32,
+    /// The Q_Key to send with.
+    pub qkey: u32,
 }
 
 /// An event channel (`struct rdma_event_channel`): its file descriptor is
@@ -290,6 +307,28 @@ struct Id {
     tos: u8,
     /// The QP ACK timeout the consumer set (`RDMA_OPTION_ID_ACK_TIMEOUT`).
     ack_timeout: Option<u8>,
+}
+
+impl Id {
+    /// A new id's state: IDLE, nothing bound, a random PSN.
+    fn new() -> Id {
+        Id {
+            state: IdState::Idle,
+            dev: None,
+            src: None,
+            dst: None,
+            qp: None,
+            psn: random_u32() & 0xff_ffff,
+            comm: None,
+            req: None,
+            rep: None,
+            listening: Vec::new(),
+            resources: (0, 0),
+            retry: 7,
+            tos: 0,
+            ack_timeout: None,
+        }
+    }
 }
 
 impl PartialEq for CmId {
@@ -461,16 +500,25 @@ impl Dev {
             | CmEvent::DreqReceived { id }
             | CmEvent::DrepReceived { id }
             | CmEvent::DisconnectTimedOut { id }
-            | CmEvent::TimewaitExit { id } => *id,
+            | CmEvent::TimewaitExit { id }
+            | CmEvent::SidrReqReceived { id, .. }
+            | CmEvent::SidrRepReceived { id, .. } => *id,
         };
-        if let CmEvent::ReqReceived { id, req, peer, local } = e {
-            self.on_req(id, req, peer, local);
-            return;
+        match e {
+            CmEvent::ReqReceived { id, req, peer, local } => return self.on_req(id, req, peer, local),
+            CmEvent::SidrReqReceived { id, req, peer, local } => return self.on_sidr_req(id, req, peer, local),
+            _ => {}
         }
         let id = {
             let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
             let id = r.by_comm.get(&comm).and_then(Weak::upgrade);
-            if matches!(e, CmEvent::TimewaitExit { .. } | CmEvent::Unreachable { .. } | CmEvent::Rejected { .. }) {
+            if matches!(
+                e,
+                CmEvent::TimewaitExit { .. }
+                    | CmEvent::Unreachable { .. }
+                    | CmEvent::Rejected { .. }
+                    | CmEvent::SidrRepReceived { .. }
+            ) {
                 r.by_comm.remove(&comm);
             }
             id
@@ -479,38 +527,72 @@ impl Dev {
         id.on_cm_event(e);
     }
 
-    fn on_req(self: &Arc<Dev>, comm: CommId, req: Box<ReqRepr>, peer: IpAddr, local: IpAddr) {
+    /// The listener of `service_id` and the cma_hdr of a request for it.
+    fn listener_of(&self, service_id: u64, private_data: &[u8]) -> Option<(CmId, CmaHdrRepr)> {
         let listener = {
             let r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-            r.listeners.get(&req.service_id).and_then(Weak::upgrade).map(CmId)
+            r.listeners.get(&service_id).and_then(Weak::upgrade).map(CmId)
         };
-        let hdr = CmaHdrRepr::parse(&req.private_data);
-        let (Some(listener), Ok(hdr)) = (listener, hdr) else {
+        Some((listener?, CmaHdrRepr::parse(private_data).ok()?))
+    }
+
+    /// The new id of a request from `peer` to `local` that `listener` took
+    /// (in CONNECT state, routed by `comm`).
+    fn child(
+        self: &Arc<Dev>,
+        listener: &CmId,
+        comm: CommId,
+        service_id: u64,
+        hdr: &CmaHdrRepr,
+        (peer, local): (IpAddr, IpAddr),
+        fill: impl FnOnce(&mut Id),
+    ) -> CmId {
+        let port = IpServiceId::from_service_id(service_id).map_or(0, |s| s.port);
+        let mut st = Id {
+            state: IdState::Connect,
+            dev: Some(self.clone()),
+            src: Some(SocketAddr::new(local, port)),
+            dst: Some(SocketAddr::new(if peer.is_unspecified() { hdr.src_addr() } else { peer }, hdr.port)),
+            psn: random_u32() & 0xff_ffff,
+            comm: Some(comm),
+            ..Id::new()
+        };
+        fill(&mut st);
+        let child =
+            CmId(Arc::new(IdInner { channel: Mutex::new(listener.channel()), ps: listener.0.ps, st: Mutex::new(st) }));
+        self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
+        child
+    }
+
+    /// A SIDR_REQ: CONNECT_REQUEST on a new UD id, with the user's private
+    /// data and no address handle (the kernel's `cma_ib_new_udp_id`).
+    fn on_sidr_req(self: &Arc<Dev>, comm: CommId, req: Box<SidrReqRepr>, peer: IpAddr, local: IpAddr) {
+        let Some((listener, hdr)) = self.listener_of(req.service_id, &req.private_data) else {
+            let no = SidrAnswer { status: SidrStatus::REJECT, qpn: 0, qkey: 0, private_data: [0; 136] };
+            let _ = self.cm.sidr_reply(comm, no);
+            return;
+        };
+        let child = self.child(&listener, comm, req.service_id, &hdr, (peer, local), |_| {});
+        let conn = ConnParam {
+            private_data: roce_cm::wire::cma_hdr::user_private_data(&req.private_data).to_vec(),
+            ..ConnParam::default()
+        };
+        let ud = Some(UdParam { ah: None, flow_label: 0, qp_num: 0, qkey: 0 });
+        let event = EventType::ConnectRequest;
+        listener.channel().push(Event { id: child, listen_id: Some(listener.clone()), event, status: 0, conn, ud });
+    }
+
+    fn on_req(self: &Arc<Dev>, comm: CommId, req: Box<ReqRepr>, peer: IpAddr, local: IpAddr) {
+        let Some((listener, hdr)) = self.listener_of(req.service_id, &req.private_data) else {
             let _ = self.cm.reject(comm, RejReason::CONSUMER_DEFINED, [0; 148]);
             return;
         };
-        let port = IpServiceId::from_service_id(req.service_id).map_or(0, |s| s.port);
-        let child = CmId(Arc::new(IdInner {
-            channel: Mutex::new(listener.channel()),
-            ps: listener.0.ps,
-            st: Mutex::new(Id {
-                state: IdState::Connect,
-                dev: Some(self.clone()),
-                src: Some(SocketAddr::new(local, port)),
-                dst: Some(SocketAddr::new(if peer.is_unspecified() { hdr.src_addr() } else { peer }, hdr.port)),
-                qp: None,
-                psn: random_u32() & 0xff_ffff,
-                comm: Some(comm),
-                req: Some(req.clone()),
-                rep: None,
-                listening: Vec::new(),
-                resources: (req.initiator_depth, req.responder_resources),
-                retry: req.retry_count,
-                tos: req.primary_path.traffic_class,
-                ack_timeout: None,
-            }),
-        }));
-        self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
+        let child = self.child(&listener, comm, req.service_id, &hdr, (peer, local), |st| {
+            st.req = Some(req.clone());
+            st.resources = (req.initiator_depth, req.responder_resources);
+            st.retry = req.retry_count;
+            st.tos = req.primary_path.traffic_class;
+        });
         // The event's parameters are the REQ's, seen from this side.
         let conn = ConnParam {
             private_data: roce_cm::wire::cma_hdr::user_private_data(&req.private_data).to_vec(),
@@ -528,6 +610,7 @@ impl Dev {
             event: EventType::ConnectRequest,
             status: 0,
             conn,
+            ud: None,
         });
     }
 }
@@ -535,26 +618,7 @@ impl Dev {
 impl CmId {
     /// `rdma_create_id`: a new id whose events go to `channel`.
     pub fn new(channel: &EventChannel, ps: PortSpace) -> CmId {
-        CmId(Arc::new(IdInner {
-            channel: Mutex::new(channel.clone()),
-            ps,
-            st: Mutex::new(Id {
-                state: IdState::Idle,
-                dev: None,
-                src: None,
-                dst: None,
-                qp: None,
-                psn: random_u32() & 0xff_ffff,
-                comm: None,
-                req: None,
-                rep: None,
-                listening: Vec::new(),
-                resources: (0, 0),
-                retry: 7,
-                tos: 0,
-                ack_timeout: None,
-            }),
-        }))
+        CmId(Arc::new(IdInner { channel: Mutex::new(channel.clone()), ps, st: Mutex::new(Id::new()) }))
     }
 
     fn st(&self) -> std::sync::MutexGuard<'_, Id> {
@@ -562,7 +626,23 @@ impl CmId {
     }
 
     fn event(&self, event: EventType, status: i32, conn: ConnParam) {
-        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn });
+        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud: None });
+    }
+
+    /// The `rdma_ud_param` of a resolved UD id: the AH from its route
+    /// (rdma_cm's: the peer's GID, hop limit 64, the ports' flow label).
+    fn ud_param(&self, qp_num: u32, qkey: u32) -> UdParam {
+        let st = self.st();
+        let (src, dst) = (st.src.unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)), st.dst);
+        let ah = dst.map(|d| crate::AhAttr {
+            dest: d.ip(),
+            sgid_index: st.dev.as_ref().map_or(0, |dev| dev.info.addr_gid_index() as u8),
+            hop_limit: cma::HOP_LIMIT,
+            traffic_class: st.tos,
+            sl: 0,
+        });
+        let flow_label = dst.map_or(0, |d| cma::flow_label(src.port(), d.port()));
+        UdParam { ah, flow_label, qp_num, qkey }
     }
 
     /// The channel the id's events go to.
@@ -707,10 +787,27 @@ impl CmId {
     /// Takes `qp` (an RC QP in RESET, made by the caller) as the id's QP and
     /// moves it to INIT as [`CmId::create_qp`] does.
     pub fn set_qp(&self, qp: Qp) -> Result<(), Error> {
-        let (a, m) = self.qp_attr(QpState::Init)?;
-        qp.modify(&a, m)?;
+        if qp.qp_type() == crate::QpType::Ud {
+            // librdmacm's `ucma_init_ud_qp`: INIT with rdma_cm's Q_Key, RTR, RTS.
+            use QpAttrMask as M;
+            let init = QpAttr { qp_state: QpState::Init, qkey: cma::UDP_QKEY, port_num: 1, ..QpAttr::default() };
+            qp.modify_for_app(&init, M(M::STATE.0 | M::QKEY.0 | M::PKEY_INDEX.0 | M::PORT.0))?;
+            qp.modify_for_app(&QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE)?;
+            qp.modify_for_app(
+                &QpAttr { qp_state: QpState::Rts, sq_psn: 0, ..QpAttr::default() },
+                M(M::STATE.0 | M::SQ_PSN.0),
+            )?;
+        } else {
+            let (a, m) = self.qp_attr(QpState::Init)?;
+            qp.modify_for_app(&a, m)?;
+        }
         self.st().qp = Some(qp);
         Ok(())
+    }
+
+    /// Whether the id is a UD one (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`: SIDR, no connection).
+    pub fn is_ud(&self) -> bool {
+        matches!(self.0.ps, PortSpace::Udp | PortSpace::Ipoib)
     }
 
     /// Gives up the id's QP (`rdma_destroy_qp`): the id no longer moves it.
@@ -810,10 +907,10 @@ impl CmId {
     fn move_qp_to_rts(&self) -> Result<(), Error> {
         let Some(qp) = self.qp() else { return Ok(()) };
         let (a, _) = self.qp_attr(QpState::Init)?;
-        qp.modify(&a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
+        qp.modify_for_app(&a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
         for s in [QpState::Rtr, QpState::Rts] {
             let (a, m) = self.qp_attr(s)?;
-            qp.modify(&a, m)?;
+            qp.modify_for_app(&a, m)?;
         }
         Ok(())
     }
@@ -855,6 +952,24 @@ impl CmId {
         else {
             return Err(bad("rdma_connect: resolve the route first"));
         };
+        if self.is_ud() {
+            // A SIDR_REQ; ESTABLISHED comes with the SIDR_REP.
+            let req =
+                cma::ud_sidr_req(self.0.ps, src, dst, &p.private_data).map_err(|_| bad("private data too long"))?;
+            let sidr = SidrParams {
+                local: src.ip(),
+                peer: dst.ip(),
+                req,
+                timeout: cma::SIDR_TIMEOUT,
+                max_retries: cma::MAX_CM_RETRIES,
+            };
+            let comm = dev.cm.sidr_connect_then(sidr, |comm| {
+                dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&self.0));
+            });
+            st.comm = Some(comm);
+            st.state = IdState::Connect;
+            return Ok(());
+        }
         let qpn = st.qp.as_ref().map_or(p.qp_num, Qp::qpn);
         let local = LocalEnd {
             ca_guid: dev.info.node_guid(),
@@ -881,6 +996,9 @@ impl CmId {
 
     /// `rdma_accept`: moves the QP to RTS with the REQ's values, then sends the REP.
     pub fn accept(&self, p: &ConnParam) -> Result<(), Error> {
+        if self.is_ud() {
+            return self.sidr_answer(SidrStatus::SUCCESS, p);
+        }
         let (dev, req, comm, qpn, psn) = {
             let mut st = self.st();
             let (Some(dev), Some(req), Some(comm)) = (st.dev.clone(), st.req.clone(), st.comm) else {
@@ -905,11 +1023,33 @@ impl CmId {
 
     /// `rdma_reject`: REJ with reason 28 (consumer defined) and `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
+        if self.is_ud() {
+            let p = ConnParam { private_data: private_data.to_vec(), ..ConnParam::default() };
+            return self.sidr_answer(SidrStatus::REJECT, &p);
+        }
         let st = self.st();
         let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else { return Err(bad("rdma_reject: no connection")) };
         drop(st);
         let pd = roce_cm::wire::private_data::<148>(private_data).map_err(|_| bad("private data too long"))?;
         dev.cm.reject(comm, RejReason::CONSUMER_DEFINED, pd)?;
+        Ok(())
+    }
+
+    /// A UD id's answer to its SIDR_REQ (the kernel's `cma_send_sidr_rep`):
+    /// its QP (or `p.qp_num`) and rdma_cm's Q_Key; no QP moves.
+    fn sidr_answer(&self, status: SidrStatus, p: &ConnParam) -> Result<(), Error> {
+        let (dev, comm, qpn) = {
+            let st = self.st();
+            let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else {
+                return Err(bad("rdma_accept: not a connection request"));
+            };
+            (dev, comm, st.qp.as_ref().map_or(p.qp_num, Qp::qpn))
+        };
+        let private_data =
+            roce_cm::wire::private_data::<136>(&p.private_data).map_err(|_| bad("private data too long"))?;
+        let qkey = if status == SidrStatus::SUCCESS { cma::UDP_QKEY } else { 0 };
+        dev.cm.sidr_reply(comm, SidrAnswer { status, qpn, qkey, private_data })?;
+        dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
         Ok(())
     }
 
@@ -997,7 +1137,27 @@ impl CmId {
                 }
             }
             CmEvent::TimewaitExit { .. } => self.event(EventType::TimewaitExit, 0, ConnParam::default()),
-            CmEvent::ReqReceived { .. } => {}
+            CmEvent::SidrRepReceived { rep, .. } => {
+                let conn =
+                    ConnParam { private_data: rep.private_data.to_vec(), qp_num: rep.qpn, ..ConnParam::default() };
+                if rep.status != SidrStatus::SUCCESS {
+                    self.event(EventType::Unreachable, i32::from(rep.status.0), conn);
+                } else if rep.qkey != cma::UDP_QKEY {
+                    // The kernel's `cma_set_qkey`: an RDMA_PS_UDP id uses RDMA_UDP_QKEY.
+                    self.event(EventType::AddrError, -libc::EINVAL, conn);
+                } else {
+                    let ud = self.ud_param(rep.qpn, rep.qkey);
+                    self.channel().push(Event {
+                        id: self.clone(),
+                        listen_id: None,
+                        event: EventType::Established,
+                        status: 0,
+                        conn,
+                        ud: Some(ud),
+                    });
+                }
+            }
+            CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => {}
         }
     }
 }

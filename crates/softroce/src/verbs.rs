@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use roce_proto::mem::{OwnedBuffer, Region};
@@ -189,6 +189,7 @@ impl Pd {
             _send_cq: init.send_cq.clone(),
             _recv_cq: init.recv_cq.clone(),
             _srq: init.srq.cloned(),
+            for_app: Mutex::new(Vec::new()),
         })))
     }
 }
@@ -755,6 +756,9 @@ struct QpInner {
     _send_cq: Cq,
     _recv_cq: Cq,
     _srq: Option<Srq>,
+    /// Moves made on the application's behalf ([`Qp::modify_for_app`]),
+    /// oldest first, one per attribute mask.
+    for_app: Mutex<Vec<(QpAttr, M)>>,
 }
 
 impl Drop for QpInner {
@@ -802,6 +806,22 @@ impl Qp {
             let _ = s.flush(&mut st);
         }
         s.with_live_dev(true, |d| d.modify_qp(q, attr, mask))
+    }
+
+    /// [`Qp::modify`] on the application's behalf (rdma_cm's moves), noted
+    /// for [`Qp::modified_for_app`]: `ibv_query_qp` must report them as if
+    /// the application had made them.
+    pub fn modify_for_app(&self, attr: &QpAttr, mask: M) -> Result<(), Error> {
+        self.modify(attr, mask)?;
+        let mut noted = self.0.for_app.lock().unwrap_or_else(|e| e.into_inner());
+        noted.retain(|(_, m)| m.0 & !mask.0 != 0);
+        noted.push((*attr, mask));
+        Ok(())
+    }
+
+    /// The moves [`Qp::modify_for_app`] made, oldest first.
+    pub fn modified_for_app(&self) -> Vec<(QpAttr, M)> {
+        self.0.for_app.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// What the peer needs to connect to this QP, with `psn` as the first

@@ -150,3 +150,88 @@ fn destroying_an_id_that_got_a_dreq_answers_it() {
     next(&ch_c, EventType::Disconnected);
     assert!(t.elapsed() < Duration::from_secs(1), "the DREP came after {:?}: no DREQ retry", t.elapsed());
 }
+
+/// A UD id's PD, CQ, MR and QP, with two receives posted (40 bytes of GRH
+/// area, then the datagram).
+fn ud_resources(id: &CmId) -> (softroce::Pd, Cq, Mr, softroce::Qp) {
+    let ctx = id.context().expect("the id has a device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(32, None).unwrap();
+    let mr = pd.reg_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = id.create_qp(&pd, QpInit::rc(&cq, &cq, 16).with_type(softroce::QpType::Ud)).unwrap();
+    for k in 0..2u64 {
+        qp.post_recv(&RecvWr { wr_id: 10 + k, sg_list: &[mr.sge(k as usize * 1024, 1024)] }).unwrap();
+    }
+    (pd, cq, mr, qp)
+}
+
+/// udaddy's flow (rdmacm.md 5.1): a UD id resolves the server's port by
+/// SIDR and gets ESTABLISHED with the server's QPN, rdma_cm's Q_Key and an
+/// address handle; its datagram reaches the server's QP, which answers the
+/// sender it saw. A SIDR_REQ for a port nobody listens on ends UNREACHABLE
+/// with status 1 (the SIDR_REP's "service ID not supported").
+#[test]
+fn udaddy_s_flow_resolves_a_ud_service_and_datagrams_go_both_ways() {
+    let port = 45000 + (std::process::id() % 10000) as u16;
+    let (ch_s, ch_c) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listen = CmId::new(&ch_s, PortSpace::Udp);
+    listen.bind_addr(SocketAddr::new(LO, port)).unwrap();
+    listen.listen().unwrap();
+
+    let id = CmId::new(&ch_c, PortSpace::Udp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    let (pd_c, cq_c, mr_c, qp_c) = ud_resources(&id);
+    assert_eq!(qp_c.state(), softroce::QpState::Rts, "librdmacm moves a UD QP to RTS at once");
+    id.connect(&ConnParam { private_data: b"udaddy".to_vec(), ..ConnParam::null() }).unwrap();
+
+    let req = next(&ch_s, EventType::ConnectRequest);
+    assert!(req.conn.private_data.starts_with(b"udaddy") && req.conn.private_data.len() == 180, "{:?}", req.conn);
+    assert_eq!(req.ud.map(|u| u.ah), Some(None), "no address handle on the passive side");
+    let child = req.id;
+    let (pd_s, cq_s, mr_s, qp_s) = ud_resources(&child);
+    child.accept(&ConnParam::null()).unwrap();
+
+    let est = next(&ch_c, EventType::Established);
+    let ud = est.ud.expect("ESTABLISHED of a UD id carries rdma_ud_param");
+    assert_eq!((ud.qp_num, ud.qkey), (qp_s.qpn(), 0x0123_4567));
+    let ah_attr = ud.ah.expect("an address handle to the server");
+    assert_eq!((ah_attr.dest, ah_attr.hop_limit), (LO, 64));
+
+    // Client -> server, with the client's QPN as immediate data (udaddy's way).
+    let ah = pd_c.create_ah(ah_attr.dest).unwrap();
+    mr_c.write(4096, b"ud over rdma_cm").unwrap();
+    let sge = [mr_c.sge(4096, 15)];
+    let mut w = SendWr::new(1, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
+    w.imm_data = qp_c.qpn().to_be();
+    w.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: ud.qp_num, remote_qkey: ud.qkey });
+    qp_c.post_send(&w).unwrap();
+    wait_wc(&cq_c);
+    let got = wait_wc(&cq_s);
+    assert_eq!((got.byte_len, got.src_qp, u32::from_be(got.imm_data)), (40 + 15, qp_c.qpn(), qp_c.qpn()));
+    assert_eq!(mr_s.to_vec(40, 15).unwrap(), b"ud over rdma_cm");
+
+    // The server answers the sender it saw, with rdma_cm's Q_Key (which the
+    // client's QP must have been given to accept it).
+    let back = pd_s.create_ah(LO).unwrap();
+    mr_s.write(4096, b"pong").unwrap();
+    let sge = [mr_s.sge(4096, 4)];
+    let mut w = SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge));
+    w.ud = Some(softroce::UdDest { ah: back.handle(), remote_qpn: got.src_qp, remote_qkey: 0x0123_4567 });
+    qp_s.post_send(&w).unwrap();
+    wait_wc(&cq_s);
+    assert_eq!(wait_wc(&cq_c).byte_len, 40 + 4);
+    assert_eq!(mr_c.to_vec(40, 4).unwrap(), b"pong");
+
+    // A port nobody listens on.
+    let other = CmId::new(&ch_c, PortSpace::Udp);
+    other.resolve_addr(None, SocketAddr::new(LO, port.wrapping_add(1))).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    other.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    other.connect(&ConnParam::null()).unwrap();
+    let e = ch_c.get_event(WAIT).expect("an answer");
+    assert_eq!((e.event, e.status), (EventType::Unreachable, 1), "SIDR_REP status 1");
+}
