@@ -46,7 +46,7 @@ fn softroce() -> &'static str {
 fn package_of(tool: &str) -> &'static str {
     match tool {
         "qperf" => "qperf",
-        "rping" | "ucmatose" | "udaddy" | "mckey" => "rdmacm-utils",
+        "rping" | "ucmatose" | "udaddy" | "mckey" | "rdma_server" | "rdma_client" => "rdmacm-utils",
         t if t.starts_with("ib_") => "perftest",
         _ => "ibverbs-utils",
     }
@@ -791,10 +791,10 @@ fn qperf_rc_tests_over_rdma_cm() {
     shared(|| qperf(&["-cm1"]));
 }
 
-/// The rdma_cm port of this run's test `k` (0..5): one per test and run
+/// The rdma_cm port of this run's test `k` (0..8): one per test and run
 /// (a listener holds its port on the device while its process lives).
 fn cm_port(k: u16) -> u16 {
-    20000 + (std::process::id() % 8000) as u16 * 5 + k
+    20000 + (std::process::id() % 5000) as u16 * 8 + k
 }
 
 /// The 64-byte payload rping sends in ping `n` (its `-S` default): the
@@ -940,5 +940,22 @@ fn udaddy_resolves_by_sidr_and_exchanges_datagrams() {
             assert!(s.stdout.contains("sending replies"), "{}", s.report());
             return;
         }
+    });
+}
+
+/// librdmacm's `rdma_server` and `rdma_client`: synchronous endpoints
+/// (`rdma_create_ep` from `rdma_getaddrinfo`, `rdma_get_request`), QPs made
+/// with librdmacm's own CQs and channels, and `rdma_verbs.h`'s helpers for
+/// one SEND each way.
+#[test]
+fn rdma_server_and_client_use_synchronous_endpoints() {
+    if !have("rdma_server", &["rdma_server", "rdma_client"]) {
+        return;
+    }
+    shared(|| {
+        let port = cm_port(5).to_string();
+        let (s, c) = cm_server_client(&["rdma_server", "-p", &port], &["rdma_client", "-s", "127.0.0.1", "-p", &port]);
+        assert!(s.stdout.contains("rdma_server: end 0"), "{}", s.report());
+        assert!(c.stdout.contains("rdma_client: end 0"), "{}", c.report());
     });
 }

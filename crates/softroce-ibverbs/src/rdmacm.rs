@@ -24,6 +24,8 @@ use crate::abi::*;
 use crate::export::{ibv_export, set_errno};
 use crate::rdmacm_abi::*;
 
+mod ep;
+
 /// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
 #[repr(C)]
 struct ChannelBlock {
@@ -36,6 +38,12 @@ struct ChannelBlock {
 struct IdBlock {
     c: RdmaCmId,
     id: CmId,
+    /// A synchronous id's own channel (see [`ep`]).
+    sync: Option<Box<ChannelBlock>>,
+    /// What `rdma_create_ep` gave a passive id for `rdma_get_request`.
+    template: Option<Box<ep::Template>>,
+    /// The CQs `rdma_create_qp` made for want of the caller's.
+    made_cqs: bool,
 }
 
 /// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
@@ -207,6 +215,9 @@ fn new_block(id: CmId, channel: *mut RdmaEventChannel, context: *mut c_void) -> 
             _pad3: 0,
         },
         id,
+        sync: None,
+        template: None,
+        made_cqs: false,
     });
     fill(&mut b);
     let p = Box::into_raw(b);
@@ -298,10 +309,15 @@ ibv_export! { "RDMACM_1.0";
             return einval();
         }
         if channel.is_null() {
-            // Synchronous ids (each call waits for its own event) are not
-            // made yet: say so rather than hand out an id that never answers.
-            set_errno(libc::EOPNOTSUPP);
-            return -1;
+            // A synchronous id: each call waits for its own event.
+            return match ep::sync_id(ps, context) {
+                Ok(b) => {
+                    // SAFETY: the caller passes somewhere to write the id.
+                    unsafe { *id = b as *mut RdmaCmId };
+                    0
+                }
+                Err(e) => fail(&e),
+            };
         }
         // SAFETY: a channel from rdma_create_event_channel; `c` is its first field.
         let ch = unsafe { &*(channel as *const ChannelBlock) };
@@ -319,10 +335,11 @@ ibv_export! { "RDMACM_1.0";
             return einval();
         }
         // SAFETY: an id from rdma_create_id or an event; the caller gives it up.
-        let b = unsafe { Box::from_raw(id as *mut IdBlock) };
+        let mut b = unsafe { Box::from_raw(id as *mut IdBlock) };
         if let Some(m) = ids().as_mut() {
             m.remove(&b.id.key());
         }
+        ep::release(&mut b);
         drop(b);
         0
     }
@@ -354,7 +371,7 @@ ibv_export! { "RDMACM_1.0";
         match b.id.resolve_addr(src, dst) {
             Ok(()) => {
                 fill(b);
-                0
+                ep::complete(b)
             }
             Err(e) => fail(&e),
         }
@@ -368,7 +385,7 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: the caller passes a live id.
         let Some(b) = (unsafe { block(id) }) else { return einval() };
         match b.id.resolve_route() {
-            Ok(()) => 0,
+            Ok(()) => ep::complete(b),
             Err(e) => fail(&e),
         }
     }
@@ -383,11 +400,19 @@ ibv_export! { "RDMACM_1.0";
             return einval();
         }
         let pd = if pd.is_null() { b.c.pd } else { pd };
+        // SAFETY: the caller's init attr, readable and writable (librdmacm
+        // writes the CQs it makes into it).
+        let a = unsafe { &mut *qp_init_attr };
+        if let Err(e) = ep::cqs_for(b, a) {
+            return fail(&e);
+        }
         // SAFETY: a PD of this library and a readable init attr, as for ibv_create_qp.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, qp_init_attr) };
-        // SAFETY: the caller's init attr, readable.
-        let a = unsafe { &*qp_init_attr };
-        adopt_qp(b, qp, a.send_cq, a.recv_cq, a.srq)
+        let r = adopt_qp(b, qp, a.send_cq, a.recv_cq, a.srq);
+        if r == 0 {
+            b.c.pd = pd;
+        }
+        r
     }
 }
 
@@ -414,7 +439,7 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: NULL or a readable conn param.
         let p = unsafe { to_conn_param(conn_param, max_rd_of(b)) };
         match b.id.connect(&p) {
-            Ok(()) => 0,
+            Ok(()) => ep::complete(b),
             Err(e) => fail(&e),
         }
     }
@@ -448,7 +473,9 @@ ibv_export! { "RDMACM_1.0";
             unsafe { to_conn_param(conn_param, max) }
         };
         match b.id.accept(&p) {
-            Ok(()) => 0,
+            // A UD id's accept is its SIDR_REP: no event follows.
+            Ok(()) if b.id.is_ud() => 0,
+            Ok(()) => ep::complete(b),
             Err(e) => fail(&e),
         }
     }
@@ -513,8 +540,16 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
         EventType::ConnectRequest => {
             // The new id inherits the listener's context pointer.
             // SAFETY: the listener's handle is live (it has an event).
-            let context = unsafe { block(listen) }.map_or(std::ptr::null_mut(), |l| l.c.context);
-            new_block(e.id.clone(), channel, context) as *mut RdmaCmId
+            let (context, sync) =
+                unsafe { block(listen) }.map_or((std::ptr::null_mut(), false), |l| (l.c.context, l.sync.is_some()));
+            let child = new_block(e.id.clone(), channel, context);
+            if sync {
+                // The child of a synchronous listener is synchronous (librdmacm
+                // migrates it to a channel of its own).
+                // SAFETY: the block just made.
+                let _ = ep::make_sync(unsafe { &mut *child });
+            }
+            child as *mut RdmaCmId
         }
         _ => {
             let h = handle_of(&e.id);
@@ -805,13 +840,17 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: the caller passes a live id.
         let Some(b) = (unsafe { block(id) }) else { return einval() };
         if channel.is_null() {
-            set_errno(libc::EOPNOTSUPP);
-            return -1;
+            // To a channel of its own: the id becomes synchronous.
+            return match ep::make_sync(b) {
+                Ok(()) => 0,
+                Err(e) => fail(&e),
+            };
         }
         // SAFETY: a channel from rdma_create_event_channel.
         let ch = unsafe { &*(channel as *const ChannelBlock) };
         b.id.migrate(&ch.ch);
         b.c.channel = channel;
+        b.sync = None;
         0
     }
 }
