@@ -499,6 +499,97 @@ ibv_export! { "RDMACM_1.0";
     }
 }
 
+ibv_export! { "RDMACM_1.3";
+    /// Rejects a connection request for its ECE (REJ reason 35).
+    fn rdma_reject_ece(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        let data = if private_data.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller's private data is private_data_len bytes.
+            unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(private_data_len)) }
+        };
+        match b.id.reject_ece(data) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.3";
+    /// The ECE this side's REQ or REP carries (its vendor ID).
+    fn rdma_set_local_ece(id: *mut RdmaCmId, ece: *mut IbvEce) -> c_int {
+        // SAFETY: the caller passes a live id and a readable ibv_ece.
+        let (Some(b), false) = (unsafe { block(id) }, ece.is_null()) else { return einval() };
+        // SAFETY: checked for NULL.
+        b.id.set_local_ece(unsafe { (*ece).vendor_id });
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.3";
+    /// The ECE the peer's REQ or REP carried (its vendor ID; options 0).
+    fn rdma_get_remote_ece(id: *mut RdmaCmId, ece: *mut IbvEce) -> c_int {
+        // SAFETY: the caller passes a live id and a writable ibv_ece.
+        let (Some(b), false) = (unsafe { block(id) }, ece.is_null()) else { return einval() };
+        // SAFETY: checked for NULL.
+        unsafe { ece.write(IbvEce { vendor_id: b.id.remote_ece(), options: 0, comp_mask: 0 }) };
+        0
+    }
+}
+
+/// `IBV_EVENT_COMM_EST`.
+const IBV_EVENT_COMM_EST: c_int = 4;
+
+ibv_export! { "RDMACM_1.0";
+    /// Tells the CM of a QP event: COMM_EST (traffic before the RTU)
+    /// establishes a passive connection; other events change nothing.
+    fn rdma_notify(id: *mut RdmaCmId, event: c_int) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        if event != IBV_EVENT_COMM_EST {
+            return 0;
+        }
+        match b.id.notify_established() {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// The contexts rdma_cm uses, one per device, NULL-terminated; the
+    /// array is the caller's to free with `rdma_free_devices`.
+    fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut IbvContext {
+        init();
+        let devs = softroce::devices().unwrap_or_default();
+        let mut list: Vec<*mut IbvContext> = devs.iter().filter_map(|d| verbs_of(d).map(|(c, _)| c)).collect();
+        if !num_devices.is_null() {
+            // SAFETY: the caller's int.
+            unsafe { *num_devices = list.len() as c_int };
+        }
+        list.push(std::ptr::null_mut());
+        Box::into_raw(list.into_boxed_slice()) as *mut *mut IbvContext
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Frees a list from `rdma_get_devices` (the contexts stay rdma_cm's).
+    fn rdma_free_devices(list: *mut *mut IbvContext) {
+        if list.is_null() {
+            return;
+        }
+        let mut n = 0;
+        // SAFETY: a NULL-terminated array from rdma_get_devices.
+        while !unsafe { *list.add(n) }.is_null() {
+            n += 1;
+        }
+        // SAFETY: the boxed slice rdma_get_devices made: n entries and the NULL.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+    }
+}
+
 ibv_export! { "RDMACM_1.0";
     /// Moves the QP to ERR and sends the DREQ (or the DREP).
     fn rdma_disconnect(id: *mut RdmaCmId) -> c_int {

@@ -63,6 +63,16 @@ pub struct RdmaConnParam {
     pub qp_num: u32,
 }
 
+/// `struct ibv_ece` (`<infiniband/verbs.h>`): enhanced connection establishment.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvEce {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct rdma_ud_param`: the event's parameters for a UD id (the other
 /// member of the `param` union).
 #[repr(C)]

@@ -70,7 +70,7 @@ fn toolchain() -> Option<&'static Toolchain> {
         for d in [&lib_dir, &bin_dir] {
             std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
         }
-        for name in ["libibverbs.so.1", "libibverbs.so"] {
+        for name in ["libibverbs.so.1", "libibverbs.so", "librdmacm.so.1", "librdmacm.so"] {
             symlink_atomically(&cdylib, &lib_dir.join(name));
         }
         Some(Toolchain { lib_dir, bin_dir })
@@ -98,6 +98,7 @@ fn compile(t: &Toolchain, name: &str) -> PathBuf {
         .arg("-L")
         .arg(&t.lib_dir)
         .arg("-libverbs")
+        .args(name.starts_with("rdmacm").then_some("-lrdmacm"))
         .output()
         .unwrap_or_else(|e| panic!("running cc: {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -124,6 +125,7 @@ fn execute(t: &Toolchain, exe: &Path) -> Outcome {
     let lease = LoopbackLease::take().expect("a free loopback address for the device");
     let mut child = Command::new(exe)
         .env("SOFTROCE_DEVICES", format!("softroce_lo={}", lease.addr()))
+        .env("SOFTROCE_C_ADDR", lease.addr().to_string())
         .env("LD_LIBRARY_PATH", &t.lib_dir)
         // The checks assume the default driver thread (blocking on a
         // channel's fd needs it), no injected faults and no capture.
@@ -383,6 +385,29 @@ fn fork() {
             "parent_works_after_fork",
             "fork_while_busy",
             "fork_child_tears_down",
+        ],
+        &[],
+    );
+}
+
+/// librdmacm's device list, ECE and notify, and a synchronous id's
+/// resolution (each call waits for its event, kept in `id->event`).
+#[test]
+fn rdmacm_misc() {
+    if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install librdmacm-dev");
+        println!("skipped: librdmacm-dev not installed");
+        return;
+    }
+    run_program(
+        "rdmacm_misc",
+        &[
+            "get_devices",
+            "sync_id_has_its_own_channel",
+            "sync_resolve_waits_for_its_event",
+            "ece_set_and_get",
+            "notify_other_events_change_nothing",
+            "reject_ece_needs_a_request",
         ],
         &[],
     );

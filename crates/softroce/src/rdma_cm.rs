@@ -307,6 +307,8 @@ struct Id {
     tos: u8,
     /// The QP ACK timeout the consumer set (`RDMA_OPTION_ID_ACK_TIMEOUT`).
     ack_timeout: Option<u8>,
+    /// The ECE vendor ID this side's REQ or REP carries (`rdma_set_local_ece`).
+    ece_vendor_id: u32,
 }
 
 impl Id {
@@ -327,6 +329,7 @@ impl Id {
             retry: 7,
             tos: 0,
             ack_timeout: None,
+            ece_vendor_id: 0,
         }
     }
 }
@@ -979,7 +982,8 @@ impl CmId {
             mtu: path_mtu(dev.info.active_mtu),
             tos: st.tos,
         };
-        let req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        let mut req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        req.vendor_id = st.ece_vendor_id;
         st.resources = (p.responder_resources, p.initiator_depth);
         st.retry = p.retry_count;
         // The id is found by its comm ID before the REQ leaves (a REJ from
@@ -1016,13 +1020,41 @@ impl CmId {
             mtu: req.path_mtu,
             tos: 0,
         };
-        let rep = cma::rc_rep(&local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        let mut rep = cma::rc_rep(&local, &p.wire()).map_err(|_| bad("private data too long"))?;
+        rep.vendor_id = self.st().ece_vendor_id;
         dev.cm.accept(comm, rep)?;
         Ok(())
     }
 
     /// `rdma_reject`: REJ with reason 28 (consumer defined) and `private_data`.
     pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
+        self.reject_for(RejReason::CONSUMER_DEFINED, private_data)
+    }
+
+    /// `rdma_reject_ece`: REJ with reason 35 (vendor option not supported).
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<(), Error> {
+        self.reject_for(RejReason::VENDOR_OPTION_NOT_SUPPORTED, private_data)
+    }
+
+    /// `rdma_set_local_ece`: the ECE vendor ID of this side's REQ or REP
+    /// (24 bits; the options word is not carried on RoCE's CM MADs here).
+    pub fn set_local_ece(&self, vendor_id: u32) {
+        self.st().ece_vendor_id = vendor_id & 0xff_ffff;
+    }
+
+    /// `rdma_get_remote_ece`: the ECE vendor ID of the peer's REQ or REP.
+    pub fn remote_ece(&self) -> u32 {
+        let st = self.st();
+        st.req.as_ref().map(|r| r.vendor_id).or(st.rep.as_ref().map(|r| r.vendor_id)).unwrap_or(0)
+    }
+
+    /// `rdma_notify(IBV_EVENT_COMM_EST)`: a passive side that sees traffic
+    /// before the RTU is established (Linux `ib_cm_notify`).
+    pub fn notify_established(&self) -> Result<(), Error> {
+        self.establish()
+    }
+
+    fn reject_for(&self, reason: RejReason, private_data: &[u8]) -> Result<(), Error> {
         if self.is_ud() {
             let p = ConnParam { private_data: private_data.to_vec(), ..ConnParam::default() };
             return self.sidr_answer(SidrStatus::REJECT, &p);
@@ -1031,7 +1063,7 @@ impl CmId {
         let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else { return Err(bad("rdma_reject: no connection")) };
         drop(st);
         let pd = roce_cm::wire::private_data::<148>(private_data).map_err(|_| bad("private data too long"))?;
-        dev.cm.reject(comm, RejReason::CONSUMER_DEFINED, pd)?;
+        dev.cm.reject(comm, reason, pd)?;
         Ok(())
     }
 

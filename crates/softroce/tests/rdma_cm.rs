@@ -235,3 +235,44 @@ fn udaddy_s_flow_resolves_a_ud_service_and_datagrams_go_both_ways() {
     let e = ch_c.get_event(WAIT).expect("an answer");
     assert_eq!((e.event, e.status), (EventType::Unreachable, 1), "SIDR_REP status 1");
 }
+
+/// ECE (`rdma_set_local_ece` / `rdma_get_remote_ece`): each side's vendor
+/// ID rides in its REQ or REP and the other side reads it; a server that
+/// does not take the client's ECE rejects with reason 35.
+#[test]
+fn ece_vendor_ids_cross_and_reject_ece_sends_reason_35() {
+    let port = 35000 + (std::process::id() % 5000) as u16;
+    let (ch_s, ch_c) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listen = CmId::new(&ch_s, PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(LO, port)).unwrap();
+    listen.listen().unwrap();
+    let connect = |vendor: u32| {
+        let id = CmId::new(&ch_c, PortSpace::Tcp);
+        id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+        next(&ch_c, EventType::AddrResolved);
+        id.resolve_route().unwrap();
+        next(&ch_c, EventType::RouteResolved);
+        let res = resources(&id);
+        id.set_local_ece(vendor);
+        id.connect(&rping()).unwrap();
+        (id, res)
+    };
+
+    let (id, _res_c) = connect(0x01_5a5a);
+    let child = next(&ch_s, EventType::ConnectRequest).id;
+    assert_eq!(child.remote_ece(), 0x01_5a5a, "the REQ's vendor ID");
+    let _res_s = resources(&child);
+    child.set_local_ece(0x02_a5a5);
+    child.accept(&rping()).unwrap();
+    next(&ch_c, EventType::Established);
+    next(&ch_s, EventType::Established);
+    assert_eq!(id.remote_ece(), 0x02_a5a5, "the REP's vendor ID");
+
+    let (other, _res_o) = connect(0x03_0000);
+    let child = next(&ch_s, EventType::ConnectRequest).id;
+    child.reject_ece(b"no").unwrap();
+    let e = ch_c.get_event(WAIT).expect("an answer");
+    assert_eq!((e.event, e.status), (EventType::Rejected, 35), "REJ 35: vendor option not supported");
+    assert!(e.conn.private_data.starts_with(b"no"));
+    drop(other);
+}
