@@ -406,6 +406,10 @@ ibv_export! { "RDMACM_1.0";
         if let Err(e) = ep::cqs_for(b, a) {
             return fail(&e);
         }
+        if a.srq.is_null() {
+            // librdmacm: the id's SRQ (rdma_create_srq), if any.
+            a.srq = b.c.srq;
+        }
         // SAFETY: a PD of this library and a readable init attr, as for ibv_create_qp.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, qp_init_attr) };
         let r = adopt_qp(b, qp, a.send_cq, a.recv_cq, a.srq);

@@ -408,6 +408,7 @@ fn rdmacm_misc() {
             "ece_set_and_get",
             "notify_other_events_change_nothing",
             "reject_ece_needs_a_request",
+            "qp_with_librdmacm_s_cqs_and_an_srq",
         ],
         &[],
     );

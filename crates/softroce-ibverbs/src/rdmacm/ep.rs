@@ -188,13 +188,15 @@ ibv_export! { "RDMACM_1.0";
 }
 
 ibv_export! { "RDMACM_1.0";
-    /// Destroys an endpoint: its QP, then the id (and what was made for it).
+    /// Destroys an endpoint: its QP and SRQ, then the id (and what was made for it).
     fn rdma_destroy_ep(id: *mut RdmaCmId) {
         // SAFETY: the caller passes a live id.
         if unsafe { block(id) }.is_some_and(|b| !b.c.qp.is_null()) {
             // SAFETY: the same id.
             unsafe { super::rdma_destroy_qp(id) };
         }
+        // SAFETY: the same id.
+        unsafe { rdma_destroy_srq(id) };
         // SAFETY: the same id, given up.
         unsafe { super::rdma_destroy_id(id) };
     }
@@ -255,5 +257,57 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: the caller passes somewhere to write the id.
         unsafe { *id = child };
         0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Creates the id's SRQ on `pd` (NULL: the id's PD), for the QP
+    /// `rdma_create_qp` makes next.
+    fn rdma_create_srq(id: *mut RdmaCmId, pd: *mut IbvPd, attr: *mut IbvSrqInitAttr) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        let pd = if pd.is_null() { b.c.pd } else { pd };
+        // SAFETY: a PD of this library and the caller's readable attributes.
+        let srq = unsafe { crate::srq::ibv_create_srq(pd, attr) };
+        if srq.is_null() {
+            return -1;
+        }
+        b.c.srq = srq;
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Creates the id's SRQ from extended attributes on the id's device.
+    fn rdma_create_srq_ex(id: *mut RdmaCmId, attr: *mut IbvSrqInitAttrEx) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        // SAFETY: the id's context and the caller's readable attributes.
+        let srq = unsafe { crate::srq::create_srq_ex(b.c.verbs, attr) };
+        if srq.is_null() {
+            return -1;
+        }
+        b.c.srq = srq;
+        0
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Destroys the id's SRQ.
+    fn rdma_destroy_srq(id: *mut RdmaCmId) {
+        // SAFETY: the caller passes a live id.
+        if let Some(b) = unsafe { block(id) }
+            && !b.c.srq.is_null()
+        {
+            // SAFETY: the SRQ rdma_create_srq made, destroyed once.
+            unsafe { crate::srq::ibv_destroy_srq(b.c.srq) };
+            b.c.srq = std::ptr::null_mut();
+        }
     }
 }

@@ -61,6 +61,23 @@ int main(void)
 	EXPECT(rdma_reject_ece(id, NULL, 0) == -1, "rdma_reject_ece on an id that got no request");
 	end();
 
-	EXPECT(rdma_destroy_id(id) == 0, "rdma_destroy_id: %s", strerror(errno));
+	begin("qp_with_librdmacm_s_cqs_and_an_srq");
+	{
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+					       .qp_type = IBV_QPT_RC, .sq_sig_all = 1 };
+
+		EXPECT(id->pd != NULL, "the id has a default PD");
+		EXPECT(rdma_create_srq(id, NULL, &sa) == 0 && id->srq != NULL, "rdma_create_srq: %s", strerror(errno));
+		EXPECT(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp without CQs: %s", strerror(errno));
+		EXPECT(id->qp && id->send_cq && id->recv_cq && id->send_cq_channel && id->recv_cq_channel,
+		       "librdmacm made the CQs and their channels");
+		EXPECT(qa.send_cq == id->send_cq && qa.recv_cq == id->recv_cq, "and wrote them into the init attr");
+		if (id->qp)
+			EXPECT(id->qp->srq == id->srq && id->qp->recv_cq == id->recv_cq, "the QP uses them and the id's SRQ");
+	}
+	end();
+
+	rdma_destroy_ep(id);
 	return finish();
 }
