@@ -1007,3 +1007,29 @@ mod tests {
         }
     }
 }
+
+ibv_export! { "RDMACM_1.0";
+    /// Joins a multicast group: not supported yet (-1, `errno` EOPNOTSUPP),
+    /// as `ibv_attach_mcast`: UD multicast is not made (docs/rdma_cm.md).
+    fn rdma_join_multicast(_id: *mut c_void, _addr: *mut c_void, _context: *mut c_void) -> c_int {
+        set_errno(libc::EOPNOTSUPP);
+        -1
+    }
+}
+
+ibv_export! { "RDMACM_1.1";
+    /// Joins a multicast group with flags: not supported yet (-1, EOPNOTSUPP).
+    fn rdma_join_multicast_ex(_id: *mut c_void, _attr: *mut c_void, _context: *mut c_void) -> c_int {
+        set_errno(libc::EOPNOTSUPP);
+        -1
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Leaves a multicast group: nothing was joined (-1, EADDRNOTAVAIL, as
+    /// librdmacm answers for a group the id is not in).
+    fn rdma_leave_multicast(_id: *mut c_void, _addr: *mut c_void) -> c_int {
+        set_errno(libc::EADDRNOTAVAIL);
+        -1
+    }
+}

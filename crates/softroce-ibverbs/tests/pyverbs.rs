@@ -67,7 +67,10 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("softroce-pyverbs-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(common::cdylib(), dir.join("libibverbs.so.1")).unwrap();
+        // Both names, as `softroce run` provides them.
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            std::os::unix::fs::symlink(common::cdylib(), dir.join(name)).unwrap();
+        }
         let lease = LoopbackLease::take().expect("a free loopback address");
         Env { dir, lease }
     }
@@ -275,4 +278,26 @@ fn children_forked_mid_transfer_tear_down_without_hanging() {
     assert_eq!(o.code, Some(0), "fork.py --busy failed:\n{o}");
     assert!(o.stderr.is_empty(), "fork.py --busy wrote to stderr:\n{o}");
     assert_eq!(o.stdout, "ok 30 children forked mid-transfer tore down without hanging; every WRITE completed\n");
+}
+
+/// pyverbs' `CMID` on softroce's librdmacm: a forked server with a passive
+/// synchronous endpoint (`get_request`, `accept`), a client that connects,
+/// and a SEND each way through `rdma_verbs.h`-style helpers.
+#[test]
+fn pyverbs_cmid_connects_synchronous_endpoints() {
+    if !pyverbs_available() {
+        return;
+    }
+    let env = Env::new("cmid");
+    script(
+        &env,
+        "cmid.py",
+        &lines(&[
+            "ok server listens on a synchronous endpoint",
+            "ok client connected",
+            "ok client got the server's answer",
+            "ok server got the client's message",
+            "ok server exited 0",
+        ]),
+    );
 }
