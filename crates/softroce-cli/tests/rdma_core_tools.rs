@@ -48,6 +48,7 @@ fn package_of(tool: &str) -> &'static str {
         "qperf" => "qperf",
         "rping" | "ucmatose" | "udaddy" | "mckey" | "rdma_server" | "rdma_client" => "rdmacm-utils",
         t if t.starts_with("ib_") => "perftest",
+        t if t.starts_with("fi_") => "libfabric-bin",
         _ => "ibverbs-utils",
     }
 }
@@ -957,5 +958,38 @@ fn rdma_server_and_client_use_synchronous_endpoints() {
         let (s, c) = cm_server_client(&["rdma_server", "-p", &port], &["rdma_client", "-s", "127.0.0.1", "-p", &port]);
         assert!(s.stdout.contains("rdma_server: end 0"), "{}", s.report());
         assert!(c.stdout.contains("rdma_client: end 0"), "{}", c.report());
+    });
+}
+
+/// libfabric's verbs provider (Debian 12's libfabric 1.17), unmodified:
+/// `fi_pingpong` over `FI_EP_MSG` (rdma_cm connections, `rdma_getaddrinfo`
+/// with the hints' own addresses) and over `FI_EP_RDM` through `ofi_rxm`,
+/// on the shared device. `FI_UNIVERSE_SIZE=16`: rxm sizes its CQ as 1,024
+/// entries per peer of the universe (262,144 by default), above rxe's
+/// `max_cqe` of 32,767, which kernel rxe refuses as softroce does.
+#[test]
+fn libfabric_fi_pingpong_over_verbs_msg_and_rxm() {
+    if !have("fi_pingpong", &["fi_pingpong"]) {
+        return;
+    }
+    shared(|| {
+        for (prov, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm")] {
+            let base = ["env", "FI_UNIVERSE_SIZE=16", "fi_pingpong", "-p", prov, "-e", ep, "-I", "20"];
+            let server: Vec<&str> = base.iter().copied().chain(["-B", PORT]).collect();
+            let client: Vec<&str> = base.iter().copied().chain(["-P", PORT, "127.0.0.1"]).collect();
+            let (s, c) = server_client(&server, &client, ServerEnd::Exits, &[]);
+            // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec", then a row per size.
+            for d in [&s, &c] {
+                let rows: Vec<Vec<&str>> = d
+                    .stdout
+                    .lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                    .filter(|f| f.len() == 8 && f[1] == "20" && f[2] == "=20")
+                    .collect();
+                let sizes: Vec<&str> = rows.iter().map(|f| f[0]).collect();
+                assert_eq!(sizes, ["64", "256", "1k", "4k", "64k", "1m"], "{prov} {ep}: {}", d.report());
+                assert!(rows.iter().all(|f| f[5].parse::<f64>().is_ok_and(|v| v > 0.0)), "{}", d.report());
+            }
+        }
     });
 }

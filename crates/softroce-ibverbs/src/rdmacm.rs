@@ -752,16 +752,74 @@ ibv_export! { "RDMACM_1.2";
     }
 }
 
+/// An `rdma_addrinfo` entry of `family` with the hints' flags, QP type and
+/// port space (RC and RDMA_PS_TCP by default), and no addresses.
+fn addrinfo_entry(h: Option<&RdmaAddrinfo>, family: c_int) -> RdmaAddrinfo {
+    RdmaAddrinfo {
+        ai_flags: h.map_or(0, |h| h.ai_flags),
+        ai_family: family,
+        ai_qp_type: h
+            .map_or(IBV_QPT_RC as c_int, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { IBV_QPT_RC as c_int }),
+        ai_port_space: h.map_or(RDMA_PS_TCP as c_int, |h| {
+            if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP as c_int }
+        }),
+        ai_src_len: 0,
+        ai_dst_len: 0,
+        ai_src_addr: std::ptr::null_mut(),
+        ai_dst_addr: std::ptr::null_mut(),
+        ai_src_canonname: std::ptr::null_mut(),
+        ai_dst_canonname: std::ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: std::ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: std::ptr::null_mut(),
+        ai_next: std::ptr::null_mut(),
+    }
+}
+
+/// A malloc'd copy of the `len`-byte address at `a` (NULL, 0 for none),
+/// freed by `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `a` is NULL or points at `len` readable bytes.
+unsafe fn copy_sockaddr(a: *const libc::sockaddr, len: u32) -> (*mut libc::sockaddr, u32) {
+    if a.is_null() || len == 0 {
+        return (std::ptr::null_mut(), 0);
+    }
+    // SAFETY: malloc of len bytes, filled from the caller's address of that length.
+    unsafe {
+        let p = libc::malloc(len as usize) as *mut libc::sockaddr;
+        if p.is_null() {
+            return (p, 0);
+        }
+        std::ptr::copy_nonoverlapping(a as *const u8, p as *mut u8, len as usize);
+        (p, len)
+    }
+}
+
 ibv_export! { "RDMACM_1.0";
     /// Addresses for rdma_cm (`getaddrinfo` plus the QP type and port space).
     fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const RdmaAddrinfo, res: *mut *mut RdmaAddrinfo) -> c_int {
         init();
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return einval();
-        }
         // SAFETY: NULL or the caller's readable hints.
         let h = unsafe { hints.as_ref() };
+        if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+            return einval();
+        }
         let passive = h.is_some_and(|h| h.ai_flags & RAI_PASSIVE != 0);
+        if node.is_null() && service.is_null() {
+            // librdmacm: the hints' own addresses (libfabric passes them so).
+            let h = h.expect("checked");
+            let mut e = addrinfo_entry(Some(h), h.ai_family);
+            // SAFETY: the hints' addresses are their lengths long.
+            unsafe {
+                (e.ai_src_addr, e.ai_src_len) = copy_sockaddr(h.ai_src_addr, h.ai_src_len);
+                (e.ai_dst_addr, e.ai_dst_len) = copy_sockaddr(h.ai_dst_addr, h.ai_dst_len);
+            }
+            // SAFETY: the caller passes somewhere to write the list.
+            unsafe { *res = Box::into_raw(Box::new(e)) };
+            return 0;
+        }
         // SAFETY: a zeroed addrinfo is a valid hints value.
         let mut ai: libc::addrinfo = unsafe { std::mem::zeroed() };
         ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
@@ -780,36 +838,18 @@ ibv_export! { "RDMACM_1.0";
             // SAFETY: an entry of getaddrinfo's list.
             let c = unsafe { &*cur };
             if matches!(c.ai_family, libc::AF_INET | libc::AF_INET6) {
-                let len = c.ai_addrlen as usize;
-                // SAFETY: malloc of len bytes, filled from getaddrinfo's address of that length.
-                let addr = unsafe {
-                    let p = libc::malloc(len) as *mut libc::sockaddr;
-                    if !p.is_null() {
-                        std::ptr::copy_nonoverlapping(c.ai_addr as *const u8, p as *mut u8, len);
-                    }
-                    p
-                };
-                let mut e = RdmaAddrinfo {
-                    ai_flags: h.map_or(0, |h| h.ai_flags),
-                    ai_family: c.ai_family,
-                    ai_qp_type: h.map_or(IBV_QPT_RC as c_int, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { IBV_QPT_RC as c_int }),
-                    ai_port_space: h.map_or(RDMA_PS_TCP as c_int, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP as c_int }),
-                    ai_src_len: 0,
-                    ai_dst_len: 0,
-                    ai_src_addr: std::ptr::null_mut(),
-                    ai_dst_addr: std::ptr::null_mut(),
-                    ai_src_canonname: std::ptr::null_mut(),
-                    ai_dst_canonname: std::ptr::null_mut(),
-                    ai_route_len: 0,
-                    ai_route: std::ptr::null_mut(),
-                    ai_connect_len: 0,
-                    ai_connect: std::ptr::null_mut(),
-                    ai_next: std::ptr::null_mut(),
-                };
+                // SAFETY: getaddrinfo's address is ai_addrlen bytes long.
+                let (addr, len) = unsafe { copy_sockaddr(c.ai_addr, c.ai_addrlen) };
+                let mut e = addrinfo_entry(h, c.ai_family);
                 if passive {
-                    (e.ai_src_addr, e.ai_src_len) = (addr, len as u32);
+                    (e.ai_src_addr, e.ai_src_len) = (addr, len);
                 } else {
-                    (e.ai_dst_addr, e.ai_dst_len) = (addr, len as u32);
+                    (e.ai_dst_addr, e.ai_dst_len) = (addr, len);
+                    // librdmacm: a source the hints name goes with it.
+                    if let Some(h) = h {
+                        // SAFETY: the hints' source is its length long.
+                        (e.ai_src_addr, e.ai_src_len) = unsafe { copy_sockaddr(h.ai_src_addr, h.ai_src_len) };
+                    }
                 }
                 let b = Box::into_raw(Box::new(e));
                 // SAFETY: `tail` points at the last `next` field (or `head`).
