@@ -15,6 +15,8 @@ use roce_cm::wire::{
 };
 use roce_wire::Psn;
 
+mod common;
+use common::{deliver, events, sends};
 const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 3));
 const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
 const A_GUID: u64 = 0x5054_00ff_fe77_0003;
@@ -75,18 +77,6 @@ fn rep() -> RepRepr {
         rnr_retry_count: 7,
         ..RepRepr::default()
     }
-}
-
-fn sends(cm: &mut Cm) -> Vec<Transmit> {
-    std::iter::from_fn(|| cm.poll_transmit()).collect()
-}
-
-fn events(cm: &mut Cm) -> Vec<CmEvent> {
-    std::iter::from_fn(|| cm.poll_event()).collect()
-}
-
-fn deliver(to: &mut Cm, now: Instant, t: &Transmit) {
-    to.handle_mad(now, t.from, t.to, &t.mad.to_bytes());
 }
 
 fn attrs(t: &[Transmit]) -> Vec<AttributeId> {

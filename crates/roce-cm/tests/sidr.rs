@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use roce_cm::cm::{Cm, CmConfig, CmEvent, SidrAnswer, SidrParams, Transmit};
 use roce_cm::wire::{CmMessage, IpServiceId, PortSpace, SidrReqRepr, SidrStatus, kernel_tid};
 
+mod common;
+use common::{deliver, events, sends};
 const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 3));
 const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
 const B_QPN: u32 = 0x2a;
@@ -37,18 +39,6 @@ fn answer(status: SidrStatus) -> SidrAnswer {
     let mut private_data = [0; 136];
     private_data[0] = 0x77;
     SidrAnswer { status, qpn: B_QPN, qkey: QKEY, private_data }
-}
-
-fn sends(cm: &mut Cm) -> Vec<Transmit> {
-    std::iter::from_fn(|| cm.poll_transmit()).collect()
-}
-
-fn events(cm: &mut Cm) -> Vec<CmEvent> {
-    std::iter::from_fn(|| cm.poll_event()).collect()
-}
-
-fn deliver(to: &mut Cm, now: Instant, t: &Transmit) {
-    to.handle_mad(now, t.from, t.to, &t.mad.to_bytes());
 }
 
 #[test]

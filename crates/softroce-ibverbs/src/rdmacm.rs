@@ -239,6 +239,18 @@ fn handle_of(id: &CmId) -> *mut RdmaCmId {
     ids().as_ref().and_then(|m| m.get(&id.key()).copied()).map_or(std::ptr::null_mut(), |p| p as *mut RdmaCmId)
 }
 
+/// The caller's private data (NULL: none).
+///
+/// # Safety
+/// `p` is NULL or points at `len` readable bytes that outlive the slice.
+unsafe fn private_slice<'a>(p: *const c_void, len: u8) -> &'a [u8] {
+    if p.is_null() {
+        return &[];
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts(p as *const u8, usize::from(len)) }
+}
+
 /// `rdma_conn_param` to softroce's, with librdmacm's defaults (NULL:
 /// retry and RNR retry 7; 0xFF resources: the device's maximum).
 ///
@@ -490,12 +502,8 @@ ibv_export! { "RDMACM_1.0";
     fn rdma_reject(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
         // SAFETY: the caller passes a live id.
         let Some(b) = (unsafe { block(id) }) else { return einval() };
-        let data = if private_data.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the caller's private data is private_data_len bytes.
-            unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(private_data_len)) }
-        };
+        // SAFETY: the caller's private data is NULL or private_data_len bytes.
+        let data = unsafe { private_slice(private_data, private_data_len) };
         match b.id.reject(data) {
             Ok(()) => 0,
             Err(e) => fail(&e),
@@ -508,12 +516,8 @@ ibv_export! { "RDMACM_1.3";
     fn rdma_reject_ece(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
         // SAFETY: the caller passes a live id.
         let Some(b) = (unsafe { block(id) }) else { return einval() };
-        let data = if private_data.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: the caller's private data is private_data_len bytes.
-            unsafe { std::slice::from_raw_parts(private_data as *const u8, usize::from(private_data_len)) }
-        };
+        // SAFETY: the caller's private data is NULL or private_data_len bytes.
+        let data = unsafe { private_slice(private_data, private_data_len) };
         match b.id.reject_ece(data) {
             Ok(()) => 0,
             Err(e) => fail(&e),
