@@ -135,10 +135,26 @@ fn drain(r: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
 
 impl Proc {
     fn start<S: AsRef<str>>(program: &[S]) -> Proc {
+        Proc::start_in(None, program)
+    }
+
+    /// [`Proc::start`] in network namespace `ns` (`ip netns exec`).
+    fn start_in<S: AsRef<str>>(ns: Option<&str>, program: &[S]) -> Proc {
         let program: Vec<&str> = program.iter().map(AsRef::as_ref).collect();
-        let what = program.join(" ");
+        let what = match ns {
+            Some(ns) => format!("[netns {ns}] {}", program.join(" ")),
+            None => program.join(" "),
+        };
         let run: &[&str] = if SHARED.get() { &["run", "--"] } else { &["run", "--loopback", "--"] };
-        let mut child = Command::new(softroce())
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(softroce());
+                c
+            }
+            None => Command::new(softroce()),
+        };
+        let mut child = cmd
             .args(run)
             .args(program)
             .stdin(Stdio::null())
@@ -839,11 +855,17 @@ fn rping_connects_by_rdma_cm_and_pings_20_times() {
 /// the server is still starting (each tool says so in its own words);
 /// returns both ends, which must have succeeded.
 fn cm_server_client(server: &[&str], client: &[&str]) -> (Done, Done) {
-    let mut s = Proc::start(server);
+    cm_server_client_in((None, server), (None, client))
+}
+
+/// [`cm_server_client`] with each end in a network namespace of its own
+/// (`None`: this one).
+fn cm_server_client_in(server: (Option<&str>, &[&str]), client: (Option<&str>, &[&str])) -> (Done, Done) {
+    let mut s = Proc::start_in(server.0, server.1);
     let mut last = None;
     for attempt in 1..=20u64 {
         std::thread::sleep(Duration::from_millis(50 * attempt));
-        let c = Proc::start(client).finish(CHILD_TIMEOUT);
+        let c = Proc::start_in(client.0, client.1).finish(CHILD_TIMEOUT);
         let early = ["REJECTED", "CM event bl blka 8", "rdma_connect"]
             .iter()
             .any(|m| c.stdout.contains(m) || c.stderr.contains(m));
@@ -990,6 +1012,86 @@ fn libfabric_fi_pingpong_over_verbs_msg_and_rxm() {
                 assert_eq!(sizes, ["64", "256", "1k", "4k", "64k", "1m"], "{prov} {ep}: {}", d.report());
                 assert!(rows.iter().all(|f| f[5].parse::<f64>().is_ok_and(|v| v > 0.0)), "{}", d.report());
             }
+        }
+    });
+}
+
+/// Two network namespaces joined by a veth pair, removed when dropped: two
+/// hosts for the rdma_cm tools, as a user tries them without a second machine.
+struct TwoHosts {
+    ns: [String; 2],
+    addr: [&'static str; 2],
+}
+
+impl TwoHosts {
+    /// `None` (after saying why) unless this is root with `ip`.
+    fn new(tag: &str) -> Option<TwoHosts> {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+        if !(root && ip) {
+            let msg = format!("{tag}: needs root and ip (iproute2)");
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root with iproute2: {msg}");
+            eprintln!("skipped: {msg}");
+            return None;
+        }
+        let p = format!("sr{}{tag}", std::process::id() % 100_000);
+        let h = TwoHosts { ns: [format!("{p}a"), format!("{p}b")], addr: ["10.234.0.1", "10.234.0.2"] };
+        let run = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().expect("ip runs");
+            assert!(o.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
+        };
+        let (a, b) = (h.ns[0].as_str(), h.ns[1].as_str());
+        let (va, vb) = (format!("{a}v"), format!("{b}v"));
+        run(&["netns", "add", a]);
+        run(&["netns", "add", b]);
+        run(&["link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b]);
+        for (ns, dev, addr) in [(a, &va, h.addr[0]), (b, &vb, h.addr[1])] {
+            run(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            run(&["-n", ns, "link", "set", dev, "up"]);
+            run(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        Some(h)
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// rping and ucmatose between two network namespaces (two hosts on a veth
+/// link): each namespace's `softroce run` finds its interface's device by
+/// itself, and the CM exchange crosses the link.
+#[test]
+fn rping_and_ucmatose_between_two_network_namespaces() {
+    if !have("rping_netns", &["rping", "ucmatose"]) {
+        return;
+    }
+    let Some(h) = TwoHosts::new("cm") else { return };
+    let (a, b) = (Some(h.ns[0].as_str()), Some(h.ns[1].as_str()));
+    shared(|| {
+        let srv = h.addr[1];
+        let server = ["rping", "-s", "-a", srv, "-p", "7174", "-v", "-C", "10"];
+        let client = ["rping", "-c", "-a", srv, "-p", "7174", "-v", "-C", "10"];
+        let (s, c) = cm_server_client_in((b, &server), (a, &client));
+        let pings: Vec<&str> = c.stdout.lines().filter_map(|l| l.strip_prefix("ping data: ")).collect();
+        let want: Vec<String> = (0..10).map(rping_line).collect();
+        assert_eq!(pings, want, "the client's pings\n{}", c.report());
+        assert_eq!(s.stdout.lines().filter(|l| l.starts_with("server ping data: ")).count(), 10, "{}", s.report());
+
+        let (s, c) = cm_server_client_in(
+            (b, &["ucmatose", "-b", srv, "-p", "7175"]),
+            (a, &["ucmatose", "-s", srv, "-p", "7175"]),
+        );
+        for d in [&s, &c] {
+            assert!(
+                d.stdout.contains("data transfers complete") && d.stdout.contains("return status 0"),
+                "{}",
+                d.report()
+            );
         }
     });
 }
