@@ -870,6 +870,9 @@ impl Member {
     /// dies instead is reaped by the next member that reconciles.
     pub fn leave(self, sock: Socket) {
         let guard = self.lock(LOCK_PATIENCE);
+        // What a stale program or the hash steered here is others': hand it
+        // on while the seats are still the ones the kernel has.
+        self.drain(&sock);
         let t = self.table();
         let seats_now = t.seats();
         if guard.is_ok()
@@ -897,6 +900,34 @@ impl Member {
             drop(sock);
         }
         drop(guard);
+    }
+}
+
+impl Member {
+    /// Hands on the other members' packets still queued on a leaving
+    /// member's socket (strays a stale program or the kernel's hash steered
+    /// here): closing the socket would lose them, and UD cannot get them
+    /// back. Its own (its QPs are gone) are dropped and counted.
+    fn drain(&self, sock: &Socket) {
+        let mut rx = roce_udp::RecvBatch::new(32);
+        for _ in 0..64 {
+            if !matches!(sock.recv(&mut rx), Ok(n) if n > 0) {
+                return;
+            }
+            for seg in rx.segments() {
+                if envelope::is_envelope(seg.data) {
+                    // Forwards for others go on; anything for this member ends here.
+                    let _ = self.control(sock, seg.src, seg.data);
+                    continue;
+                }
+                match self.route_packet(seg.data) {
+                    Some(Route::Mine) | None => {
+                        self.stats.no_owner.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(_) => self.pass_on(sock, seg.src, seg.src_port, seg.dst, seg.data, 0),
+                }
+            }
+        }
     }
 }
 

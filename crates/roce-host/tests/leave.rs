@@ -1,0 +1,65 @@
+//! A member that leaves hands on the other members' packets still queued
+//! on its socket: a stray that a stale program steered to it reaches its
+//! owner instead of being closed away with the socket (UD cannot send it
+//! again). The device is on 127.0.0.1 with a UDP port of its own.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use roce_host::{Control, Member, device_file, envelope};
+use roce_udp::RecvBatch;
+
+const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn fresh_addr() -> SocketAddr {
+    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    s.local_addr().unwrap()
+}
+
+/// A UD SEND_ONLY for `qpn` (BTH, DETH, 8 bytes of payload, ICRC room).
+fn ud_packet(qpn: u32) -> Vec<u8> {
+    let mut p = vec![0u8; 12 + 8 + 8 + 4];
+    p[0] = 0x64;
+    p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    p[20..28].copy_from_slice(b"for you!");
+    p
+}
+
+#[test]
+fn a_leaving_member_hands_on_a_stray_queued_on_its_socket() {
+    let addr = fresh_addr();
+    let (a, a_sock) = Member::join(addr).unwrap();
+    let (b, b_sock) = Member::join(addr).unwrap();
+    let qpn = b.alloc_qpn(&b_sock, |_| false).unwrap();
+
+    // A stray for B waits on A's socket: a Forward to A's seat (0, the
+    // first to join) naming B, as a member with stale seats sends it.
+    let file = std::fs::read(device_file(addr)).unwrap();
+    let secret: [u8; 16] = file[16..32].try_into().unwrap();
+    let packet = ud_packet(qpn);
+    let mut env = Vec::new();
+    envelope::forward_header(&mut env, 0, &secret, b.incarnation() & 0xffff_ffff_ffff, 1, LO, 4791, LO);
+    env.extend_from_slice(&packet);
+    let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    sender.send_to(&env, addr).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+
+    // A leaves without reading it.
+    a.leave(a_sock);
+
+    let mut rx = RecvBatch::new(8);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        if b_sock.recv_wait(&mut rx, Duration::from_millis(20)).unwrap_or(0) == 0 {
+            continue;
+        }
+        for seg in rx.segments() {
+            if let Control::Deliver { packet, .. } = b.control(&b_sock, seg.src, seg.data) {
+                got = Some(packet.to_vec());
+            }
+        }
+    }
+    assert_eq!(got, Some(packet), "B got its packet from the member that left");
+    b.leave(b_sock);
+}
