@@ -211,8 +211,10 @@ pub struct Member {
     last_reconcile: Mutex<Option<Instant>>,
     /// Strays waiting for the seats, and the generation they were held at.
     held: Mutex<(std::collections::VecDeque<Held>, u64)>,
-    /// REQs waiting for a listener ([`Route::NoListenerYet`]).
+    /// REQs waiting for a listener ([`Route::NoListenerYet`]), and whether
+    /// there are any (the data path's upkeep looks without the lock).
     waiting: Mutex<Vec<Held>>,
+    any_waiting: AtomicBool,
     stats: HostStats,
 }
 
@@ -330,6 +332,7 @@ impl Member {
             last_reconcile: Mutex::new(None),
             held: Mutex::new((std::collections::VecDeque::new(), 0)),
             waiting: Mutex::new(Vec::new()),
+            any_waiting: AtomicBool::new(false),
             stats: HostStats::default(),
         };
         let guard = member.lock(LOCK_PATIENCE)?;
@@ -661,6 +664,7 @@ impl Member {
         if w.len() < MAX_WAITING {
             self.stats.waited_for_listener.fetch_add(1, Ordering::Relaxed);
             w.push(Held { at: Instant::now(), src, src_port, dst, packet: packet.to_vec() });
+            self.any_waiting.store(true, Ordering::Release);
             return;
         }
         drop(w);
@@ -671,20 +675,17 @@ impl Member {
     /// Hands on the REQs whose listener came, and those whose grace is over
     /// (to a CM that rejects them).
     fn release_waiting(&self, sock: &Socket) {
+        if !self.any_waiting.load(Ordering::Acquire) {
+            return;
+        }
         let ready: Vec<(Route, Held)> = {
             let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            if w.is_empty() {
-                return;
-            }
-            let mut ready = Vec::new();
-            w.retain_mut(|x| {
-                let route = self.route_mad_or(&x.packet, x.at.elapsed() < LISTEN_GRACE);
-                if route == Route::NoListenerYet {
-                    return true;
-                }
-                ready.push((route, std::mem::replace(x, Held { packet: Vec::new(), ..*x })));
-                false
-            });
+            let (keep, ready): (Vec<_>, Vec<_>) = std::mem::take(&mut *w)
+                .into_iter()
+                .map(|x| (self.route_mad_or(&x.packet, x.at.elapsed() < LISTEN_GRACE), x))
+                .partition(|(route, _)| *route == Route::NoListenerYet);
+            *w = keep.into_iter().map(|(_, x)| x).collect();
+            self.any_waiting.store(!w.is_empty(), Ordering::Release);
             ready
         };
         for (route, x) in ready {

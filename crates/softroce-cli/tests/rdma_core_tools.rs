@@ -107,7 +107,12 @@ thread_local! {
 /// Runs `f` with this thread's programs on the shared device (tests of
 /// this binary run at once: their programs share it, as users' do).
 fn shared<R>(f: impl FnOnce() -> R) -> R {
-    let _turn = UD_ALONE.read().unwrap_or_else(|e| e.into_inner());
+    on_shared_device(UD_ALONE.read().unwrap_or_else(|e| e.into_inner()), f)
+}
+
+/// Runs `f` with this thread's programs on the shared device while `_turn`
+/// (a guard of [`UD_ALONE`]) is held.
+fn on_shared_device<G, R>(_turn: G, f: impl FnOnce() -> R) -> R {
     SHARED.set(true);
     let r = f();
     SHARED.set(false);
@@ -125,11 +130,7 @@ static UD_ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 /// [`shared`] with no other test's programs on the shared device meanwhile
 /// (the UD tests: see [`UD_ALONE`]).
 fn shared_alone<R>(f: impl FnOnce() -> R) -> R {
-    let _alone = UD_ALONE.write().unwrap_or_else(|e| e.into_inner());
-    SHARED.set(true);
-    let r = f();
-    SHARED.set(false);
-    r
+    on_shared_device(UD_ALONE.write().unwrap_or_else(|e| e.into_inner()), f)
 }
 
 /// A program under `softroce run --loopback`, in a process group of its own

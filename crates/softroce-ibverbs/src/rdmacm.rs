@@ -239,6 +239,27 @@ fn handle_of(id: &CmId) -> *mut RdmaCmId {
     ids().as_ref().and_then(|m| m.get(&id.key()).copied()).map_or(std::ptr::null_mut(), |p| p as *mut RdmaCmId)
 }
 
+/// `rdma_reject` and `rdma_reject_ece`: `reject` on the id with the
+/// caller's private data.
+///
+/// # Safety
+/// `id` is NULL or a live id; `private_data` is NULL or `len` readable bytes.
+unsafe fn reject_with(
+    id: *mut RdmaCmId,
+    private_data: *const c_void,
+    len: u8,
+    reject: fn(&CmId, &[u8]) -> Result<(), softroce::Error>,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(b) = (unsafe { block(id) }) else { return einval() };
+    // SAFETY: per the contract.
+    let data = unsafe { private_slice(private_data, len) };
+    match reject(&b.id, data) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    }
+}
+
 /// The caller's private data (NULL: none).
 ///
 /// # Safety
@@ -500,28 +521,16 @@ ibv_export! { "RDMACM_1.0";
 ibv_export! { "RDMACM_1.0";
     /// Rejects a connection request (REJ reason 28 with `private_data`).
     fn rdma_reject(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
-        // SAFETY: the caller passes a live id.
-        let Some(b) = (unsafe { block(id) }) else { return einval() };
-        // SAFETY: the caller's private data is NULL or private_data_len bytes.
-        let data = unsafe { private_slice(private_data, private_data_len) };
-        match b.id.reject(data) {
-            Ok(()) => 0,
-            Err(e) => fail(&e),
-        }
+        // SAFETY: the caller's live id and private data, passed on.
+        unsafe { reject_with(id, private_data, private_data_len, CmId::reject) }
     }
 }
 
 ibv_export! { "RDMACM_1.3";
     /// Rejects a connection request for its ECE (REJ reason 35).
     fn rdma_reject_ece(id: *mut RdmaCmId, private_data: *const c_void, private_data_len: u8) -> c_int {
-        // SAFETY: the caller passes a live id.
-        let Some(b) = (unsafe { block(id) }) else { return einval() };
-        // SAFETY: the caller's private data is NULL or private_data_len bytes.
-        let data = unsafe { private_slice(private_data, private_data_len) };
-        match b.id.reject_ece(data) {
-            Ok(()) => 0,
-            Err(e) => fail(&e),
-        }
+        // SAFETY: the caller's live id and private data, passed on.
+        unsafe { reject_with(id, private_data, private_data_len, CmId::reject_ece) }
     }
 }
 

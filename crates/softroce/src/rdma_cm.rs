@@ -629,7 +629,12 @@ impl CmId {
     }
 
     fn event(&self, event: EventType, status: i32, conn: ConnParam) {
-        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud: None });
+        self.event_ud(event, status, conn, None);
+    }
+
+    /// [`CmId::event`] with a UD id's `rdma_ud_param`.
+    fn event_ud(&self, event: EventType, status: i32, conn: ConnParam, ud: Option<UdParam>) {
+        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud });
     }
 
     /// The `rdma_ud_param` of a resolved UD id: the AH from its route
@@ -1179,14 +1184,7 @@ impl CmId {
                     self.event(EventType::AddrError, -libc::EINVAL, conn);
                 } else {
                     let ud = self.ud_param(rep.qpn, rep.qkey);
-                    self.channel().push(Event {
-                        id: self.clone(),
-                        listen_id: None,
-                        event: EventType::Established,
-                        status: 0,
-                        conn,
-                        ud: Some(ud),
-                    });
+                    self.event_ud(EventType::Established, 0, conn, Some(ud));
                 }
             }
             CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => {}

@@ -63,11 +63,23 @@ pub(super) fn complete(b: &mut IdBlock) -> c_int {
     b.c.event = eb as *mut RdmaCmEvent;
     // SAFETY: the event just made.
     let (ev, status) = unsafe { ((*eb).c.event, (*eb).c.status) };
-    if status == 0 {
-        return 0;
+    match failure_errno(ev, status) {
+        0 => 0,
+        errno => {
+            set_errno(errno);
+            -1
+        }
     }
-    set_errno(if ev == softroce::rdma_cm::EventType::Rejected as u32 { libc::ECONNREFUSED } else { status.abs() });
-    -1
+}
+
+/// The errno librdmacm gives a synchronous call whose event has a status
+/// (ECONNREFUSED for a reject, else the status), 0 for a status of 0.
+fn failure_errno(event: u32, status: c_int) -> c_int {
+    match status {
+        0 => 0,
+        _ if event == softroce::rdma_cm::EventType::Rejected as u32 => libc::ECONNREFUSED,
+        s => s.abs(),
+    }
 }
 
 /// Frees the event a synchronous id keeps.
@@ -226,14 +238,11 @@ ibv_export! { "RDMACM_1.0";
         let eb = event_block(e, cp);
         // SAFETY: the event just made.
         let (ev, status, child) = unsafe { ((*eb).c.event, (*eb).c.status, (*eb).c.id) };
-        let errno = if ev == softroce::rdma_cm::EventType::Rejected as u32 {
-            libc::ECONNREFUSED
-        } else if status != 0 {
-            status.abs()
-        } else if ev != softroce::rdma_cm::EventType::ConnectRequest as u32 {
-            libc::EINVAL
-        } else {
-            0
+        // librdmacm: a reject first, then a status, then anything but a request.
+        let errno = match failure_errno(ev, status) {
+            _ if ev == softroce::rdma_cm::EventType::Rejected as u32 => libc::ECONNREFUSED,
+            0 if ev != softroce::rdma_cm::EventType::ConnectRequest as u32 => libc::EINVAL,
+            errno => errno,
         };
         if errno != 0 {
             l.c.event = eb as *mut RdmaCmEvent;
