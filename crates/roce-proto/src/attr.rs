@@ -86,6 +86,9 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR is signaled.
     pub sq_sig_all: bool,
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: the QP does not receive the
+    /// multicast packets it sent itself (mlx5's flag; rxe lacks it).
+    pub block_self_mcast_lb: bool,
 }
 
 /// QP attributes (`struct ibv_qp_attr`); `modify_qp`'s mask says which count.

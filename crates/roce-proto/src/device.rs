@@ -21,6 +21,7 @@ use crate::counters::Counters;
 use crate::cq::{Arm, Cq};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::devattr::{DeviceAttr, PortAttr};
+use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
 use crate::qp::Qp;
@@ -193,6 +194,8 @@ pub struct Device {
     srqs: Vec<Option<Srq>>,
     ahs: Vec<Option<AhAttr>>,
     qps: BTreeMap<u32, Qp>,
+    /// Multicast groups and their attached UD QPs.
+    mcast: McastTable,
     /// The QPs' armed timers in deadline order.
     timers: crate::timers::Timers,
     next_qpn: u32,
@@ -250,6 +253,7 @@ impl Device {
             srqs: Vec::new(),
             ahs: Vec::new(),
             qps: BTreeMap::new(),
+            mcast: McastTable::default(),
             timers: crate::timers::Timers::default(),
             next_qpn: FIRST_QPN,
             ready: VecDeque::new(),
@@ -539,12 +543,52 @@ impl Device {
         if self.burst.is_some_and(|(q, _)| q == qpn) {
             self.burst = None;
         }
+        // As the kernel's `ib_destroy_qp`: not while attached to a group.
+        if !self.mcast.groups_of(qpn).is_empty() {
+            return Err(VerbError::Busy);
+        }
         // (Its place in `ready`, if any, is skipped when reached.)
         let qp = self.qps.remove(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         // Its timers leave the index with it.
         self.timers.update(qpn, TimerKind::Retransmit, qp.comp.timer, None);
         self.timers.update(qpn, TimerKind::Rnr, qp.req.rnr_until, None);
         Ok(())
+    }
+
+    /// Attaches UD QP `qpn` to multicast group `mgid` (`ibv_attach_mcast`).
+    pub fn attach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<(), VerbError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        if qp.qp_type() != QpType::Ud {
+            return Err(VerbError::Invalid("only UD QPs join multicast groups"));
+        }
+        let a = self.query_device();
+        let limits = McastLimits {
+            groups: a.max_mcast_grp as usize,
+            per_group: a.max_mcast_qp_attach as usize,
+            total: a.max_total_mcast_qp_attach as usize,
+        };
+        self.mcast.attach(mgid, qpn, limits).map_err(|e| match e {
+            McastError::Full(what) => VerbError::Exhausted(what),
+            McastError::NotMulticast | McastError::NotAttached => VerbError::Invalid("not a multicast GID"),
+        })
+    }
+
+    /// Detaches `qpn` from `mgid` (`ibv_detach_mcast`).
+    pub fn detach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<(), VerbError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(VerbError::UnknownHandle(qpn));
+        }
+        self.mcast.detach(mgid, qpn).map_err(|_| VerbError::Invalid("QP not attached to the group"))
+    }
+
+    /// The groups `qpn` is attached to.
+    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+        self.mcast.groups_of(qpn)
+    }
+
+    /// Whether any QP is attached to group `mgid`.
+    pub fn has_mcast_group(&self, mgid: &[u8; 16]) -> bool {
+        self.mcast.has_group(mgid)
     }
 
     /// A QP, to inspect.
@@ -734,6 +778,9 @@ impl Device {
             return;
         }
         let qpn = p.bth().dest_qpn();
+        if qpn == MULTICAST_QPN {
+            return self.handle_multicast(now, &p, src, dst);
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.drop_no_qp += 1;
             return;
@@ -751,6 +798,40 @@ impl Device {
         self.after_call();
         // A response to send, a window opened, a rewind.
         self.mark_ready(qpn);
+    }
+
+    /// A packet for the multicast QPN: a copy to every QP attached to its
+    /// destination group (IBTA 10.5.2.3), each checking its own Q_Key and
+    /// taking its own receive. A packet whose destination is not a group
+    /// anyone here joined is dropped as one for no QP, and one that is not a
+    /// UD SEND as invalid (multicast is UD only).
+    fn handle_multicast(&mut self, now: Instant, p: &Packet<&[u8]>, src: IpAddr, dst: IpAddr) {
+        let mgid = mcast::mgid_of(dst);
+        if p.info().transport != Transport::Ud {
+            self.counters.drop_invalid += 1;
+            return;
+        }
+        let members = self.mcast.members(&mgid).to_vec();
+        if members.is_empty() {
+            self.counters.drop_no_qp += 1;
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        let src_qpn = p.deth().map(|d| d.src_qpn());
+        let from_here = self.cfg.gids.contains(&src);
+        for qpn in members {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            if qp.init.block_self_mcast_lb && from_here && src_qpn == Some(qpn) {
+                continue;
+            }
+            if p.check_path_mtu(Some(qp.mtu() as usize)).is_err() {
+                self.counters.drop_malformed += 1;
+                continue;
+            }
+            let mut ctx = ctx!(self, now);
+            qp.responder_handle(&mut ctx, p, Origin { src, dst });
+            self.after_call();
+        }
     }
 
     /// Writes the next datagram to send into `buf` (at least MTU + 64 bytes).

@@ -11,6 +11,7 @@ pub mod cq;
 pub mod ctx;
 pub mod devattr;
 pub mod device;
+pub mod mcast;
 pub mod mem;
 pub mod mr;
 pub mod qp;

@@ -95,6 +95,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
                     max_inline_data: 0,
                 },
                 sq_sig_all: true,
+                block_self_mcast_lb: false,
             })
             .unwrap();
         ids.push(sim.add_endpoint(addr[side], SimDevice::new(d, addr[side])));

@@ -84,6 +84,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
                         max_inline_data: 0,
                     },
                     sq_sig_all: true,
+                    block_self_mcast_lb: false,
                 })
                 .unwrap();
             let mut a = QpAttr { qp_state: QpState::Init, qkey: QKEY, ..QpAttr::default() };

@@ -65,12 +65,14 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("roce-udp uses Linux socket options (UDP_GRO, UDP_SEGMENT, IP_PKTINFO) and supports Linux only");
 
+mod group;
 mod recv;
 mod send;
 mod socket;
 mod sys;
 mod wait;
 
+pub use group::{GroupSocket, multicast_if};
 pub use recv::{Datagram, Datagrams, Packets, RECV_SLOT, RecvBatch, RecvStats, Segment, Segments};
 pub use send::{BatchFull, Failure, Flushed, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, Queued, SendBatch, SendStats};
 pub use socket::{BindError, BufferSizes, ROCE_PORT, SockFilter, Socket, WANTED_BUFFER};

@@ -986,6 +986,56 @@ fn udaddy_resolves_by_sidr_and_exchanges_datagrams() {
     });
 }
 
+/// An IPv4 multicast group of this run's own (`k` tells a run's tests apart).
+fn mcast_group(k: u8) -> String {
+    let p = std::process::id();
+    format!("239.{}.{}.{}", 64 + k, (p >> 8) as u8, p as u8)
+}
+
+/// librdmacm's `mckey`: a receiver and a sender join `group` (bound to
+/// `bind[0]` and `bind[1]`, each in its namespace), and the sender's UD
+/// SENDs to the multicast QPN reach every receiving id (mckey waits until
+/// each of its `-c` ids has taken all of its `-C` messages). `sender_flags`:
+/// e.g. `-o` (a send-only member) or `-l` (the QPs block their own loopback).
+fn mckey_pair(ns: [Option<&str>; 2], bind: [&str; 2], group: &str, conns: &str, sender_flags: &[&str]) {
+    let receiver = ["mckey", "-m", group, "-b", bind[0], "-c", conns, "-C", "10", "-S", "512"];
+    let r = Proc::start_in(ns[0], &receiver);
+    // The receiver has joined before the sender's first message: mckey
+    // sleeps 3 s after joining before it sends.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut sender = vec!["mckey", "-m", group, "-b", bind[1], "-s", "-c", conns, "-C", "10", "-S", "512"];
+    sender.extend_from_slice(sender_flags);
+    let s = Proc::start_in(ns[1], &sender).finish(CHILD_TIMEOUT);
+    let r = r.finish(SERVER_GRACE);
+    let joined = format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+    let conns: usize = conns.parse().unwrap();
+    for d in [&r, &s] {
+        assert!(d.ok() && d.stdout.contains("return status 0"), "{}\n{}", r.report(), s.report());
+        assert_eq!(d.stdout.lines().filter(|l| *l == joined).count(), conns, "{}", d.report());
+        assert!(d.stdout.contains("data transfers complete"), "{}", d.report());
+    }
+    assert!(r.stdout.contains("receiving data transfers"), "{}", r.report());
+    assert!(s.stdout.contains("initiating data transfers"), "{}", s.report());
+}
+
+/// librdmacm's `mckey` on the shared loopback device: rdma_join_multicast
+/// (MULTICAST_JOIN with the group's AH, QPN 0xFFFFFF and RDMA_UDP_QKEY),
+/// `ibv_attach_mcast`, UD SENDs to the group over IP multicast; with two
+/// ids a side, as a send-only member, and with the QPs blocking their own
+/// loopback (`rdma_create_qp_ex` with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
+#[test]
+fn mckey_joins_a_group_and_every_member_receives() {
+    if !have("mckey", &["mckey"]) {
+        return;
+    }
+    shared(|| {
+        let lo = ["127.0.0.1", "127.0.0.1"];
+        mckey_pair([None, None], lo, &mcast_group(0), "1", &[]);
+        mckey_pair([None, None], lo, &mcast_group(1), "2", &["-o"]);
+        mckey_pair([None, None], lo, &mcast_group(2), "2", &["-l"]);
+    });
+}
+
 /// librdmacm's `rdma_server` and `rdma_client`: synchronous endpoints
 /// (`rdma_create_ep` from `rdma_getaddrinfo`, `rdma_get_request`), QPs made
 /// with librdmacm's own CQs and channels, and `rdma_verbs.h`'s helpers for
@@ -1082,7 +1132,7 @@ impl Drop for TwoHosts {
     }
 }
 
-/// rping and ucmatose between two network namespaces (two hosts on a veth
+/// rping, ucmatose and mckey between two network namespaces (two hosts on a veth
 /// link): each namespace's `softroce run` finds its interface's device by
 /// itself, and the CM exchange crosses the link.
 #[test]
@@ -1112,6 +1162,12 @@ fn rping_and_ucmatose_between_two_network_namespaces() {
                 "{}",
                 d.report()
             );
+        }
+
+        // Multicast across the link: the group joined on each namespace's
+        // interface (IGMP), the datagrams sent to the group's address.
+        if have("mckey_netns", &["mckey"]) {
+            mckey_pair([b, a], [srv, h.addr[0]], &mcast_group(3), "1", &[]);
         }
     });
 }

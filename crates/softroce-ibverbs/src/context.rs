@@ -71,6 +71,7 @@ pub(crate) fn errno(e: &Error) -> c_int {
             },
         },
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        E::McastJoin { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         E::Bind(_) => libc::EADDRINUSE,
         E::Host(h) => {
             use roce_host::HostError as H;

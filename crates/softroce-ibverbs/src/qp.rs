@@ -56,6 +56,8 @@ fn qp_type_of(t: u32) -> Option<QpType> {
 struct Made {
     attr: IbvQpInitAttr,
     send_ops: Option<u64>,
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+    block_self_mcast_lb: bool,
 }
 
 fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
@@ -82,6 +84,7 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
         srq: srq.map(|s| &s.srq),
         cap,
         sq_sig_all: m.attr.sq_sig_all != 0,
+        block_self_mcast_lb: m.block_self_mcast_lb,
     };
     let qp = p.pd.create_qp(init).map_err(|e| errno(&e))?;
     p.adopt();
@@ -154,7 +157,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: the caller passes a readable ibv_qp_init_attr.
         let a = unsafe { &*qp_init_attr };
-        let m = Made { attr: *a, send_ops: None };
+        let m = Made { attr: *a, send_ops: None, block_self_mcast_lb: false };
         ptr_or_errno(make_qp(pd, &m))
     }
 }
@@ -182,12 +185,15 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
         }
         // SAFETY: the caller passes a readable ibv_qp_init_attr_ex.
         let a = unsafe { &*attr };
-        let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
         if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             set_errno(libc::EINVAL);
             return std::ptr::null_mut();
         }
-        if a.comp_mask & !known != 0 || a.create_flags != 0 {
+        // Creation flags count only with their mask bit; of them, softroce
+        // has the multicast self-loopback block (mlx5's; rxe has none).
+        let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 { a.create_flags } else { 0 };
+        if a.comp_mask & !known != 0 || flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0 {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
@@ -196,7 +202,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
-        let m = Made { attr: a.base(), send_ops };
+        let m = Made { attr: a.base(), send_ops, block_self_mcast_lb: flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0 };
         ptr_or_errno(make_qp(a.pd, &m))
     })
 }
@@ -444,10 +450,14 @@ ibv_export! { "IBVERBS_1.1";
 }
 
 ibv_export! { "IBVERBS_1.1";
-    /// Destroys a QP (its unpolled completions stay in the CQs).
+    /// Destroys a QP (its unpolled completions stay in the CQs); `EBUSY`
+    /// while it is attached to a multicast group, as the kernel refuses.
     fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
         // SAFETY: a QP from ibv_create_qp (checked for NULL).
         let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if !o.qp.mcast_groups().is_empty() {
+            return libc::EBUSY;
+        }
         let b = &o.c.qp_base;
         // SAFETY: the QP's PD, CQs, SRQ and context outlive it (their
         // destroy calls refuse while it exists).
@@ -1015,4 +1025,39 @@ unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut IbvQpEx, remote_srqn: u32) {
     let _ = remote_srqn;
     // XRC is not supported (as in rxe).
     last(qp, |_, _, _| Err(libc::EOPNOTSUPP));
+}
+
+/// The MGID `gid` points at.
+///
+/// # Safety
+/// `gid` is NULL or points at a readable `union ibv_gid` (16 bytes).
+unsafe fn mgid(gid: *const IbvGid) -> Option<[u8; 16]> {
+    // SAFETY: per the contract; every bit pattern is a valid `raw`.
+    unsafe { gid.as_ref().map(|g| g.raw) }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Attaches a UD QP to the multicast group `gid` (`lid` is unused on
+    /// RoCE): it receives what is sent to the group's address; 0 or an errno
+    /// (EINVAL: not a UD QP or not a multicast GID; ENOMEM: a device limit).
+    fn ibv_attach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL), a readable GID.
+        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
+        match o.qp.attach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Detaches a QP from the multicast group `gid`; EINVAL if not attached.
+    fn ibv_detach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
+        // SAFETY: as for ibv_attach_mcast.
+        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
+        match o.qp.detach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    }
 }

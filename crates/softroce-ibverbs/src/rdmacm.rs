@@ -697,13 +697,12 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
                 crate::qp::write_ah_attr(&mut ah_attr, ah);
                 ah_attr.grh.flow_label = ud.flow_label;
             }
-            let up = RdmaUdParam {
-                private_data: cp.private_data,
-                private_data_len: cp.private_data_len,
-                ah_attr,
-                qp_num: ud.qp_num,
-                qkey: ud.qkey,
+            // MULTICAST_JOIN: the private data is the join's context pointer.
+            let (private_data, private_data_len) = match e.event {
+                EventType::MulticastJoin => (e.context as *const c_void, 0),
+                _ => (cp.private_data, cp.private_data_len),
             };
+            let up = RdmaUdParam { private_data, private_data_len, ah_attr, qp_num: ud.qp_num, qkey: ud.qkey };
             // SAFETY: the param union is rdma_ud_param's 56 bytes (checked against the header).
             unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaUdParam, up) };
         }
@@ -902,15 +901,6 @@ ibv_export! { "RDMACM_1.0";
 }
 
 ibv_export! { "RDMACM_1.0";
-    /// `poll` for rsockets and ordinary descriptors; softroce has no
-    /// rsockets yet, so every descriptor is an ordinary one.
-    fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
-        // SAFETY: the caller's array of nfds pollfds.
-        unsafe { libc::poll(fds, nfds, timeout) }
-    }
-}
-
-ibv_export! { "RDMACM_1.0";
     /// Creates the id's QP from extended attributes (`attr.pd` NULL: the id's
     /// default PD), in INIT.
     fn rdma_create_qp_ex(id: *mut RdmaCmId, qp_init_attr: *mut IbvQpInitAttrEx) -> c_int {
@@ -1021,5 +1011,67 @@ ibv_export! { "RDMACM_1.0";
     fn rdma_get_dst_port(id: *mut RdmaCmId) -> u16 {
         // SAFETY: the caller passes a live id.
         unsafe { block(id) }.map_or(0, |b| port_be(&b.c.dst_addr))
+    }
+}
+
+/// Joins `addr`'s group with `join_flags` (see [`CmId::join_multicast`]).
+///
+/// # Safety
+/// `id` is NULL or a live id; `addr` is NULL or a `sockaddr` of its family's size.
+unsafe fn join(id: *mut RdmaCmId, addr: *const libc::sockaddr, join_flags: u32, context: *mut c_void) -> c_int {
+    // SAFETY: per the contract.
+    let (Some(b), Some(group)) = (unsafe { block(id) }, unsafe { sockaddr_of(addr) }) else { return einval() };
+    let send_only = join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+    match b.id.join_multicast(group.ip(), send_only, context as usize) {
+        // A synchronous id waits for MULTICAST_JOIN, as librdmacm's `ucma_complete`.
+        Ok(()) => ep::complete(b),
+        Err(e) => fail(&e),
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Joins a multicast group as a full member: MULTICAST_JOIN follows,
+    /// carrying `context` in `param.ud.private_data`; the id's QP is
+    /// attached to the group.
+    fn rdma_join_multicast(id: *mut RdmaCmId, addr: *mut libc::sockaddr, context: *mut c_void) -> c_int {
+        // SAFETY: the caller's id and sockaddr.
+        unsafe { join(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context) }
+    }
+}
+
+ibv_export! { "RDMACM_1.1";
+    /// Joins a multicast group with flags: a send-only member's QP is not
+    /// attached. librdmacm's checks: unknown mask bits ENOTSUP, no address
+    /// or no (valid) join flags EINVAL.
+    fn rdma_join_multicast_ex(id: *mut RdmaCmId, attr: *mut RdmaCmJoinMcAttrEx, context: *mut c_void) -> c_int {
+        // SAFETY: the caller's attributes (checked for NULL).
+        let Some(a) = (unsafe { attr.as_ref() }) else { return einval() };
+        if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            set_errno(libc::ENOTSUP);
+            return -1;
+        }
+        if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+            || a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || a.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+        {
+            return einval();
+        }
+        // SAFETY: the caller's id and the attributes' sockaddr.
+        unsafe { join(id, a.addr, a.join_flags, context) }
+    }
+}
+
+ibv_export! { "RDMACM_1.0";
+    /// Leaves a multicast group (the QP is detached); EADDRNOTAVAIL for a
+    /// group the id did not join.
+    fn rdma_leave_multicast(id: *mut RdmaCmId, addr: *mut libc::sockaddr) -> c_int {
+        // SAFETY: the caller's id and sockaddr.
+        let (Some(b), Some(group)) = (unsafe { block(id) }, unsafe { sockaddr_of(addr) }) else { return einval() };
+        if b.id.leave_multicast(group.ip()) {
+            0
+        } else {
+            set_errno(libc::EADDRNOTAVAIL);
+            -1
+        }
     }
 }

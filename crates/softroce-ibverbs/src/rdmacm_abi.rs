@@ -124,3 +124,28 @@ pub struct RdmaAddrinfo {
 pub const RAI_PASSIVE: c_int = 1;
 /// `RDMA_PS_TCP`.
 pub const RDMA_PS_TCP: c_uint = 0x0106;
+
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RdmaCmJoinMcAttrEx {
+    /// `RDMA_CM_JOIN_MC_ATTR_*` bits.
+    pub comp_mask: u32,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u32,
+    /// The group.
+    pub addr: *mut libc::sockaddr,
+}
+
+/// `rdma_cm_join_mc_attr_ex.addr` is set.
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
+/// `rdma_cm_join_mc_attr_ex.join_flags` is set.
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 1 << 1;
+/// The first mask bit librdmacm does not know.
+pub const RDMA_CM_JOIN_MC_ATTR_RESERVED: u32 = 1 << 2;
+/// A full member: sends and receives.
+pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
+/// A send-only full member: its QP is not attached.
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
+/// The first join flag librdmacm does not know.
+pub const RDMA_MC_JOIN_FLAG_RESERVED: u32 = 2;

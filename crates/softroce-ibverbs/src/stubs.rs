@@ -149,23 +149,9 @@ fn rate_to_mult(rate: c_int) -> c_int {
 }
 
 // ---------------------------------------------------------------------------
-// IBVERBS_1.1: multicast, fork support, the enum strings, Mb/s rate
+// IBVERBS_1.1: fork support, the enum strings, Mb/s rate
 // conversions, the kernel AH copy and RoCE L2 resolution.
 // ---------------------------------------------------------------------------
-
-ibv_export! { "IBVERBS_1.1";
-    /// Attaches a QP to a multicast group: not supported (returns `EOPNOTSUPP`).
-    fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-        unsupported()
-    }
-}
-
-ibv_export! { "IBVERBS_1.1";
-    /// Detaches a QP from a multicast group: not supported (returns `EOPNOTSUPP`).
-    fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-        unsupported()
-    }
-}
 
 ibv_export! { "IBVERBS_1.1";
     /// Copies kernel AH attributes into an `ibv_ah_attr`: nothing to copy.
@@ -1005,31 +991,5 @@ mod tests {
             assert_eq!(__ioctl_final_num_attrs(3, null), 3);
             verbs_register_driver_34(std::ptr::null());
         }
-    }
-}
-
-ibv_export! { "RDMACM_1.0";
-    /// Joins a multicast group: not supported yet (-1, `errno` EOPNOTSUPP),
-    /// as `ibv_attach_mcast`: UD multicast is not made (docs/rdma_cm.md).
-    fn rdma_join_multicast(_id: *mut c_void, _addr: *mut c_void, _context: *mut c_void) -> c_int {
-        set_errno(libc::EOPNOTSUPP);
-        -1
-    }
-}
-
-ibv_export! { "RDMACM_1.1";
-    /// Joins a multicast group with flags: not supported yet (-1, EOPNOTSUPP).
-    fn rdma_join_multicast_ex(_id: *mut c_void, _attr: *mut c_void, _context: *mut c_void) -> c_int {
-        set_errno(libc::EOPNOTSUPP);
-        -1
-    }
-}
-
-ibv_export! { "RDMACM_1.0";
-    /// Leaves a multicast group: nothing was joined (-1, EADDRNOTAVAIL, as
-    /// librdmacm answers for a group the id is not in).
-    fn rdma_leave_multicast(_id: *mut c_void, _addr: *mut c_void) -> c_int {
-        set_errno(libc::EADDRNOTAVAIL);
-        -1
     }
 }

@@ -390,8 +390,9 @@ fn fork() {
     );
 }
 
-/// librdmacm's device list, ECE and notify, and a synchronous id's
-/// resolution (each call waits for its event, kept in `id->event`).
+/// librdmacm's device list, ECE and notify, a synchronous id's
+/// resolution (each call waits for its event, kept in `id->event`), and
+/// multicast joins' rules and event.
 #[test]
 fn rdmacm_misc() {
     if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
@@ -409,6 +410,7 @@ fn rdmacm_misc() {
             "notify_other_events_change_nothing",
             "reject_ece_needs_a_request",
             "qp_with_librdmacm_s_cqs_and_an_srq",
+            "multicast_rules",
         ],
         &[],
     );

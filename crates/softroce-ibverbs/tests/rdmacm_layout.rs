@@ -8,7 +8,9 @@ use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::Command;
 
-use softroce_ibverbs::rdmacm_abi::{RdmaAddrinfo, RdmaCmEvent, RdmaCmId, RdmaConnParam, RdmaEventChannel, RdmaUdParam};
+use softroce_ibverbs::rdmacm_abi::{
+    RdmaAddrinfo, RdmaCmEvent, RdmaCmId, RdmaCmJoinMcAttrEx, RdmaConnParam, RdmaEventChannel, RdmaUdParam,
+};
 
 const HEADER: &str = "/usr/include/rdma/rdma_cma.h";
 
@@ -55,6 +57,10 @@ fn rust_layout() -> Vec<(&'static str, &'static str, usize)> {
         ("rdma_ud_param", "ah_attr", offset_of!(RdmaUdParam, ah_attr)),
         ("rdma_ud_param", "qp_num", offset_of!(RdmaUdParam, qp_num)),
         ("rdma_ud_param", "qkey", offset_of!(RdmaUdParam, qkey)),
+        ("rdma_cm_join_mc_attr_ex", "(sizeof)", size_of::<RdmaCmJoinMcAttrEx>()),
+        ("rdma_cm_join_mc_attr_ex", "comp_mask", offset_of!(RdmaCmJoinMcAttrEx, comp_mask)),
+        ("rdma_cm_join_mc_attr_ex", "join_flags", offset_of!(RdmaCmJoinMcAttrEx, join_flags)),
+        ("rdma_cm_join_mc_attr_ex", "addr", offset_of!(RdmaCmJoinMcAttrEx, addr)),
         ("rdma_cm_event", "(sizeof)", size_of::<RdmaCmEvent>()),
         ("rdma_cm_event", "id", offset_of!(RdmaCmEvent, id)),
         ("rdma_cm_event", "listen_id", offset_of!(RdmaCmEvent, listen_id)),

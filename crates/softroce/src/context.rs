@@ -192,6 +192,7 @@ impl Context {
             spin: opts.spin,
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
             fatal: std::sync::OnceLock::new(),
+            groups: Default::default(),
             #[cfg(test)]
             panic_for_test: AtomicBool::new(false),
         });

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,6 +109,10 @@ roce_proto::counter_struct! {
         /// Packets dropped because the socket stayed full for 100 ms (the
         /// transport's retransmission repairs them, as a loss on the wire).
         pub tx_dropped,
+        /// Datagrams received on the context's multicast group sockets.
+        pub mcast_rx,
+        /// Receive errors on those sockets.
+        pub mcast_errors,
         /// Progress passes.
         pub passes,
         /// The passes of those made by the driver thread.
@@ -200,6 +204,8 @@ pub(crate) struct Shared {
     pub(crate) reply_first: bool,
     /// Why the device failed, once it has (see [`Shared::fail`]).
     pub(crate) fatal: std::sync::OnceLock<String>,
+    /// The multicast groups the context's UD QPs receive.
+    pub(crate) groups: crate::mcast::Groups,
     /// Tests only: the driver thread panics, holding the device lock.
     #[cfg(test)]
     pub(crate) panic_for_test: AtomicBool,
@@ -531,6 +537,26 @@ impl Shared {
         };
         st.rx = Some(rx);
         r
+    }
+
+    /// A datagram that came another way than the device socket (a
+    /// multicast group's socket): to the engine, its completions to their
+    /// waiters, as a pass of the driver would.
+    pub(crate) fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8]) {
+        let mut st = self.lock();
+        let now = Instant::now();
+        st.stats.mcast_rx += 1;
+        let made = st.dev.counters().completions;
+        if let Some(t) = st.tap.as_mut() {
+            let _ = t.write(src, src_port, dst, PORT, None, data).and_then(|()| t.flush());
+        }
+        st.dev.handle_datagram(now, src, src_port, dst, None, data);
+        let _ = self.transmit(&mut st, now, false);
+        self.route_events(&mut st);
+        self.wake_waiters_if_made(st.dev.counters().completions, made);
+        let next = st.dev.poll_timeout();
+        drop(st);
+        self.nudge_driver(next);
     }
 
     /// Held (reordered) packets whose time came.

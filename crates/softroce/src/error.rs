@@ -65,6 +65,16 @@ pub enum Error {
         /// What happened.
         why: String,
     },
+    /// The host could not join a multicast group (`ibv_attach_mcast`).
+    #[error("cannot join multicast group {group} on {iface}: {source}")]
+    McastJoin {
+        /// The IP group.
+        group: std::net::IpAddr,
+        /// The device's address.
+        iface: std::net::IpAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A system call failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -57,6 +57,7 @@ mod driver;
 mod error;
 pub mod faults;
 mod fork;
+mod mcast;
 mod port;
 pub mod rdma_cm;
 mod sg;

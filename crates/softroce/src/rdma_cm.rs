@@ -175,8 +175,12 @@ pub struct Event {
     /// The connection parameters the peer's message carried (for a UD id,
     /// its private data and QPN).
     pub conn: ConnParam,
-    /// A UD id's `rdma_ud_param` (`ConnectRequest`, `Established`).
+    /// A UD id's `rdma_ud_param` (`ConnectRequest`, `Established`,
+    /// `MulticastJoin`).
     pub ud: Option<UdParam>,
+    /// `MulticastJoin`: the context the join was given (C's
+    /// `param.ud.private_data`).
+    pub context: usize,
 }
 
 /// `rdma_ud_param` beyond the private data: where a UD id sends.
@@ -309,6 +313,25 @@ struct Id {
     ack_timeout: Option<u8>,
     /// The ECE vendor ID this side's REQ or REP carries (`rdma_set_local_ece`).
     ece_vendor_id: u32,
+    /// The multicast groups joined, each with the QP attached for it.
+    mcast: Vec<Joined>,
+}
+
+/// A multicast join of an id.
+#[derive(Debug)]
+struct Joined {
+    group: IpAddr,
+    /// The id's QP, attached to the group (none for a send-only join or an
+    /// id without a QP).
+    attached: Option<Qp>,
+}
+
+impl Joined {
+    fn leave(self) {
+        if let Some(qp) = self.attached {
+            let _ = qp.detach_mcast(roce_proto::mcast::mgid_of(self.group));
+        }
+    }
 }
 
 impl Id {
@@ -330,6 +353,7 @@ impl Id {
             tos: 0,
             ack_timeout: None,
             ece_vendor_id: 0,
+            mcast: Vec::new(),
         }
     }
 }
@@ -582,7 +606,15 @@ impl Dev {
         };
         let ud = Some(UdParam { ah: None, flow_label: 0, qp_num: 0, qkey: 0 });
         let event = EventType::ConnectRequest;
-        listener.channel().push(Event { id: child, listen_id: Some(listener.clone()), event, status: 0, conn, ud });
+        listener.channel().push(Event {
+            id: child,
+            listen_id: Some(listener.clone()),
+            event,
+            status: 0,
+            conn,
+            ud,
+            context: 0,
+        });
     }
 
     fn on_req(self: &Arc<Dev>, comm: CommId, req: Box<ReqRepr>, peer: IpAddr, local: IpAddr) {
@@ -614,6 +646,7 @@ impl Dev {
             status: 0,
             conn,
             ud: None,
+            context: 0,
         });
     }
 }
@@ -634,7 +667,7 @@ impl CmId {
 
     /// [`CmId::event`] with a UD id's `rdma_ud_param`.
     fn event_ud(&self, event: EventType, status: i32, conn: ConnParam, ud: Option<UdParam>) {
-        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud });
+        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud, context: 0 });
     }
 
     /// The `rdma_ud_param` of a resolved UD id: the AH from its route
@@ -1101,6 +1134,64 @@ impl CmId {
         Ok(())
     }
 
+    /// `rdma_join_multicast_ex`: joins IP multicast group `group` (UDP port
+    /// space, an id bound or resolved to a device). As the kernel's rdma_cm
+    /// on RoCEv2 there is no MAD and no SA: the MGID is `::ffff:a.b.c.d`,
+    /// the id's QP is attached to it unless `send_only` (librdmacm's
+    /// `ibv_attach_mcast`), and MULTICAST_JOIN comes with the AH to the group
+    /// (hop limit 64), QPN 0xFFFFFF and RDMA_UDP_QKEY (rdmacm.md 5.2).
+    pub fn join_multicast(&self, group: IpAddr, send_only: bool, context: usize) -> Result<(), Error> {
+        if !self.is_ud() {
+            return Err(bad("rdma_join_multicast: only UDP and IPoIB port space ids join groups"));
+        }
+        let (sgid_index, tos) = {
+            let st = self.st();
+            if !matches!(st.state, IdState::AddrBound | IdState::AddrResolved) {
+                return Err(bad("rdma_join_multicast: the id is not bound to a device"));
+            }
+            let Some(dev) = st.dev.as_ref() else {
+                return Err(bad("rdma_join_multicast: the id is not bound to a device"));
+            };
+            if !group.is_multicast() || group.is_ipv4() != dev.info.addr.is_ipv4() {
+                return Err(bad("rdma_join_multicast: not a multicast group of the device's IP family"));
+            }
+            (dev.info.addr_gid_index() as u8, st.tos)
+        };
+        let qp = self.st().qp.clone();
+        let attached = match qp {
+            Some(qp) if !send_only => {
+                qp.attach_mcast(roce_proto::mcast::mgid_of(group))?;
+                Some(qp)
+            }
+            _ => None,
+        };
+        self.st().mcast.push(Joined { group, attached });
+        let ah = crate::AhAttr { dest: group, sgid_index, hop_limit: cma::HOP_LIMIT, traffic_class: tos, sl: 0 };
+        let ud = UdParam { ah: Some(ah), flow_label: 0, qp_num: roce_proto::mcast::MULTICAST_QPN, qkey: cma::UDP_QKEY };
+        self.channel().push(Event {
+            id: self.clone(),
+            listen_id: None,
+            event: EventType::MulticastJoin,
+            status: 0,
+            conn: ConnParam::default(),
+            ud: Some(ud),
+            context,
+        });
+        Ok(())
+    }
+
+    /// `rdma_leave_multicast`: detaches the id's QP from `group`; false if
+    /// the id had not joined it (librdmacm's EADDRNOTAVAIL).
+    pub fn leave_multicast(&self, group: IpAddr) -> bool {
+        let j = {
+            let mut st = self.st();
+            let Some(at) = st.mcast.iter().position(|j| j.group == group) else { return false };
+            st.mcast.remove(at)
+        };
+        j.leave();
+        true
+    }
+
     /// `rdma_disconnect`: the QP to ERR, then the DREQ (or the DREP to one received).
     pub fn disconnect(&self) -> Result<(), Error> {
         let st = self.st();
@@ -1196,6 +1287,8 @@ impl Drop for IdInner {
     fn drop(&mut self) {
         let me = self as *const IdInner;
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        // A destroyed id leaves its groups (the kernel's cma does).
+        std::mem::take(&mut st.mcast).into_iter().for_each(Joined::leave);
         if let (Some(dev), Some(comm)) = (&st.dev, st.comm) {
             dev.cm.destroy(comm);
             dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);

@@ -170,6 +170,7 @@ impl Pd {
             srq: init.srq.map(|s| s.0.handle),
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
+            block_self_mcast_lb: init.block_self_mcast_lb,
         };
         let shared = self.ctx().shared();
         let qpn = match shared.sock.member() {
@@ -627,6 +628,9 @@ pub struct QpInit<'a> {
     pub cap: QpCap,
     /// Every send WR completes (as if SIGNALED).
     pub sq_sig_all: bool,
+    /// The QP does not receive the multicast packets it sent itself
+    /// (`IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`).
+    pub block_self_mcast_lb: bool,
 }
 
 impl<'a> QpInit<'a> {
@@ -646,6 +650,7 @@ impl<'a> QpInit<'a> {
                 max_inline_data: 256,
             },
             sq_sig_all: false,
+            block_self_mcast_lb: false,
         }
     }
 
@@ -765,6 +770,18 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         let q = self.qpn;
         let s = self.pd.ctx().shared();
+        // Dropped, a QP leaves its groups (the C API's `ibv_destroy_qp`
+        // refuses while it is attached, as the kernel does).
+        let groups = s.with_dev(false, |d| {
+            let g = d.mcast_groups_of(q);
+            for mgid in &g {
+                let _ = d.detach_mcast(q, *mgid);
+            }
+            g
+        });
+        for mgid in groups {
+            s.groups.remove(roce_proto::mcast::group_ip(&mgid));
+        }
         let mut st = s.lock();
         // What a waiter's pass deferred (its last ACK) leaves first.
         let _ = s.flush(&mut st);
@@ -822,6 +839,43 @@ impl Qp {
     /// The moves [`Qp::modify_for_app`] made, oldest first.
     pub fn modified_for_app(&self) -> Vec<(QpAttr, M)> {
         self.0.for_app.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `ibv_attach_mcast`: this UD QP receives what is sent to multicast
+    /// group `mgid` (rdma_cm's `::ffff:a.b.c.d` for IPv4 group a.b.c.d):
+    /// the context joins the IP group on the device's interface with its
+    /// first QP there. Attaching twice is not an error.
+    pub fn attach_mcast(&self, mgid: [u8; 16]) -> Result<(), Error> {
+        let (q, ctx) = (self.0.qpn, self.ctx());
+        let group = roce_proto::mcast::group_ip(&mgid);
+        if group.is_ipv4() != ctx.device().addr.is_ipv4() {
+            return Err(Error::Verb(roce_proto::VerbError::Invalid("a group of another IP family than the device")));
+        }
+        let s = ctx.shared();
+        let fresh = s.with_live_dev(false, |d| {
+            let fresh = !d.mcast_groups_of(q).contains(&mgid);
+            d.attach_mcast(q, mgid).map(|()| fresh)
+        })?;
+        if fresh && let Err(e) = s.groups.add(&ctx.owner.shared, group) {
+            s.with_dev(false, |d| d.detach_mcast(q, mgid)).ok();
+            return Err(Error::McastJoin { group, iface: ctx.device().addr, source: e });
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: the QP leaves `mgid` (refused if not attached).
+    pub fn detach_mcast(&self, mgid: [u8; 16]) -> Result<(), Error> {
+        let q = self.0.qpn;
+        let s = self.ctx().shared();
+        s.with_dev(false, |d| d.detach_mcast(q, mgid))?;
+        s.groups.remove(roce_proto::mcast::group_ip(&mgid));
+        Ok(())
+    }
+
+    /// The multicast groups (MGIDs) the QP is attached to.
+    pub fn mcast_groups(&self) -> Vec<[u8; 16]> {
+        let q = self.0.qpn;
+        self.ctx().shared().with_dev(false, |d| d.mcast_groups_of(q))
     }
 
     /// What the peer needs to connect to this QP, with `psn` as the first

@@ -102,6 +102,7 @@ fn qp_init(s: Setup, pd: u32, cq: u32, srq: Option<u32>) -> QpInitAttr {
         srq,
         cap: QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 },
         sq_sig_all: s.sq_sig_all,
+        block_self_mcast_lb: false,
     }
 }
 

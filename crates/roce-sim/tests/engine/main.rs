@@ -433,6 +433,7 @@ impl Scenario {
                             max_inline_data: 64,
                         },
                         sq_sig_all: false,
+                        block_self_mcast_lb: false,
                     })
                     .unwrap();
             }

@@ -78,6 +78,64 @@ int main(void)
 	}
 	end();
 
+	begin("multicast_rules");
+	{
+		struct rdma_cm_id *ud;
+		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+					       .qp_type = IBV_QPT_UD };
+		struct rdma_cm_join_mc_attr_ex mc = { 0 };
+		struct sockaddr_in grp = { .sin_family = AF_INET };
+		union ibv_gid mgid;
+		int ctx_cookie = 7;
+
+		REQUIRE(inet_pton(AF_INET, "239.123.4.5", &grp.sin_addr) == 1, "group");
+		/* An RC QP joins no group; a TCP port space id cannot join. */
+		memset(&mgid, 0, sizeof mgid);
+		mgid.raw[10] = mgid.raw[11] = 0xff;
+		memcpy(&mgid.raw[12], &grp.sin_addr, 4);
+		if (id->qp)
+			EXPECT(ibv_attach_mcast(id->qp, &mgid, 0) == EINVAL, "ibv_attach_mcast on an RC QP: EINVAL");
+		errno = 0;
+		EXPECT(rdma_join_multicast(id, (struct sockaddr *)&grp, NULL) == -1 && errno == EINVAL,
+		       "an RDMA_PS_TCP id joins no group (errno %d)", errno);
+
+		REQUIRE(rdma_create_id(NULL, &ud, NULL, RDMA_PS_UDP) == 0, "rdma_create_id(UDP): %s", strerror(errno));
+		sin.sin_port = 0;
+		REQUIRE(rdma_bind_addr(ud, (struct sockaddr *)&sin) == 0, "rdma_bind_addr: %s", strerror(errno));
+		REQUIRE(rdma_create_qp(ud, NULL, &qa) == 0, "rdma_create_qp(UD): %s", strerror(errno));
+		mc.comp_mask = 1 << 2;
+		mc.addr = (struct sockaddr *)&grp;
+		errno = 0;
+		EXPECT(rdma_join_multicast_ex(ud, &mc, NULL) == -1 && errno == ENOTSUP, "an unknown mask bit: ENOTSUP (%d)", errno);
+		mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS;
+		errno = 0;
+		EXPECT(rdma_join_multicast_ex(ud, &mc, NULL) == -1 && errno == EINVAL, "no join flags: EINVAL (%d)", errno);
+		errno = 0;
+		EXPECT(rdma_join_multicast(ud, (struct sockaddr *)&sin, NULL) == -1 && errno == EINVAL,
+		       "a unicast address is no group: EINVAL (%d)", errno);
+
+		EXPECT(rdma_join_multicast(ud, (struct sockaddr *)&grp, &ctx_cookie) == 0, "rdma_join_multicast: %s",
+		       strerror(errno));
+		REQUIRE(ud->event != NULL, "a synchronous join waits for its event");
+		EXPECT(ud->event->event == RDMA_CM_EVENT_MULTICAST_JOIN, "MULTICAST_JOIN (%d)", ud->event->event);
+		EXPECT(ud->event->param.ud.private_data == &ctx_cookie, "the join's context in param.ud.private_data");
+		EXPECT(ud->event->param.ud.qp_num == 0xffffff && ud->event->param.ud.qkey == 0x01234567,
+		       "QPN %#x, Q_Key %#x", ud->event->param.ud.qp_num, ud->event->param.ud.qkey);
+		EXPECT(ud->event->param.ud.ah_attr.is_global &&
+			       memcmp(ud->event->param.ud.ah_attr.grh.dgid.raw, mgid.raw, 16) == 0 &&
+			       ud->event->param.ud.ah_attr.grh.hop_limit == 64 && ud->event->param.ud.ah_attr.dlid == 0,
+		       "the AH leads to ::ffff:239.123.4.5, hop limit 64, mlid 0");
+		EXPECT(ibv_destroy_qp(ud->qp) == EBUSY, "an attached QP cannot be destroyed (EBUSY)");
+		EXPECT(ibv_detach_mcast(ud->qp, &mgid, 0) == 0, "ibv_detach_mcast");
+		EXPECT(ibv_detach_mcast(ud->qp, &mgid, 0) == EINVAL, "detached twice: EINVAL");
+		EXPECT(rdma_leave_multicast(ud, (struct sockaddr *)&grp) == 0, "rdma_leave_multicast: %s", strerror(errno));
+		errno = 0;
+		EXPECT(rdma_leave_multicast(ud, (struct sockaddr *)&grp) == -1 && errno == EADDRNOTAVAIL,
+		       "left twice: EADDRNOTAVAIL (%d)", errno);
+		rdma_destroy_ep(ud);
+	}
+	end();
+
 	rdma_destroy_ep(id);
 	return finish();
 }
