@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process_group};
 
+mod cm_golden;
+
 /// Longest any one process may run before it is killed.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server may take to finish once its client is done.
@@ -868,6 +870,56 @@ fn rping_connects_by_rdma_cm_and_pings_20_times() {
         assert_eq!(pings, want, "the client's pings\n{}", c.report());
         assert_eq!(served, want, "what the server received\n{}", s.report());
     });
+}
+
+/// rping's rdma_cm exchange over softroce between two hosts (network
+/// namespaces on a veth link, as in the golden capture), captured by
+/// `SOFTROCE_PCAP` on both sides, against the kernel's (`rping_c3`, the
+/// same `-C 3 -S 64`): the same five MADs (REQ, REP, RTU, DREQ, DREP) from
+/// the same sides with the same QP 1 PSNs, each equal to the kernel's byte
+/// for byte but for the fields of the run (IDs, port, GUIDs, QPNs, PSNs,
+/// GIDs). Prints which fields those were.
+#[test]
+fn rpings_cm_exchange_matches_the_kernels_capture() {
+    if !have("rping_golden", &["rping"]) {
+        return;
+    }
+    let Some(h) = TwoHosts::new("gold") else { return };
+    let dir = std::env::temp_dir().join(format!("softroce-cm-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sp, cp) = (dir.join("server.pcap"), dir.join("client.pcap"));
+    let (spcap, cpcap) = (format!("SOFTROCE_PCAP={}", sp.display()), format!("SOFTROCE_PCAP={}", cp.display()));
+    let srv = h.addr[1];
+    shared(|| {
+        let server = ["env", &spcap, "rping", "-s", "-a", srv, "-p", "7174", "-C", "3", "-S", "64"];
+        let client = ["env", &cpcap, "rping", "-c", "-a", srv, "-p", "7174", "-C", "3", "-S", "64"];
+        cm_server_client_in((Some(&h.ns[1]), &server), (Some(&h.ns[0]), &client));
+    });
+    let golden = cm_golden::cm_mads(&cm_golden::golden("rping_c3"));
+    let client: std::net::IpAddr = h.addr[0].parse().unwrap();
+    let kernel_client = std::net::IpAddr::V4(Ipv4Addr::new(10, 77, 0, 3));
+    // Each side's capture holds what it sent and what it received. rping's
+    // client exits once it sent the DREQ: its capture may end before the DREP.
+    for (side, pcap, at_least) in [("client", &cp, 4), ("server", &sp, 5)] {
+        let printout = cm_golden::compare(&cm_golden::cm_mads(pcap), client, &golden, kernel_client, 5, at_least);
+        println!("rping's CM exchange, {side}'s capture:\n{printout}");
+    }
+    // perftest's `-R`: two connections to one service ID (the parameter
+    // exchange's and the measured QP's), torn down from both ends.
+    if have("ib_send_bw_golden", &["ib_send_bw"]) {
+        let g = gid_index();
+        shared(|| {
+            let server = ["env", &spcap, "ib_send_bw", "-R", "-x", &g, "-n", "5", "-s", "64"];
+            let client = ["env", &cpcap, "ib_send_bw", "-R", "-x", &g, "-n", "5", "-s", "64", srv];
+            cm_server_client_in((Some(&h.ns[1]), &server), (Some(&h.ns[0]), &client));
+        });
+        let golden = cm_golden::cm_mads(&cm_golden::golden("ib_send_bw_rdmacm_s64_n5"));
+        for (side, pcap) in [("client", &cp), ("server", &sp)] {
+            let printout = cm_golden::compare(&cm_golden::cm_mads(pcap), client, &golden, kernel_client, 6, 8);
+            println!("ib_send_bw -R's CM exchange, {side}'s capture:\n{printout}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Starts `server` (an rdma_cm listener) and runs `client` until it gets
