@@ -162,6 +162,9 @@ mod tests {
         assert!(!t.has_group(&g(2)));
         assert_eq!(t.detach(g(2), 0x11), Err(McastError::NotAttached));
         t.attach(g(3), 0x11, LIMITS).unwrap();
+        // Room for an attachment, none for a third group.
+        t.detach(g(1), 0x12).unwrap();
         assert_eq!(t.attach(g(4), 0x11, LIMITS), Err(McastError::Full("multicast groups")));
+        t.attach(g(1), 0x12, LIMITS).unwrap();
     }
 }
