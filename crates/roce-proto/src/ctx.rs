@@ -85,7 +85,11 @@ impl Ctx<'_> {
             return;
         };
         let was_overrun = c.is_overrun();
-        match c.push(wc, solicited) {
+        let held = c.moderation_deadline();
+        let pushed = c.push(wc, solicited, self.now);
+        // A moderated event that starts or stops waiting moves its timer.
+        self.timers.update(cq, crate::timers::TimerKind::CqModeration, held, c.moderation_deadline());
+        match pushed {
             Ok(Notify::Event) => {
                 self.counters.completions += 1;
                 self.comp_events.push_back(cq);

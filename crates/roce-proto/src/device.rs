@@ -18,7 +18,7 @@ use roce_wire::{
 
 use crate::attr::{AhAttr, QpAttr, QpInitAttr};
 use crate::counters::Counters;
-use crate::cq::{Arm, Cq};
+use crate::cq::{Arm, Cq, Moderation};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::devattr::{DeviceAttr, PortAttr};
 use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
@@ -182,7 +182,32 @@ pub enum VerbError {
     /// A post refused.
     #[error(transparent)]
     Post(#[from] PostError),
+    /// A CQ size outside `1..=max_cqe` (rxe `rxe_cq_chk_attr`: EINVAL).
+    #[error("cqe {cqe} is outside 1..={max}")]
+    Cqe {
+        /// Entries asked for.
+        cqe: u32,
+        /// The device's `max_cqe`.
+        max: u32,
+    },
+    /// A completion vector the device does not have (the kernel's
+    /// `create_cq`: `comp_vector >= num_comp_vectors` is EINVAL).
+    #[error("completion vector {vector}: the device has {count}")]
+    CompVector {
+        /// The vector asked for.
+        vector: u32,
+        /// `num_comp_vectors`.
+        count: u32,
+    },
+    /// A CQ refused a resize.
+    #[error(transparent)]
+    Cq(#[from] crate::cq::CqError),
 }
+
+/// Completion vectors a device has (`ibv_context.num_comp_vectors`): one,
+/// the driver's event path (rxe has one per CPU; softroce's events all
+/// leave through one thread).
+pub const NUM_COMP_VECTORS: u32 = 1;
 
 /// A softroce device.
 #[derive(Debug)]
@@ -323,6 +348,25 @@ impl Device {
         Ok(self.mrs.register(pd, iova, region, access)?)
     }
 
+    /// `ibv_rereg_mr`: region `key` moves to `pd`, to `translation` (its
+    /// I/O virtual address and memory) and to `access`, each if given; the
+    /// key stays (see [`MrTable::reregister`]). Refused, changing nothing,
+    /// for an unknown PD or key, invalid access, or windows bound (`Busy`
+    /// in the C API: EBUSY). Grants already checked against the old memory
+    /// (a READ being answered) still use it: see [`Device::memory_in_use`].
+    pub fn rereg_mr(
+        &mut self,
+        key: u32,
+        pd: Option<u32>,
+        translation: Option<(u64, Region)>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), VerbError> {
+        if let Some(pd) = pd {
+            self.check_pd(pd)?;
+        }
+        Ok(self.mrs.reregister(key, pd, translation, access)?)
+    }
+
     /// Allocates a memory window in `pd` (`ibv_alloc_mw`); returns its R_Key.
     pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, VerbError> {
         self.check_pd(pd)?;
@@ -389,7 +433,9 @@ impl Device {
         if self.qps.values().any(|q| q.init.send_cq == cq || q.init.recv_cq == cq) {
             return Err(VerbError::Busy);
         }
-        self.cqs.get_mut(cq as usize).and_then(Option::take).map(|_| ()).ok_or(VerbError::UnknownHandle(cq))
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::take).ok_or(VerbError::UnknownHandle(cq))?;
+        self.timers.update(cq, TimerKind::CqModeration, c.moderation_deadline(), None);
+        Ok(())
     }
 
     /// Destroys an SRQ no QP uses.
@@ -416,13 +462,63 @@ impl Device {
         Ok(())
     }
 
-    /// Creates a CQ of at least `cqe` entries.
+    /// Creates a CQ of at least `cqe` entries: as rxe, `2^k - 1 >= cqe`
+    /// ([`Device::cq_size`] tells). `cqe` must be in `1..=max_cqe`.
     pub fn create_cq(&mut self, cqe: u32) -> Result<u32, VerbError> {
-        if cqe == 0 || cqe > self.cfg.limits.max_cqe {
-            return Err(VerbError::Invalid("cqe"));
+        self.create_cq_on(cqe, 0)
+    }
+
+    /// [`Device::create_cq`] with its events on completion vector
+    /// `comp_vector`, which must be below [`NUM_COMP_VECTORS`].
+    pub fn create_cq_on(&mut self, cqe: u32, comp_vector: u32) -> Result<u32, VerbError> {
+        let size = self.check_cqe(cqe)?;
+        if comp_vector >= NUM_COMP_VECTORS {
+            return Err(VerbError::CompVector { vector: comp_vector, count: NUM_COMP_VECTORS });
         }
-        self.cqs.push(Some(Cq::new(cqe as usize)));
+        self.cqs.push(Some(Cq::new(size as usize)));
         Ok(self.cqs.len() as u32 - 1)
+    }
+
+    /// The size rxe gives a CQ asked for `cqe` entries, if it may have them.
+    fn check_cqe(&self, cqe: u32) -> Result<u32, VerbError> {
+        let max = self.cfg.limits.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(VerbError::Cqe { cqe, max });
+        }
+        Ok(crate::cq::rxe_queue_size(cqe).min(max))
+    }
+
+    /// The entries CQ `cq` holds (`ibv_cq.cqe`).
+    pub fn cq_size(&self, cq: u32) -> Result<u32, VerbError> {
+        let c = self.cqs.get(cq as usize).and_then(Option::as_ref).ok_or(VerbError::UnknownHandle(cq))?;
+        Ok(c.capacity() as u32)
+    }
+
+    /// `ibv_resize_cq`: CQ `cq` holds `cqe` entries, rounded as at creation;
+    /// returns the new size. The completions queued stay, in order; a size
+    /// below their number plus `held_elsewhere` (completions a wrapper
+    /// took out and still holds) is refused (rxe `rxe_cq_chk_attr`: EINVAL),
+    /// as is one outside `1..=max_cqe`. An overrun CQ stays in error.
+    pub fn resize_cq(&mut self, cq: u32, cqe: u32, held_elsewhere: usize) -> Result<u32, VerbError> {
+        let size = self.check_cqe(cqe)?;
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
+        let held = c.len() + held_elsewhere;
+        if (cqe as usize) < held {
+            return Err(crate::cq::CqError::BelowHeld { cqe, held }.into());
+        }
+        c.resize((size as usize).max(held))?;
+        Ok(c.capacity() as u32)
+    }
+
+    /// `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE`: completion events of CQ
+    /// `cq` wait for `m.count` completions or `m.period` (see [`Moderation`]).
+    /// rxe does not implement it (EOPNOTSUPP); softroce does, as NICs do.
+    pub fn modify_cq(&mut self, cq: u32, m: Moderation) -> Result<(), VerbError> {
+        let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
+        let before = c.moderation_deadline();
+        c.set_moderation(m);
+        self.timers.update(cq, TimerKind::CqModeration, before, c.moderation_deadline());
+        Ok(())
     }
 
     /// Creates an address handle.
@@ -451,6 +547,32 @@ impl Device {
         let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
         s.limit = limit;
         Ok(())
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR`: SRQ `srq` holds `max_wr` WRs
+    /// from now on, the WRs posted staying in order. As rxe
+    /// (`rxe_srq_chk_attr`, `rxe_queue_resize`), refused (EINVAL) for 0 or
+    /// more than `max_srq_wr`, below an armed limit, or below the WRs it
+    /// holds. (rxe rounds to `2^k - 1`; softroce holds exactly `max_wr`.)
+    pub fn resize_srq(&mut self, srq: u32, max_wr: u32) -> Result<(), VerbError> {
+        let max = self.cfg.limits.max_srq_wr;
+        let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
+        if max_wr == 0 || max_wr > max {
+            return Err(VerbError::Invalid("srq max_wr outside 1..=max_srq_wr"));
+        }
+        if s.limit != 0 && max_wr < s.limit {
+            return Err(VerbError::Invalid("srq max_wr below the armed limit"));
+        }
+        if u64::from(max_wr) < s.rq.len() {
+            return Err(VerbError::Invalid("srq max_wr below the WRs it holds"));
+        }
+        s.rq.resize(max_wr);
+        Ok(())
+    }
+
+    /// The WRs SRQ `srq` holds at most (`ibv_query_srq`'s `max_wr`).
+    pub fn srq_size(&self, srq: u32) -> Result<u32, VerbError> {
+        self.srqs.get(srq as usize).and_then(Option::as_ref).map(|s| s.rq.depth()).ok_or(VerbError::UnknownHandle(srq))
     }
 
     /// The SRQ's armed limit: 0 when disarmed, as it is once the limit
@@ -777,6 +899,10 @@ impl Device {
         if p.info().transport == Transport::Cnp {
             return;
         }
+        if !pkey_matches(p.bth().pkey(), PORT_PKEY) {
+            self.counters.drop_bad_pkey += 1;
+            return;
+        }
         let qpn = p.bth().dest_qpn();
         if qpn == MULTICAST_QPN {
             return self.handle_multicast(now, &p, src, dst);
@@ -1064,13 +1190,24 @@ impl Device {
     /// The earliest retransmit or RNR timer of any QP (a scan, to check the
     /// index in debug builds).
     fn earliest_timer(&self) -> Option<Instant> {
-        self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().min()
+        let cqs = self.cqs.iter().flatten().filter_map(Cq::moderation_deadline);
+        self.qps.values().flat_map(|q| [q.comp.timer, q.req.rnr_until]).flatten().chain(cqs).min()
     }
 
     /// Runs the timers due at `now`, earliest first.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = Some(now);
         while let Some((t, qpn, kind)) = self.timers.pop_due(now) {
+            if kind == TimerKind::CqModeration {
+                // (`qpn` is the CQ's handle.)
+                if let Some(Some(c)) = self.cqs.get_mut(qpn as usize) {
+                    debug_assert_eq!(c.moderation_deadline(), Some(t));
+                    if c.fire_due(now) {
+                        self.comp_events.push_back(qpn);
+                    }
+                }
+                continue;
+            }
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             match kind {
                 // An RNR wait that ran out lets the requester send again.
@@ -1078,6 +1215,7 @@ impl Device {
                     debug_assert_eq!(qp.req.rnr_until, Some(t));
                     qp.req.rnr_until = None;
                 }
+                TimerKind::CqModeration => {}
                 TimerKind::Retransmit => {
                     debug_assert_eq!(qp.comp.timer, Some(t));
                     let mut ctx = ctx!(self, now);
@@ -1089,6 +1227,20 @@ impl Device {
             self.mark_ready(qpn);
         }
     }
+}
+
+/// The port's P_Key table holds one entry, the default full-member P_Key
+/// (rxe: `IB_DEFAULT_PKEY_FULL`), so every QP's `pkey_index` 0 names it.
+pub const PORT_PKEY: u16 = 0xffff;
+
+/// IBTA 10.9.3 (C10-117): a packet's P_Key matches the QP's when neither
+/// is invalid (low 15 bits zero), their low 15 bits are equal, and at
+/// least one of them is a full member (bit 15). A request or response that
+/// does not match is dropped silently and counted (rxe `check_keys`:
+/// `pkey_match`, `bad_pkey_cntr`), before anything looks at its QP.
+pub fn pkey_matches(packet: u16, ours: u16) -> bool {
+    let (a, b) = (packet & 0x7fff, ours & 0x7fff);
+    a != 0 && a == b && (packet | ours) & 0x8000 != 0
 }
 
 /// The source address of packet `out` and what its ICRC covers besides

@@ -205,6 +205,22 @@ pub struct MrTable {
     rng: u64,
 }
 
+/// What a region may be registered with: REMOTE_WRITE and REMOTE_ATOMIC
+/// need LOCAL_WRITE (IBTA 10.6.3.1), no unknown bits, no ZERO_BASED (it
+/// belongs to windows; a region's base is its `iova`), an address range
+/// that does not wrap.
+fn check_access(access: AccessFlags, iova: u64, region: &Region) -> Result<(), MrError> {
+    let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    if access.unknown_bits() != 0
+        || access.contains(AccessFlags::ZERO_BASED)
+        || (access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE))
+    {
+        return Err(MrError::InvalidAccess(access.0));
+    }
+    iova.checked_add(region.len() as u64).ok_or(MrError::InvalidAccess(access.0))?;
+    Ok(())
+}
+
 impl MrTable {
     /// An empty table of at most `max` regions and `max_mw` windows;
     /// `seed` drives the key bytes.
@@ -232,15 +248,7 @@ impl MrTable {
 
     /// Registers `region` at `iova` for `pd` with `access`; returns its key.
     pub fn register(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, MrError> {
-        let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-        // ZERO_BASED belongs to windows; a region's base is its `iova`.
-        if access.unknown_bits() != 0
-            || access.contains(AccessFlags::ZERO_BASED)
-            || (access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE))
-        {
-            return Err(MrError::InvalidAccess(access.0));
-        }
-        iova.checked_add(region.len() as u64).ok_or(MrError::InvalidAccess(access.0))?;
+        check_access(access, iova, &region)?;
         let index = match self.free.pop() {
             Some(i) => i,
             None if (self.slots.len() as u32) < self.max && self.slots.len() < (1 << 24) - 1 => {
@@ -258,6 +266,34 @@ impl MrTable {
         self.slots[index as usize - 1] =
             Slot { mr: Some(Mr { pd, iova, region, access, key, windows: 0 }), key_byte: byte };
         Ok(key)
+    }
+
+    /// Re-registers the region with `key` in place (`ibv_rereg_mr`): a new
+    /// protection domain, new memory at a new I/O virtual address, new
+    /// access, each if given. The keys stay: rxe 6.x's `rxe_rereg_user_mr`
+    /// keeps `lkey`/`rkey` for PD and access changes, and softroce keeps
+    /// them for a new translation too, as NICs that re-register in place
+    /// do. Refused while windows are bound (the kernel's EBUSY on a region
+    /// in use) and for access `register` refuses; nothing changes then.
+    pub fn reregister(
+        &mut self,
+        key: u32,
+        pd: Option<u32>,
+        translation: Option<(u64, Region)>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), MrError> {
+        let mr = self.slot_mut(key).and_then(|s| s.mr).ok_or(MrError::UnknownKey(key))?;
+        if mr.windows > 0 {
+            return Err(MrError::HasWindows(key));
+        }
+        let access = access.unwrap_or(mr.access);
+        let (iova, region) = translation.unwrap_or((mr.iova, mr.region));
+        check_access(access, iova, &region)?;
+        let pd = pd.unwrap_or(mr.pd);
+        if let Some(m) = self.slot_mut(key).and_then(|s| s.mr.as_mut()) {
+            *m = Mr { pd, iova, region, access, ..*m };
+        }
+        Ok(())
     }
 
     /// Removes the region with `key`; refused while windows are bound to it.

@@ -95,6 +95,11 @@ pub enum Response {
         remaining: u64,
         /// Whether the first packet has gone.
         started: bool,
+        /// MSN its FIRST/LAST/ONLY packets report: the one after this READ
+        /// executed (IBTA 9.7.5: a response carries the MSN of the last
+        /// request completed before it), not the responder's current one,
+        /// which later requests have advanced meanwhile.
+        msn: u32,
     },
     /// ATOMIC ACKNOWLEDGE for `psn`.
     Atomic {

@@ -317,6 +317,28 @@ impl RecvQueue {
         self.producer == self.consumer
     }
 
+    /// WQEs it holds at most.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Holds `depth` WQEs from now on (an SRQ resize), keeping those posted
+    /// in place of their indexes; the caller checks `depth >= len()`.
+    pub fn resize(&mut self, depth: u32) {
+        let depth = depth.max(1).max(self.len() as u32);
+        let n = depth.next_power_of_two();
+        let mask = u64::from(n) - 1;
+        let max_sge = self.max_sge as usize;
+        let mut slots: Vec<RecvWqe> =
+            (0..n).map(|_| RecvWqe { wr_id: 0, sges: Vec::with_capacity(max_sge), length: 0 }).collect();
+        for i in self.consumer..self.producer {
+            std::mem::swap(&mut slots[(i & mask) as usize], &mut self.slots[(i & self.mask) as usize]);
+        }
+        self.slots = slots;
+        self.mask = mask;
+        self.depth = depth;
+    }
+
     /// Appends a receive.
     pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         if self.len() >= u64::from(self.depth) {
@@ -382,5 +404,35 @@ mod tests {
             }
             assert!(rq.front().is_none());
         }
+    }
+
+    #[test]
+    fn a_resized_receive_ring_keeps_its_wqes_in_order() {
+        let sge = [Sge { addr: 0, length: 8, lkey: 1 }];
+        let mut rq = RecvQueue::new(4, 1);
+        for k in 0..6u64 {
+            rq.post(&RecvWr { wr_id: k, sg_list: &sge }).unwrap();
+            if k % 2 == 1 {
+                rq.advance();
+            }
+        }
+        // 3 WQEs (3, 4, 5) straddle the ring's wrap.
+        rq.resize(9);
+        assert_eq!(rq.depth(), 9);
+        for k in 6..12u64 {
+            rq.post(&RecvWr { wr_id: k, sg_list: &sge }).unwrap();
+        }
+        assert_eq!(rq.post(&RecvWr { wr_id: 99, sg_list: &sge }), Err(PostError::QueueFull(9)));
+        rq.resize(12);
+        let mut got = Vec::new();
+        while let Some(w) = rq.front() {
+            got.push(w.wr_id);
+            rq.advance();
+        }
+        assert_eq!(got, (3..12).collect::<Vec<_>>());
+        rq.resize(2);
+        rq.post(&RecvWr { wr_id: 1, sg_list: &sge }).unwrap();
+        rq.post(&RecvWr { wr_id: 2, sg_list: &sge }).unwrap();
+        assert_eq!(rq.post(&RecvWr { wr_id: 3, sg_list: &sge }), Err(PostError::QueueFull(2)));
     }
 }

@@ -17,6 +17,9 @@ use crate::requester::{Outgoing, scatter};
 use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{Wc, WcFlags};
 
+/// `wc.sl` of a UD receive carried by IPv4 (mlx5's RoCE L3 header type).
+pub const ROCE_L3_IPV4: u8 = 2;
+
 /// Length of the GRH area at the start of every UD receive buffer.
 pub const GRH_LEN: usize = 40;
 
@@ -135,6 +138,16 @@ impl Qp {
             _ => false,
         };
         if !same_op || (self.resp.current.is_some() && !continuing) {
+            // An out-of-sequence opcode (IBTA 9.7.5.1.x / 9.8.3: e.g. a
+            // SEND_ONLY while a SEND_FIRST's message is unfinished) is a
+            // responder class C error (IBTA 9.9.3.1): NAK invalid request,
+            // QP to ERR, and the receive WQE in progress completes in error
+            // with REM_INV_REQ_ERR rather than being flushed (rxe
+            // RESPST_ERR_MISSING_OPCODE_LAST_C does the same). UC drops the
+            // message and keeps its WQE (below, as class D1).
+            if self.qp_type() == QpType::Rc {
+                self.fail_message_in_progress(ctx);
+            }
             return Verdict::Nak(NakCode::InvalidRequest);
         }
         let access = self.attr.qp_access_flags;
@@ -156,6 +169,19 @@ impl Qp {
             Operation::RdmaWrite => self.exec_write(ctx, p),
             Operation::RdmaReadRequest => self.exec_read(ctx, p, psn, false),
             _ => self.exec_atomic(ctx, p, psn),
+        }
+    }
+
+    /// Ends the message in progress after an out-of-sequence opcode: a SEND
+    /// being received completes its receive WQE with REM_INV_REQ_ERR; a
+    /// WRITE holds no WQE and is simply dropped.
+    fn fail_message_in_progress(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(InMessage::Send { .. }) = self.resp.current.take()
+            && let Some((wr_id, _)) = self.recv_take(ctx)
+        {
+            let wc = Wc::new(wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, self.qpn);
+            self.recv_advance(ctx);
+            ctx.push_wc(self.init.recv_cq, wc, false);
         }
     }
 
@@ -381,12 +407,17 @@ impl Qp {
             self.resp.psn = psn.add(npsn);
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
+        // The MSN as this READ left it (a repeated READ: the current one,
+        // as rxe answers duplicates); two READs queued back to back each
+        // report their own (rxe sends MSN 1 then 2, never 2 twice).
+        let msn = self.resp.msn;
         self.resp.responses.push_back(Response::Read {
             psn,
             last_psn: psn.add(npsn - 1),
             grant,
             remaining: len,
             started: false,
+            msn,
         });
         Verdict::Done
     }
@@ -491,6 +522,10 @@ impl Qp {
         if status == WcStatus::Success {
             wc.byte_len = total as u32;
             wc.src_qp = deth.src_qpn();
+            // RoCE has no SL. Like mlx5 (not rxe, which reports 0), report
+            // the network header type there: 2 for IPv4. UCX 1.13's UD
+            // transport finds the IPv4 header in the GRH area by it.
+            wc.sl = if origin.src.is_ipv4() { ROCE_L3_IPV4 } else { 0 };
             wc.wc_flags = WcFlags::GRH;
             if let Some(i) = p.immdt() {
                 wc.imm_data = i.imm();
@@ -543,7 +578,7 @@ impl Qp {
                 };
                 (PacketRepr { bth: bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn), ext }, None)
             }
-            Response::Read { psn, last_psn, grant, remaining, started } => {
+            Response::Read { psn, last_psn, grant, remaining, started, msn } => {
                 let n = remaining.min(mtu);
                 let last = psn == last_psn;
                 let op = match (started, last) {
@@ -552,8 +587,7 @@ impl Qp {
                     (true, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                     (true, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
                 };
-                let aeth = (op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)
-                    .then_some(AethRepr { syndrome: ack, msn: self.resp.msn });
+                let aeth = (op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE).then_some(AethRepr { syndrome: ack, msn });
                 if last {
                     self.resp.responses.pop_front();
                 } else if let Some(Response::Read { psn: p, remaining: r, grant: g, started: s, .. }) =

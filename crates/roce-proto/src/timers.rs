@@ -18,6 +18,9 @@ pub enum TimerKind {
     Retransmit,
     /// The end of an RNR wait (`Requester::rnr_until`).
     Rnr,
+    /// A CQ's moderated completion event is due (`Cq::moderation_deadline`);
+    /// the number is the CQ's handle, not a QPN.
+    CqModeration,
 }
 
 /// Armed timers, earliest first.

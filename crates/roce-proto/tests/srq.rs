@@ -71,3 +71,47 @@ fn interleaved_multi_packet_sends_on_two_qps_take_separate_srq_buffers() {
     assert_eq!(p.mem[B].get(0, 2500), one);
     assert_eq!(p.mem[B].get(10_000, 2500), two);
 }
+
+#[test]
+fn srq_resize_keeps_posted_wrs_and_follows_rxes_refusals() {
+    let mut p = Pair::new(Setup { srq_on_b: true, ..Setup::default() });
+    let srq = p.srq.unwrap();
+    let post = |p: &mut Pair, wr_id: u64| {
+        let sge = [p.sge(B, 1000 * (wr_id as usize % 100), 100)];
+        p.dev[B].post_srq_recv(srq, &RecvWr { wr_id, sg_list: &sge })
+    };
+    assert_eq!(p.dev[B].srq_size(srq), Ok(8));
+    for i in 0..6 {
+        post(&mut p, i).unwrap();
+    }
+    use roce_proto::VerbError::Invalid;
+    // Below the 6 WRs held, zero, beyond max_srq_wr: EINVAL, unchanged.
+    assert!(matches!(p.dev[B].resize_srq(srq, 5), Err(Invalid(_))));
+    assert!(matches!(p.dev[B].resize_srq(srq, 0), Err(Invalid(_))));
+    let max = p.dev[B].query_device().max_srq_wr;
+    assert!(matches!(p.dev[B].resize_srq(srq, max + 1), Err(Invalid(_))));
+    // Below an armed limit: EINVAL (rxe_srq_chk_attr).
+    p.dev[B].set_srq_limit(srq, 7).unwrap();
+    assert!(matches!(p.dev[B].resize_srq(srq, 6), Err(Invalid(_))));
+    p.dev[B].set_srq_limit(srq, 0).unwrap();
+    assert_eq!(p.dev[B].srq_size(srq), Ok(8));
+    // Grow to 20 with 6 inside: 14 more fit, the 21st does not.
+    p.dev[B].resize_srq(srq, 20).unwrap();
+    assert_eq!(p.dev[B].srq_size(srq), Ok(20));
+    for i in 6..20 {
+        post(&mut p, i).unwrap();
+    }
+    assert!(post(&mut p, 20).is_err());
+    // 20 SENDs land in the WRs in posting order.
+    for i in 0..20u64 {
+        p.send_flags(A, i, WrOpcode::Send, 50_000, 10, 0, SendFlags::EMPTY);
+    }
+    p.run(|_| true);
+    let b = p.completions(B);
+    assert_eq!(b.iter().map(|w| w.wr_id).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+    assert!(b.iter().all(|w| w.status == WcStatus::Success && w.byte_len == 10));
+    // Shrink once empty to 1.
+    p.dev[B].resize_srq(srq, 1).unwrap();
+    post(&mut p, 1).unwrap();
+    assert!(post(&mut p, 2).is_err());
+}

@@ -11,6 +11,7 @@ mod perf;
 mod pingpong;
 mod qpmem;
 mod run;
+mod view;
 
 /// softroce: RDMA over Converged Ethernet v2 in user space.
 #[derive(Parser)]

@@ -135,6 +135,25 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     if !args.devices.is_empty() {
         cmd.env("SOFTROCE_DEVICES", args.devices.join(","));
     }
+    if crate::view::wanted() {
+        // The program's devices, as its libibverbs will list them.
+        let devices = match (&_held, args.devices.is_empty()) {
+            (Some(h), _) => h.device().map(|d| vec![d]).map_err(|e| e.to_string()),
+            (None, false) => args
+                .devices
+                .iter()
+                .flat_map(|d| softroce::config::parse_device_list("--device", d).unwrap_or_default())
+                .map(|(n, a)| softroce::config::DeviceInfo::on_address(n, a).map_err(|e| e.to_string()))
+                .collect(),
+            (None, true) => softroce::devices().map_err(|e| e.to_string()),
+        };
+        if let Err(e) = devices.and_then(|d| crate::view::enter(&d).map_err(|e| e.to_string())) {
+            eprintln!(
+                "softroce run: no /sys/class/infiniband and /dev/infiniband view ({e}); programs that look \
+                 there (UCX, Open MPI, NCCL) will not see softroce's devices (SOFTROCE_SYSFS=0 skips this)"
+            );
+        }
+    }
     let status = cmd.status().map_err(|e| format!("cannot run {prog}: {e}"))?;
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),

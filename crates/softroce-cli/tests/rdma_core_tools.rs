@@ -48,7 +48,9 @@ fn softroce() -> &'static str {
 fn package_of(tool: &str) -> &'static str {
     match tool {
         "qperf" => "qperf",
-        "rping" | "ucmatose" | "udaddy" | "mckey" | "rdma_server" | "rdma_client" => "rdmacm-utils",
+        "rping" | "ucmatose" | "udaddy" | "mckey" | "rdma_server" | "rdma_client" | "rstream" | "riostream" => {
+            "rdmacm-utils"
+        }
         t if t.starts_with("ib_") => "perftest",
         t if t.starts_with("fi_") => "libfabric-bin",
         _ => "ibverbs-utils",
@@ -453,6 +455,11 @@ fn parse_pingpong(d: &Done) -> Pingpong {
     }
 }
 
+/// The device plain `softroce run` gives a program first: its default.
+fn default_device() -> softroce::config::DeviceInfo {
+    softroce::devices().expect("the device list").into_iter().next().expect("a device")
+}
+
 /// `a` matches `b` to within the 2 decimals printed (and 1 %).
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 0.006 + 0.01 * a.abs().max(b.abs())
@@ -464,7 +471,14 @@ fn check_pingpong(d: &Done, qps: usize, bytes: u64) -> Pingpong {
     let p = parse_pingpong(d);
     let why = || format!("{p:?}\n{}", d.report());
     assert_eq!((p.local_gids.len(), p.remote_gids.len()), (qps, qps), "address lines: {}", why());
-    assert!(p.local_gids.iter().chain(&p.remote_gids).all(|g| g.starts_with("::ffff:127.0.0.")), "{}", why());
+    // A leased loopback device, or plain `softroce run`'s default device
+    // (the first listed: loopback comes last).
+    let default = format!("::ffff:{}", default_device().addr);
+    assert!(
+        p.local_gids.iter().chain(&p.remote_gids).all(|g| g.starts_with("::ffff:127.0.0.") || *g == default),
+        "{}",
+        why()
+    );
     assert_eq!((p.bytes, p.iters), (bytes, 1000), "{}", why());
     assert!(p.mbits > 0.0 && p.usec_per_iter > 0.0, "{}", why());
     // seconds = bytes * 8 / Mbit/s and = iters * usec/iter.
@@ -505,8 +519,11 @@ fn plain_softroce_run_shares_one_device_ibv_ud_pingpong() {
         return;
     }
     let g = gid_index();
-    let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", "2048"];
-    shared_alone(|| pingpong(&cmd, &cmd, 1, 2 * 2048 * 1000));
+    // Within the default device's MTU (1024 on a 1500-byte NIC).
+    let size = default_device().active_mtu.bytes().min(2048);
+    let s = size.to_string();
+    let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", &s];
+    shared_alone(|| pingpong(&cmd, &cmd, 1, 2 * size as u64 * 1000));
 }
 
 #[test]
@@ -777,6 +794,11 @@ fn ib_atomic_lat() {
 /// Runs qperf's four RC tests (1 s each) between a `qperf` server and a
 /// client given `flags`, and checks each printed a positive figure.
 fn qperf(flags: &[&str]) {
+    qperf_to("127.0.0.1", flags);
+}
+
+/// [`qperf`] with the client connecting to `server`.
+fn qperf_to(server: &str, flags: &[&str]) {
     if !have("qperf", &["qperf"]) {
         return;
     }
@@ -786,7 +808,7 @@ fn qperf(flags: &[&str]) {
     let client: Vec<&str> = ["qperf", "-lp", PORT]
         .into_iter()
         .chain(flags.iter().copied())
-        .chain(["-t", "1", "127.0.0.1"])
+        .chain(["-t", "1", server])
         .chain(TESTS)
         .collect();
     let (_, c) = server_client(&["qperf", "-lp", PORT], &client, ServerEnd::Kill, &[]);
@@ -825,9 +847,15 @@ fn qperf_rc_tests_polling() {
 /// qperf 0.4.11's server tells the client its rdma_cm port before it calls
 /// `rdma_listen`, and exits without destroying its connected id: the REQ
 /// waits for the listener, and the exit sends the DREP its client waits for.
+///
+/// qperf makes its QPs on the first device (the default, which loopback
+/// is not when the host has another interface) but resolves the peer with
+/// rdma_cm: the server's address must be that device's, as on a host with
+/// a RoCE NIC (rdma_cm would otherwise pick another device than qperf's PD).
 #[test]
 fn qperf_rc_tests_over_rdma_cm() {
-    shared(|| qperf(&["-cm1"]));
+    let server = default_device().addr.to_string();
+    shared(|| qperf_to(&server, &["-cm1"]));
 }
 
 /// The rdma_cm port of this run's test `k` (0..8): one per test and run
@@ -1102,6 +1130,137 @@ fn rdma_server_and_client_use_synchronous_endpoints() {
         let (s, c) = cm_server_client(&["rdma_server", "-p", &port], &["rdma_client", "-s", "127.0.0.1", "-p", &port]);
         assert!(s.stdout.contains("rdma_server: end 0"), "{}", s.report());
         assert!(c.stdout.contains("rdma_client: end 0"), "{}", c.report());
+    });
+}
+
+/// rdma-core's `size_str` (librdmacm/examples/common.c): a byte count as
+/// rstream and riostream print it (`4k`, `2.8m`, `64`).
+fn rsocket_size_str(size: u64) -> String {
+    let (base, mag) = match size {
+        s if s >= 1 << 30 => (1 << 30, "g"),
+        s if s >= 1 << 20 => (1 << 20, "m"),
+        s if s >= 1 << 10 => (1 << 10, "k"),
+        _ => (1, ""),
+    };
+    let fraction = if size / base < 10 { (size % base) * 10 / base } else { 0 };
+    if fraction > 0 { format!("{}.{fraction}{mag}", size / base) } else { format!("{}{mag}", size / base) }
+}
+
+/// rdma-core's `cnt_str`: a count as rstream prints it (`100`, `2k`).
+fn rsocket_cnt_str(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{}b", n / 1_000_000_000),
+        n if n >= 1_000_000 => format!("{}m", n / 1_000_000),
+        n if n >= 1_000 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// Checks the output of a custom rstream / riostream run (`-S size -C
+/// xfers -I iters`): the header, then `custom SIZE XFERS ITERS TOTAL TIMEs
+/// GBPS USEC` with the total both ways; returns (Gb/s, usec per transfer).
+fn rsocket_result(d: &Done, size: u64, xfers: u64, iters: u64) -> (f64, f64) {
+    let out = &d.stdout;
+    let header = ["name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer"];
+    assert!(out.lines().any(|l| l.split_whitespace().eq(header)), "no header\n{}", d.report());
+    let line =
+        out.lines().find(|l| l.starts_with("custom")).unwrap_or_else(|| panic!("no result line\n{}", d.report()));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let want = [
+        "custom".to_owned(),
+        rsocket_size_str(size),
+        rsocket_cnt_str(xfers),
+        rsocket_cnt_str(iters),
+        rsocket_size_str(2 * size * xfers * iters),
+    ];
+    assert_eq!(f.len(), 8, "{line}\n{}", d.report());
+    assert_eq!(&f[..5], &want, "{}", d.report());
+    let secs: f64 = f[5].strip_suffix('s').and_then(|t| t.parse().ok()).unwrap_or(-1.0);
+    let (gbps, usec): (f64, f64) = (f[6].parse().unwrap_or(0.0), f[7].parse().unwrap_or(0.0));
+    // Gb/s reads 0.00 for small transfers; the time per transfer never does.
+    assert!(secs >= 0.0 && gbps >= 0.0 && usec > 0.0, "{line}\n{}", d.report());
+    assert!(!out.contains("verification failed"), "{}", d.report());
+    (gbps, usec)
+}
+
+/// Starts an rsockets server (`PROG -p PORT ARGS`) and runs its client
+/// (`PROG -s 127.0.0.1 -p PORT ARGS`), again while its connect is refused
+/// because the server does not listen yet; both must succeed.
+fn rsocket_server_client(prog: &str, port: u16, args: &[&str]) -> (Done, Done) {
+    let port = port.to_string();
+    let server: Vec<&str> = [prog, "-p", &port].into_iter().chain(args.iter().copied()).collect();
+    let client: Vec<&str> = [prog, "-s", "127.0.0.1", "-p", &port].into_iter().chain(args.iter().copied()).collect();
+    let mut s = Proc::start(&server);
+    let mut last = None;
+    for attempt in 1..=20u64 {
+        std::thread::sleep(Duration::from_millis(50 * attempt));
+        let c = Proc::start(&client).finish(CHILD_TIMEOUT);
+        // A blocking connect says `rconnect: Connection refused`; a
+        // nonblocking one sees POLLERR (`rpoll: ...`) or SO_ERROR's ECONNREFUSED.
+        let refused = c.stderr.contains("Connection refused") || c.stderr.contains("rpoll: ");
+        if c.ok() || !refused || s.exited() {
+            last = Some(c);
+            break;
+        }
+    }
+    let c = last.expect("the client ran");
+    assert!(c.ok(), "the client failed\n{}", c.report());
+    let s = s.finish(SERVER_GRACE);
+    assert!(s.ok(), "the server failed\n{}\n{}", s.report(), c.report());
+    (s, c)
+}
+
+/// librdmacm's `rstream`, unmodified, server and client over rsockets
+/// (librdmacm's socket API, in softroce's library): nonblocking calls
+/// (its default and `-T n`), blocking ones (`-T b`), rpoll (`-T a`, both
+/// ways), data verification (`-T v`), a latency run and transfers larger
+/// than the receive ring. Both ends print their result line.
+#[test]
+fn rstream_runs_over_rsockets_blocking_nonblocking_and_with_rpoll() {
+    if !have("rstream", &["rstream"]) {
+        return;
+    }
+    shared(|| {
+        let runs: [(&[&str], u64, u64, u64); 6] = [
+            (&["-S", "4096", "-C", "100", "-T", "b", "-T", "v"], 4096, 100, 1),
+            (&["-S", "4096", "-C", "100", "-T", "n"], 4096, 100, 1),
+            (&["-S", "4096", "-C", "100", "-T", "a", "-T", "v"], 4096, 100, 1),
+            (&["-S", "65536", "-C", "50", "-T", "a", "-T", "b"], 65536, 50, 1),
+            (&["-S", "64", "-C", "1", "-I", "300", "-T", "b"], 64, 1, 300),
+            (&["-S", "3000000", "-C", "4", "-T", "b", "-T", "v"], 3_000_000, 4, 1),
+        ];
+        for (args, size, xfers, iters) in runs {
+            let (s, c) = rsocket_server_client("rstream", cm_port(6), args);
+            for d in [&s, &c] {
+                let (gbps, usec) = rsocket_result(d, size, xfers, iters);
+                println!("rstream {}: {gbps} Gb/s, {usec} usec/xfer", args.join(" "));
+            }
+        }
+    });
+}
+
+/// librdmacm's `riostream`, unmodified: each side riomaps its buffer, the
+/// mapping travels to the peer ahead of the next message, and the peer's
+/// riowrite lands in it (the receiver polls its last byte, `-T v` checks
+/// every byte), nonblocking, blocking and with rpoll.
+#[test]
+fn riostream_writes_into_the_peers_riomap() {
+    if !have("riostream", &["riostream"]) {
+        return;
+    }
+    shared(|| {
+        let runs: [(&[&str], u64, u64, u64); 3] = [
+            (&["-S", "4096", "-C", "100", "-T", "v"], 4096, 100, 1),
+            (&["-S", "1000000", "-C", "10", "-T", "b", "-T", "v"], 1_000_000, 10, 1),
+            (&["-S", "65536", "-C", "50", "-T", "a", "-T", "v"], 65536, 50, 1),
+        ];
+        for (args, size, xfers, iters) in runs {
+            let (s, c) = rsocket_server_client("riostream", cm_port(7), args);
+            for d in [&s, &c] {
+                let (gbps, usec) = rsocket_result(d, size, xfers, iters);
+                println!("riostream {}: {gbps} Gb/s, {usec} usec/xfer", args.join(" "));
+            }
+        }
     });
 }
 

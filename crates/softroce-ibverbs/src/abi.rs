@@ -214,7 +214,7 @@ pub struct VerbsContext {
     pub alloc_parent_domain: NotProvided,
     pub dealloc_td: NotProvided,
     pub alloc_td: NotProvided,
-    pub modify_cq: NotProvided,
+    pub modify_cq: Option<unsafe extern "C" fn(*mut IbvCq, *mut IbvModifyCqAttr) -> c_int>,
     pub post_srq_ops: NotProvided,
     pub destroy_rwq_ind_table: NotProvided,
     pub create_rwq_ind_table: NotProvided,
@@ -678,6 +678,26 @@ pub struct IbvWc {
 #[allow(missing_docs)]
 pub struct IbvPollCqAttr {
     pub comp_mask: u32,
+}
+
+/// `struct ibv_moderate_cq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(missing_docs)]
+pub struct IbvModerateCq {
+    pub cq_count: u16,
+    /// Microseconds.
+    pub cq_period: u16,
+}
+
+/// `struct ibv_modify_cq_attr` (`ibv_modify_cq`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(missing_docs)]
+pub struct IbvModifyCqAttr {
+    /// `enum ibv_cq_attr_mask` bits.
+    pub attr_mask: u32,
+    pub moderate: IbvModerateCq,
 }
 
 /// `struct ibv_cq_init_attr_ex`.
@@ -1531,6 +1551,10 @@ layout! {
     };
 
     struct IbvPollCqAttr = "ibv_poll_cq_attr" (4) { comp_mask @ 0 / 4 };
+
+    struct IbvModerateCq = "ibv_moderate_cq" (4) { cq_count @ 0 / 2, cq_period @ 2 / 2 };
+
+    struct IbvModifyCqAttr = "ibv_modify_cq_attr" (8) { attr_mask @ 0 / 4, moderate @ 4 / 4 };
 
     struct IbvCqInitAttrEx = "ibv_cq_init_attr_ex" (56) {
         cqe @ 0 / 4, cq_context @ 8 / 8, channel @ 16 / 8, comp_vector @ 24 / 4, wc_flags @ 32 / 8,

@@ -58,6 +58,7 @@ pub(crate) fn errno(e: &Error) -> c_int {
     match e {
         E::Verb(v) => match v {
             V::UnknownHandle(_) | V::Invalid(_) | V::Modify(_) => libc::EINVAL,
+            V::Cqe { .. } | V::CompVector { .. } | V::Cq(_) => libc::EINVAL,
             V::Exhausted(_) => libc::ENOMEM,
             V::Busy => libc::EBUSY,
             V::Mr(m) => match m {
@@ -138,6 +139,7 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     vctx.query_port = Some(crate::device::query_port);
     vctx.query_device_ex = Some(crate::device::query_device_ex);
     vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
+    vctx.modify_cq = Some(crate::cq::modify_cq);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
     vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
     vctx.sz = size_of::<VerbsContext>() as _;
@@ -145,7 +147,7 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     c.device = &e.dev as *const IbvDevice as *mut IbvDevice;
     c.cmd_fd = cmd_fd.as_raw_fd();
     c.async_fd = ctx.async_fd().as_raw_fd();
-    c.num_comp_vectors = 1;
+    c.num_comp_vectors = roce_proto::device::NUM_COMP_VECTORS as c_int;
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops.poll_cq = Some(crate::cq::poll_cq);
     c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);

@@ -2,7 +2,8 @@
 //! the inline `ibv_poll_cq` / `ibv_req_notify_cq` (through the context's
 //! ops), `ibv_get_cq_event` / `ibv_ack_cq_events`, and the extended CQ
 //! (`ibv_create_cq_ex` with `ibv_start_poll` / `ibv_next_poll` /
-//! `ibv_end_poll` and the `ibv_wc_read_*` readers).
+//! `ibv_end_poll` and the `ibv_wc_read_*` readers), `ibv_resize_cq` and
+//! `ibv_modify_cq` (event moderation).
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void};
@@ -107,24 +108,29 @@ ibv_export! { "IBVERBS_1.0";
     }
 }
 
+/// A CQ of at least `cqe` entries on `comp_vector`: EINVAL for `cqe`
+/// outside `1..=max_cqe` or a vector past `num_comp_vectors`, as the
+/// kernel and rxe answer; `cq->cqe` is rxe's size (`2^k - 1`).
 fn make_cq(
     context: *mut IbvContext,
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut IbvCompChannel,
+    comp_vector: c_int,
 ) -> Result<*mut CqObj, c_int> {
     // SAFETY: a context from ibv_open_device (checked for NULL).
     let b = unsafe { context::block(context) }.ok_or(libc::EINVAL)?;
-    if cqe < 1 {
+    let (Ok(cqe), Ok(comp_vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
         return Err(libc::EINVAL);
-    }
+    };
     let ch = if channel.is_null() {
         None
     } else {
         // SAFETY: a channel from ibv_create_comp_channel.
         Some(unsafe { &*(channel as *const ChanObj) })
     };
-    let cq = b.ctx.create_cq(cqe as u32, ch.map(|c| &c.ch)).map_err(|e| errno(&e))?;
+    let cq = b.ctx.create_cq_on(cqe, ch.map(|c| &c.ch), comp_vector).map_err(|e| errno(&e))?;
+    let size = cq.size().map_err(|e| errno(&e))?;
     if let Some(c) = ch {
         c.users.fetch_add(1, Ordering::AcqRel);
     }
@@ -133,7 +139,7 @@ fn make_cq(
     c.channel = channel;
     c.cq_context = cq_context;
     c.handle = cq.handle();
-    c.cqe = cqe;
+    c.cqe = size as c_int;
     c.start_poll = Some(start_poll);
     c.next_poll = Some(next_poll);
     c.end_poll = Some(end_poll);
@@ -164,8 +170,7 @@ fn make_cq(
 ibv_export! { "IBVERBS_1.1";
     /// A CQ of at least `cqe` entries, optionally attached to `channel`.
     fn ibv_create_cq(context: *mut IbvContext, cqe: c_int, cq_context: *mut c_void, channel: *mut IbvCompChannel, comp_vector: c_int) -> *mut IbvCq {
-        let _ = comp_vector;
-        ptr_or_errno(make_cq(context, cqe, cq_context, channel))
+        ptr_or_errno(make_cq(context, cqe, cq_context, channel, comp_vector))
     }
 }
 
@@ -191,7 +196,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(context: *mut IbvContext, attr: *mu
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
-        match make_cq(context, a.cqe as c_int, a.cq_context, a.channel) {
+        let cqe = c_int::try_from(a.cqe).unwrap_or(c_int::MAX);
+        match make_cq(context, cqe, a.cq_context, a.channel, c_int::try_from(a.comp_vector).unwrap_or(c_int::MAX)) {
             Ok(o) => {
                 // SAFETY: just made.
                 unsafe { (*o).c.comp_mask = 0 };
@@ -240,12 +246,54 @@ ibv_export! { "IBVERBS_1.1";
 }
 
 ibv_export! { "IBVERBS_1.1";
-    /// Resizing is not supported (rxe supports it; softroce's CQs hold
-    /// what they were made for): EOPNOTSUPP.
+    /// Resizes a CQ to at least `cqe` entries, keeping the completions in
+    /// it; `cq->cqe` becomes rxe's size (`2^k - 1`). EINVAL (returned, as
+    /// rdma-core does) for `cqe` outside `1..=max_cqe` or below the
+    /// completions it holds, counting those an extended poll fetched and
+    /// has not handed out.
     fn ibv_resize_cq(cq: *mut IbvCq, cqe: c_int) -> c_int {
-        let _ = (cq, cqe);
-        libc::EOPNOTSUPP
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        let Some(o) = (unsafe { cq_obj(cq) }) else { return libc::EINVAL };
+        let Ok(cqe) = u32::try_from(cqe) else { return libc::EINVAL };
+        // Under the lock no poll moves completions out meanwhile.
+        let b = o.ex_buf.lock().unwrap_or_else(|p| p.into_inner());
+        match o.cq.resize_holding(cqe, b.len - b.next) {
+            Ok(size) => {
+                // SAFETY: `cqe` is the application's field of its CQ; it
+                // may not read it while it resizes (rdma-core writes it so).
+                unsafe { std::ptr::addr_of_mut!((*cq).cqe).write(size as c_int) };
+                0
+            }
+            Err(e) => errno(&e),
+        }
     }
+}
+
+/// `verbs_context.modify_cq` (the inline `ibv_modify_cq`): with
+/// `IBV_CQ_ATTR_MODERATE`, an armed CQ's event waits for `cq_count`
+/// completions or `cq_period` microseconds, whichever first (rxe returns
+/// EOPNOTSUPP; softroce moderates, as NICs do). As rdma-core's
+/// `ibv_cmd_modify_cq` and the kernel: EINVAL for no mask or bits at or past
+/// `IBV_CQ_ATTR_RESERVED`.
+pub(crate) unsafe extern "C" fn modify_cq(cq: *mut IbvCq, attr: *mut IbvModifyCqAttr) -> c_int {
+    guard("modify_cq", || {
+        // SAFETY: a CQ from ibv_create_cq (checked for NULL).
+        let Some(o) = (unsafe { cq_obj(cq) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a readable ibv_modify_cq_attr.
+        let a = unsafe { *attr };
+        if a.attr_mask == 0 || a.attr_mask >= IBV_CQ_ATTR_RESERVED {
+            return libc::EINVAL;
+        }
+        let m = a.moderate;
+        let period = std::time::Duration::from_micros(u64::from(m.cq_period));
+        match o.cq.set_moderation(m.cq_count, period) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    })
 }
 
 ibv_export! { "IBVERBS_1.1";

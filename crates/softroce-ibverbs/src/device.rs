@@ -266,6 +266,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         // rxe reports its capability flags again in the 64-bit field.
         ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         ex.phys_port_cnt_ex = 1;
+        // softroce moderates CQ events (`ibv_modify_cq`; rxe reports 0, 0).
+        ex.cq_mod_caps.max_cq_count = u16::MAX;
+        ex.cq_mod_caps.max_cq_period = u16::MAX;
         // SAFETY: the caller's struct has attr_size bytes.
         unsafe { write_sized(&ex, attr.cast(), attr_size) };
         0
@@ -282,6 +285,8 @@ pub(crate) fn port_attr(b: &CtxBlock) -> IbvPortAttr {
     o.port_cap_flags = p.port_cap_flags;
     o.max_msg_sz = p.max_msg_sz;
     o.pkey_tbl_len = p.pkey_tbl_len;
+    // Packets dropped by the P_Key check, where rxe counts them.
+    o.bad_pkey_cntr = b.ctx.counters().drop_bad_pkey.try_into().unwrap_or(u32::MAX);
     // LID-only addressing (see `lid`): rxe says 0.
     o.lid = crate::lid::lid_of(b.ctx.device().addr);
     o.sm_lid = p.sm_lid;

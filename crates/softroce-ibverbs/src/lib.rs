@@ -33,5 +33,6 @@ mod pd;
 mod qp;
 mod rdmacm;
 pub mod rdmacm_abi;
+mod rsocket;
 mod srq;
 mod stubs;

@@ -1,10 +1,11 @@
 //! Protection domains and memory regions (`ibv_alloc_pd`, `ibv_reg_mr`
-//! and the iova variants, `ibv_dereg_mr`).
+//! and the iova variants, `ibv_rereg_mr`, `ibv_dereg_mr`).
 //!
 //! A PD counts the objects made in it, so `ibv_dealloc_pd` fails with
 //! EBUSY while any remain, as the kernel's reference counts make it do.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use softroce::{AccessFlags, Mr, Pd};
@@ -79,7 +80,8 @@ ibv_export! { "IBVERBS_1.1";
 #[repr(C)]
 pub(crate) struct MrObj {
     pub(crate) c: IbvMr,
-    pub(crate) mr: Mr,
+    /// Replaced by `ibv_rereg_mr` (same keys, new handle).
+    pub(crate) mr: Mutex<Mr>,
 }
 
 /// Access bits softroce enforces; the optional hints (relaxed ordering,
@@ -117,7 +119,7 @@ fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_in
             p.adopt();
             let c =
                 IbvMr { context: p.c.context, pd, addr, length, handle: mr.lkey(), lkey: mr.lkey(), rkey: mr.rkey() };
-            Box::into_raw(Box::new(MrObj { c, mr })) as *mut IbvMr
+            Box::into_raw(Box::new(MrObj { c, mr: Mutex::new(mr) })) as *mut IbvMr
         }
         Err(e) => {
             set_errno(errno(&e));
@@ -155,7 +157,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: an MR from ibv_reg_mr; `c` is the first field of MrObj.
         let o = unsafe { &*(mr as *const MrObj) };
-        if let Err(e) = o.mr.deregister() {
+        if let Err(e) = o.mr.lock().unwrap_or_else(|p| p.into_inner()).deregister() {
             return errno(&e);
         }
         // SAFETY: a PD outlives its MRs (dealloc_pd refuses otherwise).
@@ -169,11 +171,99 @@ ibv_export! { "IBVERBS_1.1";
 }
 
 ibv_export! { "IBVERBS_1.1";
-    /// Re-registration is not supported: `IBV_REREG_MR_ERR_CMD` with
-    /// EOPNOTSUPP, and the region stays as it was.
+    /// Re-registers a region with any combination of
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION` / `_PD` / `_ACCESS`. The keys stay
+    /// (rxe 6.x keeps them for PD and access; rxe refuses a new translation
+    /// with EOPNOTSUPP, softroce moves the region, keys kept, as NICs that
+    /// re-register in place do). Errors as rdma-core's `ibv_rereg_mr`:
+    /// `IBV_REREG_MR_ERR_INPUT` (errno EINVAL) for unknown flags, a
+    /// translation without address or length, or access without
+    /// `_CHANGE_ACCESS`; `IBV_REREG_MR_ERR_CMD` for what the kernel refuses
+    /// (errno, which rdma-core leaves unset, says why: EINVAL for no flag,
+    /// no PD or another device's, bad access or a different iova;
+    /// EOPNOTSUPP for access softroce lacks; EBUSY with windows bound). The
+    /// region is unchanged after any error.
     fn ibv_rereg_mr(mr: *mut IbvMr, flags: c_int, pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
-        let _ = (mr, flags, pd, addr, length, access);
-        set_errno(libc::EOPNOTSUPP);
-        IBV_REREG_MR_ERR_CMD as c_int
+        let input = |e| {
+            set_errno(e);
+            IBV_REREG_MR_ERR_INPUT as c_int
+        };
+        let cmd = |e| {
+            set_errno(e);
+            IBV_REREG_MR_ERR_CMD as c_int
+        };
+        if mr.is_null() {
+            return input(libc::EINVAL);
+        }
+        let (translation, new_pd, new_access) = (
+            flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0,
+            flags & IBV_REREG_MR_CHANGE_PD != 0,
+            flags & IBV_REREG_MR_CHANGE_ACCESS != 0,
+        );
+        if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0
+            || (translation && (length == 0 || addr.is_null()))
+            || (access != 0 && !new_access)
+        {
+            return input(libc::EINVAL);
+        }
+        if flags == 0 {
+            // The kernel's ib_uverbs_rereg_mr: no flag is EINVAL.
+            return cmd(libc::EINVAL);
+        }
+        // SAFETY: an MR from ibv_reg_mr; `c` is the first field of MrObj.
+        let o = unsafe { &*(mr as *const MrObj) };
+        let target = if new_pd {
+            // SAFETY: a PD from ibv_alloc_pd, or NULL (refused).
+            match unsafe { pd_obj(pd) } {
+                Some(p) => Some(p),
+                None => return cmd(libc::EINVAL),
+            }
+        } else {
+            None
+        };
+        let access_flags = if new_access {
+            let a = access as u32;
+            if a & !(ACCESS_KNOWN | ACCESS_HINTS | ACCESS_UNSUPPORTED) != 0 {
+                return cmd(libc::EINVAL);
+            }
+            if a & ACCESS_UNSUPPORTED != 0 {
+                return cmd(libc::EOPNOTSUPP);
+            }
+            Some(AccessFlags(a & ACCESS_KNOWN))
+        } else {
+            None
+        };
+        let mem = translation.then_some((addr as *mut u8, length));
+        let mut cur = o.mr.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: ibv_rereg_mr's contract, as ibv_reg_mr's for the new range.
+        match unsafe { cur.rereg_raw(target.map(|p| &p.pd), mem, access_flags) } {
+            Ok(new) => {
+                *cur = new;
+                if let Some(p) = target {
+                    p.adopt();
+                    // SAFETY: the old PD outlives its MRs (dealloc refuses otherwise).
+                    if let Some(old) = unsafe { pd_obj(o.c.pd) } {
+                        old.release();
+                    }
+                }
+                // SAFETY: `mr` is the application's ibv_mr, which it does
+                // not use while re-registering it; rdma-core writes these
+                // fields the same way.
+                unsafe {
+                    if target.is_some() {
+                        (*mr).pd = pd;
+                        (*mr).context = (*pd).context;
+                    }
+                    if translation {
+                        (*mr).addr = addr;
+                        (*mr).length = length;
+                    }
+                    (*mr).lkey = cur.lkey();
+                    (*mr).rkey = cur.rkey();
+                }
+                0
+            }
+            Err(e) => cmd(errno(&e)),
+        }
     }
 }

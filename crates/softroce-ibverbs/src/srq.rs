@@ -1,5 +1,5 @@
 //! Shared receive queues: `ibv_create_srq` (and the basic form of
-//! `ibv_create_srq_ex`), `ibv_modify_srq` (the limit), `ibv_query_srq`,
+//! `ibv_create_srq_ex`), `ibv_modify_srq` (size and limit), `ibv_query_srq`,
 //! `ibv_destroy_srq` and the inline `ibv_post_srq_recv`.
 
 use std::ffi::{c_int, c_void};
@@ -94,7 +94,11 @@ pub(crate) unsafe extern "C" fn create_srq_ex(context: *mut IbvContext, attr: *m
 }
 
 ibv_export! { "IBVERBS_1.1";
-    /// Arms the limit event (`IBV_SRQ_LIMIT`); resizing is not supported.
+    /// Resizes the SRQ (`IBV_SRQ_MAX_WR`, rxe's `IBV_DEVICE_SRQ_RESIZE`)
+    /// and arms the limit event (`IBV_SRQ_LIMIT`). All or nothing, with
+    /// rxe's checks (`rxe_srq_chk_attr`), each EINVAL: an unknown mask bit,
+    /// `max_wr` 0, past `max_srq_wr`, below the WRs posted or below the
+    /// limit (the new one if both are given); a limit past the SRQ's size.
     fn ibv_modify_srq(srq: *mut IbvSrq, srq_attr: *mut IbvSrqAttr, srq_attr_mask: c_int) -> c_int {
         // SAFETY: an SRQ from ibv_create_srq (checked for NULL).
         let Some(o) = (unsafe { srq_obj(srq) }) else { return libc::EINVAL };
@@ -103,14 +107,37 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: the caller passes a readable ibv_srq_attr.
         let a = unsafe { &*srq_attr };
-        if srq_attr_mask as u32 & IBV_SRQ_MAX_WR as u32 != 0 {
-            return libc::EOPNOTSUPP;
+        let mask = srq_attr_mask as u32;
+        let (resize, limit) = (mask & IBV_SRQ_MAX_WR as u32 != 0, mask & IBV_SRQ_LIMIT as u32 != 0);
+        if mask & !(IBV_SRQ_MAX_WR as u32 | IBV_SRQ_LIMIT as u32) != 0 {
+            return libc::EINVAL;
         }
-        if srq_attr_mask as u32 & IBV_SRQ_LIMIT as u32 != 0 {
+        let mut kept = o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        let size = if resize { a.max_wr } else { kept.max_wr };
+        let new_limit = if limit { a.srq_limit } else { o.srq.limit().unwrap_or(0) };
+        if limit && new_limit > size {
+            return libc::EINVAL;
+        }
+        if resize {
+            if new_limit != 0 && a.max_wr < new_limit {
+                return libc::EINVAL;
+            }
+            // Disarm first so the engine checks only the size; rearmed below.
+            let armed = o.srq.limit().unwrap_or(0);
+            if let Err(e) = o.srq.set_limit(0).and_then(|()| o.srq.resize(a.max_wr)) {
+                let _ = o.srq.set_limit(armed);
+                return errno(&e);
+            }
+            kept.max_wr = a.max_wr;
+            if !limit && let Err(e) = o.srq.set_limit(armed) {
+                return errno(&e);
+            }
+        }
+        if limit {
             if let Err(e) = o.srq.set_limit(a.srq_limit) {
                 return errno(&e);
             }
-            o.attr.lock().unwrap_or_else(|p| p.into_inner()).srq_limit = a.srq_limit;
+            kept.srq_limit = a.srq_limit;
         }
         0
     }

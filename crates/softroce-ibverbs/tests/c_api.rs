@@ -374,6 +374,31 @@ fn errors_and_memory_windows() {
     );
 }
 
+/// Verbs that change objects after creation, and CQ creation bounds:
+/// `ibv_resize_cq`, `ibv_modify_cq` (moderation), `ibv_modify_srq` with
+/// `IBV_SRQ_MAX_WR`, `ibv_rereg_mr` with every flag combination.
+#[test]
+fn resize_modify_rereg() {
+    run_program(
+        "resize",
+        &[
+            "create_cq_bounds",
+            "create_cq_ex_bounds",
+            "resize_cq_with_completions",
+            "modify_cq_errors",
+            "modify_cq_count",
+            "modify_cq_period",
+            "modify_cq_off",
+            "srq_resize",
+            "rereg_mr_input_errors",
+            "rereg_mr_cmd_errors",
+            "rereg_mr_every_flag_combination",
+            "rereg_mr_busy_with_windows",
+        ],
+        &[],
+    );
+}
+
 /// 7. `fork()` with an open device and an active QP.
 #[test]
 fn fork() {
@@ -411,6 +436,37 @@ fn rdmacm_misc() {
             "reject_ece_needs_a_request",
             "qp_with_librdmacm_s_cqs_and_an_srq",
             "multicast_rules",
+        ],
+        &[],
+    );
+}
+
+/// rsockets (librdmacm's socket API): a fork()ed server and its client
+/// exchange and check data blocking, vectored, peeked, from two threads
+/// at once (a reader waits while a writer sends) and nonblocking
+/// (rpoll over an rsocket and a pipe, rselect), riowrite into a riomap'd
+/// buffer, shut down one direction then both; and the error paths.
+#[test]
+fn rdmacm_rsocket() {
+    if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install librdmacm-dev");
+        println!("skipped: librdmacm-dev not installed");
+        return;
+    }
+    run_program(
+        "rdmacm_rsocket",
+        &[
+            "bad_numbers_are_ebadf_or_enotsock",
+            "datagram_rsockets_are_refused",
+            "unconnected_calls_fail",
+            "connect_to_an_unlistened_port_is_refused",
+            "connect",
+            "blocking_and_vectored_transfer_is_exact",
+            "a_reader_blocked_in_one_thread_lets_another_send",
+            "nonblocking_with_rpoll_and_rselect",
+            "riowrite_lands_in_the_peer_s_riomap",
+            "shutdown_ends_one_direction_then_both",
+            "server_side",
         ],
         &[],
     );

@@ -54,6 +54,8 @@ const REQUIRED: &[&str] = &[
     "ibv_packet_pacing_caps",
     "ibv_tm_caps",
     "ibv_cq_moderation_caps",
+    "ibv_moderate_cq",
+    "ibv_modify_cq_attr",
     "ibv_pci_atomic_caps",
     "ibv_query_device_ex_input",
     "ibv_gid_entry",

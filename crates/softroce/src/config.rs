@@ -9,7 +9,9 @@
 //!   exists: one `NAME = ADDR` per line, `#` comments.
 //! - Otherwise one device per interface that is up and has an IPv4 address,
 //!   named `softroce_<interface>` (e.g. `softroce_lo` on 127.0.0.1,
-//!   `softroce_eth0`), in the order the kernel lists them.
+//!   `softroce_eth0`), in the order the kernel lists them but with loopback
+//!   last: the first device is every program's default, and it should be
+//!   one a peer on another host can reach.
 //!
 //! The GID table is built as Linux rxe presents it: index 0 is the
 //! interface's link-local IPv6 address (or, where it has none, as on
@@ -263,6 +265,10 @@ pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
         }
         out.push(device_for(name, i.addr, &ifaddrs));
     }
+    // The first device is every program's default: make it one a remote
+    // peer can reach, with loopback last (issue 18; a named list keeps
+    // the user's order).
+    out.sort_by_key(|d| d.addr.is_loopback());
     Ok(out)
 }
 
@@ -379,5 +385,8 @@ mod tests {
         assert_eq!(lo.name, format!("softroce_{}", lo.interface.as_deref().unwrap()));
         assert_eq!(lo.active_mtu, Mtu::Mtu4096, "loopback MTU 65536");
         assert_eq!(lo.addr_gid_index(), 1);
+        // Loopback last: the default device is one another host can reach.
+        let at = d.iter().position(|d| d.addr.is_loopback()).expect("listed");
+        assert!(d[at..].iter().all(|d| d.addr.is_loopback()), "{:?}", d.iter().map(|d| &d.name).collect::<Vec<_>>());
     }
 }

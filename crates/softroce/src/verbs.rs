@@ -45,10 +45,19 @@ impl Context {
     /// Creates a completion queue of at least `cqe` entries whose events
     /// (once armed with [`Cq::req_notify`]) go to `channel`.
     pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq, Error> {
+        self.create_cq_on(cqe, channel, 0)
+    }
+
+    /// [`Context::create_cq`] on completion vector `comp_vector`
+    /// (`ibv_create_cq`'s last argument). `cqe` outside `1..=max_cqe` is
+    /// [`roce_proto::VerbError::Cqe`], a vector at or past
+    /// [`roce_proto::device::NUM_COMP_VECTORS`] is
+    /// [`roce_proto::VerbError::CompVector`] (EINVAL, as rxe).
+    pub fn create_cq_on(&self, cqe: u32, channel: Option<&CompChannel>, comp_vector: u32) -> Result<Cq, Error> {
         let s = self.shared();
         s.live()?;
         let mut st = s.lock();
-        let handle = st.dev.create_cq(cqe)?;
+        let handle = st.dev.create_cq_on(cqe, comp_vector)?;
         if let Some(ch) = channel {
             st.channels.insert(handle, ch.queue.clone());
         }
@@ -262,6 +271,90 @@ impl Mr {
         Ok(())
     }
 
+    /// Re-registers the region (`ibv_rereg_mr` without a new translation):
+    /// into `pd` and with `access`, each if given. The keys stay (rxe 6.x's
+    /// `rxe_rereg_user_mr`), the memory too. Returns the region's new handle;
+    /// this one is spent (its drop no longer deregisters). Refused, changing
+    /// nothing, for a PD of another device, invalid access, or windows
+    /// bound ([`roce_proto::mr::MrError::HasWindows`]).
+    pub fn rereg(&self, pd: Option<&Pd>, access: Option<AccessFlags>) -> Result<Mr, Error> {
+        self.rereg_with(pd, None, access)
+    }
+
+    /// [`Mr::rereg`] that may also move the region to caller memory
+    /// `[addr, addr + len)`, at I/O virtual address `addr`
+    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`); the keys stay. It returns once
+    /// no responder holds a grant into the old memory, so the caller may
+    /// free that (as [`Mr::deregister`]). Regions owning their memory
+    /// ([`Pd::reg_mr`]) keep it: a new translation for them is refused.
+    ///
+    /// # Safety
+    /// As for [`Pd::reg_mr_raw`], for the new memory.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_raw(
+        &self,
+        pd: Option<&Pd>,
+        mem: Option<(*mut u8, usize)>,
+        access: Option<AccessFlags>,
+    ) -> Result<Mr, Error> {
+        let translation = match mem {
+            None => None,
+            Some((addr, len)) => {
+                // SAFETY: the caller's promise above.
+                let region = unsafe { Region::new(addr, len) }.ok_or(Error::OutOfBounds { offset: 0, len, size: 0 })?;
+                Some((addr as u64, region))
+            }
+        };
+        self.rereg_with(pd, translation, access)
+    }
+
+    fn rereg_with(
+        &self,
+        pd: Option<&Pd>,
+        translation: Option<(u64, Region)>,
+        access: Option<AccessFlags>,
+    ) -> Result<Mr, Error> {
+        use std::sync::atomic::Ordering;
+        let invalid = |why| Error::Verb(roce_proto::VerbError::Invalid(why));
+        let s = self.0.pd.ctx().shared();
+        if pd.is_some_and(|p| !std::ptr::eq(p.ctx().shared(), s)) {
+            return Err(invalid("the PD is of another device"));
+        }
+        if translation.is_some() && self.0.region.is_some() {
+            return Err(invalid("the region owns its memory: no new translation"));
+        }
+        {
+            let mut st = s.lock();
+            s.live()?;
+            if self.0.deregistered.load(Ordering::Acquire) {
+                return Err(roce_proto::VerbError::Mr(roce_proto::mr::MrError::UnknownKey(self.0.key)).into());
+            }
+            st.dev.rereg_mr(self.0.key, pd.map(Pd::handle), translation, access)?;
+            // The key now belongs to the new handle.
+            self.0.deregistered.store(true, Ordering::Release);
+        }
+        let (addr, len) = translation.map_or((self.0.addr, self.0.len), |(a, r)| (a, r.len()));
+        if translation.is_some() {
+            let (old, old_len) = (self.0.addr as usize, self.0.len);
+            while s.lock().dev.memory_in_use(old, old_len) {
+                let mut st = s.lock();
+                s.progress(&mut st)?;
+                drop(st);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        let buf = self.0.buf.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Ok(Mr(Arc::new(MrInner {
+            pd: pd.unwrap_or(&self.0.pd).clone(),
+            key: self.0.key,
+            addr,
+            len,
+            region: self.0.region,
+            buf: std::sync::Mutex::new(buf),
+            deregistered: Default::default(),
+        })))
+    }
+
     /// L_Key.
     pub fn lkey(&self) -> u32 {
         self.0.key
@@ -443,6 +536,38 @@ impl Cq {
         Ok(n)
     }
 
+    /// The entries it holds (`ibv_cq.cqe`: rxe's `2^k - 1` at or above
+    /// the size asked for).
+    pub fn size(&self) -> Result<u32, Error> {
+        let h = self.0.handle;
+        Ok(self.0.ctx.shared().with_dev(false, |d| d.cq_size(h))?)
+    }
+
+    /// `ibv_resize_cq`: holds at least `cqe` entries from now on, the
+    /// completions queued kept in order; returns the new size. Refused
+    /// below the completions queued ([`roce_proto::cq::CqError::BelowHeld`])
+    /// or outside `1..=max_cqe`.
+    pub fn resize(&self, cqe: u32) -> Result<u32, Error> {
+        self.resize_holding(cqe, 0)
+    }
+
+    /// [`Cq::resize`] by a wrapper that polled `held` completions out of
+    /// the CQ and still holds them for its caller (they count as queued).
+    pub fn resize_holding(&self, cqe: u32, held: usize) -> Result<u32, Error> {
+        let h = self.0.handle;
+        self.0.ctx.shared().with_live_dev(false, |d| d.resize_cq(h, cqe, held))
+    }
+
+    /// `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE`: an armed CQ's event
+    /// waits for `count` completions or `period`, whichever comes first
+    /// (see [`roce_proto::cq::Moderation`]; rxe refuses the verb).
+    pub fn set_moderation(&self, count: u16, period: Duration) -> Result<(), Error> {
+        let h = self.0.handle;
+        let m = roce_proto::cq::Moderation { count, period };
+        // (A kick: the driver's sleep may now have to end sooner.)
+        self.0.ctx.shared().with_live_dev(true, |d| d.modify_cq(h, m))
+    }
+
     /// Arms the CQ: the next completion (or next solicited one) makes its
     /// channel readable once (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
@@ -579,6 +704,22 @@ impl Srq {
     pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
         let h = self.0.handle;
         Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.set_srq_limit(h, limit))?)
+    }
+
+    /// The WRs it holds at most (`ibv_query_srq`'s `max_wr`).
+    pub fn size(&self) -> Result<u32, Error> {
+        let h = self.0.handle;
+        Ok(self.0.pd.ctx().shared().with_dev(false, |d| d.srq_size(h))?)
+    }
+
+    /// Resizes it to `max_wr` WRs (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`),
+    /// keeping those posted; refused for 0, past `max_srq_wr`, below the
+    /// armed limit or below the WRs posted (see [`Device::resize_srq`]).
+    ///
+    /// [`Device::resize_srq`]: roce_proto::Device::resize_srq
+    pub fn resize(&self, max_wr: u32) -> Result<(), Error> {
+        let h = self.0.handle;
+        self.0.pd.ctx().shared().with_live_dev(false, |d| d.resize_srq(h, max_wr))
     }
 }
 

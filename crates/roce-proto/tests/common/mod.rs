@@ -45,6 +45,8 @@ pub struct Setup {
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
+    /// Both QPs' `max_dest_rd_atomic`.
+    pub max_dest_rd_atomic: u8,
     pub sq_psn: [u32; 2],
     pub cqe: u32,
     pub sq_sig_all: bool,
@@ -64,6 +66,7 @@ impl Default for Setup {
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
             sq_psn: [0x1000, 0xff_fff0],
             cqe: 256,
             sq_sig_all: false,
@@ -194,7 +197,7 @@ impl Pair {
         a.path_mtu = s.mtu;
         a.dest_qp_num = qpn[j];
         a.rq_psn = s.sq_psn[j];
-        a.max_dest_rd_atomic = 16;
+        a.max_dest_rd_atomic = s.max_dest_rd_atomic;
         a.min_rnr_timer = s.min_rnr_timer;
         a.ah_attr = AhAttr { dest: self.addr[j], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 };
         let rtr = roce_proto::qp_state::required_mask(QpState::Init, QpState::Rtr, s.qp_type).unwrap();

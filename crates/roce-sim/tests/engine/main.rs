@@ -645,7 +645,22 @@ fn run_seed(seed: u64) -> Result<Report, String> {
     sc.sim.record_trace(nettrace);
     let mut next_post = sc.sim.now();
     let interval = sc.recv_interval;
+    // Mid-run, both CQs grow to twice their size (ibv_resize_cq with
+    // completions in them) and later shrink back: the model still sees
+    // every completion once, in order.
+    let sizes = [A, B].map(|side| sc.sim.endpoint(ids[side]).d.dev.cq_size(cq[side]).unwrap());
+    let mut resized = 0;
     let res = run_until_posting(&mut sc, &mut next_post, interval, bound, |sim| {
+        let stage = if got[A].len() * 4 >= want_a * 3 { 2 } else { usize::from(got[A].len() * 2 >= want_a) };
+        if stage > resized {
+            resized = stage;
+            for side in [A, B] {
+                let want = if stage == 1 { 2 * sizes[side] } else { sizes[side] };
+                let d = &mut sim.endpoint_mut(ids[side]).d.dev;
+                let got = d.resize_cq(cq[side], want.min(32_767), 0).expect("a resize that fits what the CQ holds");
+                assert!(got >= want.min(32_767));
+            }
+        }
         // A requester that gave up (RETRY_EXC_ERR) is torn down with its
         // peer, as an application would: the peer's receives flush.
         for pair in &qpn {
