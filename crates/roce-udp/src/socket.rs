@@ -155,13 +155,6 @@ impl Socket {
             if pktinfo {
                 sys::set_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1).map_err(io("setting IP_PKTINFO"))?;
             }
-            // UD multicast (a SEND to a group's address) leaves by this
-            // address's interface, with the hop limit rdma_cm gives a RoCEv2
-            // group (64; the kernel's rxe takes the IP TTL from the AH).
-            if let Some(ifa) = crate::group::multicast_if(addr.ip()) {
-                sock.set_multicast_if_v4(&ifa).map_err(io("setting IP_MULTICAST_IF"))?;
-                sock.set_multicast_ttl_v4(64).map_err(io("setting IP_MULTICAST_TTL"))?;
-            }
         } else {
             sock.set_only_v6(true).map_err(io("setting IPV6_V6ONLY"))?;
             sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
@@ -184,6 +177,14 @@ impl Socket {
             sys::set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1).map_err(io("setting SO_REUSEPORT"))?;
         }
         sock.bind(&SockAddr::from(addr)).map_err(|e| bind_error(addr, e))?;
+        // UD multicast (a SEND to a group's address) leaves by this
+        // address's interface, with the hop limit rdma_cm gives a RoCEv2
+        // group (64; the kernel's rxe takes the IP TTL from the AH). Set
+        // once bound: the address is then known to be this host's.
+        if let Some(ifa) = crate::group::multicast_if(addr.ip()) {
+            sock.set_multicast_if_v4(&ifa).map_err(io("setting IP_MULTICAST_IF"))?;
+            sock.set_multicast_ttl_v4(64).map_err(io("setting IP_MULTICAST_TTL"))?;
+        }
         let local = sock
             .local_addr()
             .map_err(io("reading the bound address"))?

@@ -1229,14 +1229,20 @@ fn rstream_runs_over_rsockets_blocking_nonblocking_and_with_rpoll() {
             (&["-S", "64", "-C", "1", "-I", "300", "-T", "b"], 64, 1, 300),
             (&["-S", "3000000", "-C", "4", "-T", "b", "-T", "v"], 3_000_000, 4, 1),
         ];
-        for (args, size, xfers, iters) in runs {
-            let (s, c) = rsocket_server_client("rstream", cm_port(6), args);
-            for d in [&s, &c] {
-                let (gbps, usec) = rsocket_result(d, size, xfers, iters);
-                println!("rstream {}: {gbps} Gb/s, {usec} usec/xfer", args.join(" "));
-            }
-        }
+        rsocket_runs("rstream", cm_port(6), &runs);
     });
+}
+
+/// Runs `tool`'s server and client once per `(args, size, transfers,
+/// iterations)`, checking both ends' result lines.
+fn rsocket_runs(tool: &str, port: u16, runs: &[(&[&str], u64, u64, u64)]) {
+    for &(args, size, xfers, iters) in runs {
+        let (s, c) = rsocket_server_client(tool, port, args);
+        for d in [&s, &c] {
+            let (gbps, usec) = rsocket_result(d, size, xfers, iters);
+            println!("{tool} {}: {gbps} Gb/s, {usec} usec/xfer", args.join(" "));
+        }
+    }
 }
 
 /// librdmacm's `riostream`, unmodified: each side riomaps its buffer, the
@@ -1254,13 +1260,7 @@ fn riostream_writes_into_the_peers_riomap() {
             (&["-S", "1000000", "-C", "10", "-T", "b", "-T", "v"], 1_000_000, 10, 1),
             (&["-S", "65536", "-C", "50", "-T", "a", "-T", "v"], 65536, 50, 1),
         ];
-        for (args, size, xfers, iters) in runs {
-            let (s, c) = rsocket_server_client("riostream", cm_port(7), args);
-            for d in [&s, &c] {
-                let (gbps, usec) = rsocket_result(d, size, xfers, iters);
-                println!("riostream {}: {gbps} Gb/s, {usec} usec/xfer", args.join(" "));
-            }
-        }
+        rsocket_runs("riostream", cm_port(7), &runs);
     });
 }
 

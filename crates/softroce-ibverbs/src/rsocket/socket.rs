@@ -660,6 +660,21 @@ impl Socket {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// [`Socket::wait`] until the socket may send: the guard back with
+    /// the error when the wait fails or the connection stops being
+    /// writable (ECONNRESET), so the caller can report what already went.
+    fn wait_to_send<'a>(
+        &'a self,
+        g: MutexGuard<'a, Inner>,
+        nonblock: bool,
+    ) -> Result<MutexGuard<'a, Inner>, (MutexGuard<'a, Inner>, Errno)> {
+        match self.wait(g, nonblock, |i| i.can_send() || !i.state.writable()) {
+            Ok(g) if g.state.writable() => Ok(g),
+            Ok(g) => Err((g, Errno(libc::ECONNRESET))),
+            Err(e) => Err((self.lock(), e)),
+        }
+    }
+
     /// Waits until `test` holds, making progress meanwhile (`rs_get_comp`):
     /// EWOULDBLOCK at once when `nonblock`, else a poll of `polling_time`,
     /// then sleeps on the descriptors (EINTR when a signal ends the sleep;
@@ -872,17 +887,12 @@ impl Socket {
         let mut err = None;
         while data.left() > 0 {
             if !g.can_send() {
-                match self.wait(g, nonblock, |i| i.can_send() || !i.state.writable()) {
+                match self.wait_to_send(g, nonblock) {
                     Ok(ng) => g = ng,
-                    Err(e) => {
-                        err = Some(e);
-                        g = self.lock();
+                    Err((ng, e)) => {
+                        (g, err) = (ng, Some(e));
                         break;
                     }
-                }
-                if !g.state.writable() {
-                    err = Some(Errno(libc::ECONNRESET));
-                    break;
                 }
             }
             let inline = u32::from(g.sizes().inline) as usize;
@@ -1100,17 +1110,12 @@ impl Socket {
                 }
             }
             if !g.can_send() {
-                match self.wait(g, nonblock, |i| i.can_send() || !i.state.writable()) {
+                match self.wait_to_send(g, nonblock) {
                     Ok(ng) => g = ng,
-                    Err(e) => {
-                        err = Some(e);
-                        g = self.lock();
+                    Err((ng, e)) => {
+                        (g, err) = (ng, Some(e));
                         break;
                     }
-                }
-                if !g.state.writable() {
-                    err = Some(Errno(libc::ECONNRESET));
-                    break;
                 }
             }
             let m = map.expect("found above");
