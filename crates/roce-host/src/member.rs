@@ -796,7 +796,16 @@ impl Member {
             // Not seated yet: the model must not see this member leave.
             current.retain(|x| *x != Some(self.slot));
         }
-        let plan = seats::after_leaving(&current, &gone);
+        // The group holds one socket per live member. Seats the table could
+        // not resolve (a probe that went unanswered, a member that died
+        // joining) must not outnumber them: probing seats nobody holds
+        // leaves every seat unknown, and every later joiner unseated.
+        let sockets = live.len() + usize::from(!joining);
+        let plan = match seats::after_leaving(&current, &gone) {
+            Plan::Probe(_) if live.is_empty() => Plan::Exact(if joining { Vec::new() } else { vec![Some(self.slot)] }),
+            Plan::Probe(n) => Plan::Probe(n.min(sockets)),
+            exact => exact,
+        };
         for &s in &gone {
             t.remove_services(s, None);
             t.clear_member(s);

@@ -63,3 +63,27 @@ fn a_leaving_member_hands_on_a_stray_queued_on_its_socket() {
     assert_eq!(got, Some(packet), "B got its packet from the member that left");
     b.leave(b_sock);
 }
+
+/// Seats left unknown by members that are all dead now (a probe round
+/// nobody answered) do not keep the next member unseated: with no live
+/// member the group holds only its socket. Before, it probed seats nobody
+/// held, stayed unseated, and every MAD to its own QP 1 was held and dropped.
+#[test]
+fn a_joiner_is_seated_when_dead_members_left_the_seats_unknown() {
+    use std::os::unix::fs::FileExt;
+    let addr = fresh_addr();
+    let (a, a_sock) = Member::join(addr).unwrap();
+    let (c, c_sock) = Member::join(addr).unwrap();
+    // Three seats, none known: word 5 is the seat count, words 8.. the seats.
+    let f = std::fs::OpenOptions::new().write(true).open(device_file(addr)).unwrap();
+    f.write_all_at(&3u64.to_ne_bytes(), 5 * 8).unwrap();
+    for i in 0..3u64 {
+        f.write_all_at(&0u64.to_ne_bytes(), (8 + i) * 8).unwrap();
+    }
+    // Both die (their lock bytes and sockets go with their descriptors).
+    drop((a, a_sock, c, c_sock));
+    let (b, b_sock) = Member::join(addr).unwrap();
+    let mut buf = Vec::new();
+    assert!(b.wake_envelope(&mut buf), "the joiner knows its seat");
+    b.leave(b_sock);
+}

@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-fn run_sh(script: &str, envs: &[(&str, &str)], as_nobody: bool) -> (i32, String, String) {
+/// Runs `script` under `softroce run`; also returns the pid of the
+/// process that made the view (its staging directory is named by it).
+fn run_sh(script: &str, envs: &[(&str, &str)], as_nobody: bool) -> (i32, String, String, u32) {
     let mut c = if as_nobody {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_softroce")]);
@@ -16,12 +18,13 @@ fn run_sh(script: &str, envs: &[(&str, &str)], as_nobody: bool) -> (i32, String,
     for (k, v) in envs {
         c.env(k, v);
     }
-    let o = c.output().expect("softroce runs");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
+    let child =
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("softroce runs");
+    // setpriv execs softroce in place: the same pid.
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into());
+    (o.status.code().unwrap_or(-1), out, err, pid)
 }
 
 fn is_root() -> bool {
@@ -39,17 +42,13 @@ const WANT: &str = "1: CA\nlo\n4: ACTIVE\nEthernet\n0000:0000:0000:0000:0000:fff
     6\nsoftroce_t\ncharacter special file\nrw\ncharacter special file\nkept\n";
 
 fn check(as_nobody: bool) {
-    let (code, out, err) = run_sh(LOOK, &[], as_nobody);
+    let (code, out, err, pid) = run_sh(LOOK, &[], as_nobody);
     assert_eq!((code, out.as_str()), (0, WANT), "stderr: {err}");
     assert!(!err.contains("no /sys/class/infiniband"), "{err}");
-    // Outside the program nothing changed, and no staging directory is left.
+    // Outside the program nothing changed, and its staging directory is gone.
     assert!(!std::path::Path::new("/sys/class/infiniband/softroce_t").exists());
-    let left = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("softroce-view-"))
-        .count();
-    assert_eq!(left, 0, "staging directories left in the temp dir");
+    let staging = std::env::temp_dir().join(format!("softroce-view-{pid}"));
+    assert!(!staging.exists(), "{} was left", staging.display());
 }
 
 #[test]
@@ -74,7 +73,7 @@ fn an_ordinary_user_gets_the_view_too() {
 
 #[test]
 fn sysfs_0_turns_the_view_off() {
-    let (code, out, _) = run_sh(
+    let (code, out, _, _) = run_sh(
         "test -e /sys/class/infiniband/softroce_t && echo there || echo absent",
         &[("SOFTROCE_SYSFS", "0")],
         false,
