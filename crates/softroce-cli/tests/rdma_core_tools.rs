@@ -1187,14 +1187,20 @@ fn rsocket_result(d: &Done, size: u64, xfers: u64, iters: u64) -> (f64, f64) {
 /// (`PROG -s 127.0.0.1 -p PORT ARGS`), again while its connect is refused
 /// because the server does not listen yet; both must succeed.
 fn rsocket_server_client(prog: &str, port: u16, args: &[&str]) -> (Done, Done) {
+    rsocket_server_client_in(prog, [None, None], "127.0.0.1", port, args)
+}
+
+/// [`rsocket_server_client`] with the server in namespace `ns[0]` at
+/// `server`, the client in `ns[1]` (`None`: this one).
+fn rsocket_server_client_in(prog: &str, ns: [Option<&str>; 2], server: &str, port: u16, args: &[&str]) -> (Done, Done) {
     let port = port.to_string();
-    let server: Vec<&str> = [prog, "-p", &port].into_iter().chain(args.iter().copied()).collect();
-    let client: Vec<&str> = [prog, "-s", "127.0.0.1", "-p", &port].into_iter().chain(args.iter().copied()).collect();
-    let mut s = Proc::start(&server);
+    let srv: Vec<&str> = [prog, "-p", &port].into_iter().chain(args.iter().copied()).collect();
+    let client: Vec<&str> = [prog, "-s", server, "-p", &port].into_iter().chain(args.iter().copied()).collect();
+    let mut s = Proc::start_in(ns[0], &srv);
     let mut last = None;
     for attempt in 1..=20u64 {
         std::thread::sleep(Duration::from_millis(50 * attempt));
-        let c = Proc::start(&client).finish(CHILD_TIMEOUT);
+        let c = Proc::start_in(ns[1], &client).finish(CHILD_TIMEOUT);
         // A blocking connect says `rconnect: Connection refused`; a
         // nonblocking one sees POLLERR (`rpoll: ...`) or SO_ERROR's ECONNREFUSED.
         let refused = c.stderr.contains("Connection refused") || c.stderr.contains("rpoll: ");
@@ -1343,8 +1349,8 @@ impl Drop for TwoHosts {
     }
 }
 
-/// rping, ucmatose and mckey between two network namespaces (two hosts on a veth
-/// link): each namespace's `softroce run` finds its interface's device by
+/// rping, ucmatose, mckey, rdma_server/rdma_client, rstream and udaddy
+/// between two network namespaces (two hosts on a veth link): each namespace's `softroce run` finds its interface's device by
 /// itself, and the CM exchange crosses the link.
 #[test]
 fn rping_and_ucmatose_between_two_network_namespaces() {
@@ -1379,6 +1385,34 @@ fn rping_and_ucmatose_between_two_network_namespaces() {
         // interface (IGMP), the datagrams sent to the group's address.
         if have("mckey_netns", &["mckey"]) {
             mckey_pair([b, a], [srv, h.addr[0]], &mcast_group(3), "1", &[]);
+        }
+
+        // Synchronous endpoints (rdma_getaddrinfo, rdma_create_ep) across the link.
+        if have("rdma_server_netns", &["rdma_server", "rdma_client"]) {
+            let (s, c) = cm_server_client_in(
+                (b, &["rdma_server", "-s", srv, "-p", "7176"]),
+                (a, &["rdma_client", "-s", srv, "-p", "7176"]),
+            );
+            assert!(s.stdout.contains("rdma_server: end 0"), "{}", s.report());
+            assert!(c.stdout.contains("rdma_client: end 0"), "{}", c.report());
+        }
+
+        // rsockets across the link, data checked (`-T v`).
+        if have("rstream_netns", &["rstream"]) {
+            let args = ["-S", "65536", "-C", "20", "-T", "b", "-T", "v"];
+            let (s, c) = rsocket_server_client_in("rstream", [b, a], srv, 7177, &args);
+            for d in [&s, &c] {
+                rsocket_result(d, 65536, 20, 1);
+            }
+        }
+
+        // A UD id across the link: SIDR to the server's host, then datagrams both ways.
+        if have("udaddy_netns", &["udaddy"]) {
+            let (s, c) = cm_server_client_in((b, &["udaddy", "-b", srv]), (a, &["udaddy", "-s", srv]));
+            for d in [&s, &c] {
+                assert!(d.stdout.contains("data transfers complete"), "{}", d.report());
+                assert!(d.stdout.contains("return status 0"), "{}", d.report());
+            }
         }
     });
 }
