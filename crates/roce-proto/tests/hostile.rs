@@ -5,7 +5,7 @@ mod common;
 
 use common::{A, B, Pair, Setup};
 use roce_proto::verbs::{QpState, WcStatus, WrOpcode};
-use roce_wire::{BthRepr, ExtRepr, IcrcContext, IpContext, Opcode, PacketRepr, Psn, RethRepr, Syndrome};
+use roce_wire::{BthRepr, ExtRepr, Opcode, PacketRepr, Psn, RethRepr, Syndrome};
 
 /// Builds a request from A's QP to B's QP at B's expected PSN.
 fn forge(p: &Pair, opcode: Opcode, psn: Psn, reth: Option<RethRepr>, payload: &[u8], dest_qpn: u32) -> Vec<u8> {
@@ -13,12 +13,7 @@ fn forge(p: &Pair, opcode: Opcode, psn: Psn, reth: Option<RethRepr>, payload: &[
         bth: BthRepr { ack_req: true, ..BthRepr::new(opcode, dest_qpn, psn) },
         ext: ExtRepr { reth, ..Default::default() },
     };
-    let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (p.addr[A], p.addr[B]) else { unreachable!() };
-    let src_port = p.dev[A].qp(p.qpn[A]).unwrap().src_port;
-    let ctx = IcrcContext { ip: IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
-    let mut buf = vec![0u8; repr.packet_len(payload.len()).unwrap()];
-    repr.emit(&mut buf, payload, &ctx).unwrap();
-    buf
+    p.emit_from_a(&repr, payload)
 }
 
 fn inject(p: &mut Pair, bytes: &[u8]) {

@@ -16,12 +16,7 @@ use roce_wire::{BthRepr, ExtRepr, IcrcContext, IpContext, NakCode, Opcode, Packe
 /// A request from A's QP to B's QP.
 fn forge(p: &Pair, bth: BthRepr, reth: Option<RethRepr>, payload: &[u8]) -> Vec<u8> {
     let repr = PacketRepr { bth, ext: ExtRepr { reth, ..Default::default() } };
-    let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (p.addr[A], p.addr[B]) else { unreachable!() };
-    let src_port = p.dev[A].qp(p.qpn[A]).unwrap().src_port;
-    let ctx = IcrcContext { ip: IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
-    let mut buf = vec![0u8; repr.packet_len(payload.len()).unwrap()];
-    repr.emit(&mut buf, payload, &ctx).unwrap();
-    buf
+    p.emit_from_a(&repr, payload)
 }
 
 /// A BTH to B's QP (`qpn`).

@@ -961,15 +961,25 @@ fn cm_server_client(server: &[&str], client: &[&str]) -> (Done, Done) {
 /// [`cm_server_client`] with each end in a network namespace of its own
 /// (`None`: this one).
 fn cm_server_client_in(server: (Option<&str>, &[&str]), client: (Option<&str>, &[&str])) -> (Done, Done) {
+    server_then_client(server, client, |c| {
+        ["REJECTED", "CM event bl blka 8", "rdma_connect"].iter().any(|m| c.stdout.contains(m) || c.stderr.contains(m))
+    })
+}
+
+/// Starts `server`, then runs `client` again (up to 20 times, waiting a
+/// little longer each time) while it fails `too_early` (the server was not
+/// listening yet); returns both ends, which must have succeeded.
+fn server_then_client(
+    server: (Option<&str>, &[&str]),
+    client: (Option<&str>, &[&str]),
+    too_early: impl Fn(&Done) -> bool,
+) -> (Done, Done) {
     let mut s = Proc::start_in(server.0, server.1);
     let mut last = None;
     for attempt in 1..=20u64 {
         std::thread::sleep(Duration::from_millis(50 * attempt));
         let c = Proc::start_in(client.0, client.1).finish(CHILD_TIMEOUT);
-        let early = ["REJECTED", "CM event bl blka 8", "rdma_connect"]
-            .iter()
-            .any(|m| c.stdout.contains(m) || c.stderr.contains(m));
-        if c.ok() || !early || s.exited() {
+        if c.ok() || !too_early(&c) || s.exited() {
             last = Some(c);
             break;
         }
@@ -1196,24 +1206,11 @@ fn rsocket_server_client_in(prog: &str, ns: [Option<&str>; 2], server: &str, por
     let port = port.to_string();
     let srv: Vec<&str> = [prog, "-p", &port].into_iter().chain(args.iter().copied()).collect();
     let client: Vec<&str> = [prog, "-s", server, "-p", &port].into_iter().chain(args.iter().copied()).collect();
-    let mut s = Proc::start_in(ns[0], &srv);
-    let mut last = None;
-    for attempt in 1..=20u64 {
-        std::thread::sleep(Duration::from_millis(50 * attempt));
-        let c = Proc::start_in(ns[1], &client).finish(CHILD_TIMEOUT);
-        // A blocking connect says `rconnect: Connection refused`; a
-        // nonblocking one sees POLLERR (`rpoll: ...`) or SO_ERROR's ECONNREFUSED.
-        let refused = c.stderr.contains("Connection refused") || c.stderr.contains("rpoll: ");
-        if c.ok() || !refused || s.exited() {
-            last = Some(c);
-            break;
-        }
-    }
-    let c = last.expect("the client ran");
-    assert!(c.ok(), "the client failed\n{}", c.report());
-    let s = s.finish(SERVER_GRACE);
-    assert!(s.ok(), "the server failed\n{}\n{}", s.report(), c.report());
-    (s, c)
+    // A blocking connect says `rconnect: Connection refused`; a
+    // nonblocking one sees POLLERR (`rpoll: ...`) or SO_ERROR's ECONNREFUSED.
+    server_then_client((ns[0], &srv), (ns[1], &client), |c| {
+        c.stderr.contains("Connection refused") || c.stderr.contains("rpoll: ")
+    })
 }
 
 /// librdmacm's `rstream`, unmodified, server and client over rsockets

@@ -279,6 +279,17 @@ impl Pair {
         }
     }
 
+    /// The bytes of `repr` with `payload` as A's QP sends them to B (its
+    /// UDP source port, the ICRC over both addresses): for forged packets.
+    pub fn emit_from_a(&self, repr: &roce_wire::PacketRepr, payload: &[u8]) -> Vec<u8> {
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (self.addr[A], self.addr[B]) else { unreachable!("IPv4 pair") };
+        let src_port = self.dev[A].qp(self.qpn[A]).unwrap().src_port;
+        let ctx = roce_wire::IcrcContext { ip: roce_wire::IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
+        let mut buf = vec![0u8; repr.packet_len(payload.len()).unwrap()];
+        repr.emit(&mut buf, payload, &ctx).unwrap();
+        buf
+    }
+
     /// Hands `p` to its destination device.
     pub fn deliver(&mut self, p: &Pkt) {
         let to = 1 - p.from;
