@@ -239,6 +239,21 @@ impl Drop for MrInner {
     }
 }
 
+/// Returns once no responder holds a grant into `[addr, addr + len)`: the
+/// grant goes when the response is sent or the QP fails, and the driver
+/// (or this loop) makes that progress.
+fn wait_until_released(s: &crate::driver::Shared, addr: usize, len: usize) -> Result<(), Error> {
+    loop {
+        let mut st = s.lock();
+        if !st.dev.memory_in_use(addr, len) {
+            return Ok(());
+        }
+        s.progress(&mut st)?;
+        drop(st);
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
 impl Mr {
     /// Deregisters the region now (`ibv_dereg_mr`), reporting why it cannot
     /// be (memory windows still bound: the region stays registered). For
@@ -258,15 +273,7 @@ impl Mr {
             self.0.deregistered.store(true, Ordering::Release);
         }
         if self.0.region.is_none() {
-            let (addr, len) = (self.0.addr as usize, self.0.len);
-            while s.lock().dev.memory_in_use(addr, len) {
-                // The grant goes when the response is sent or the QP fails;
-                // the driver (or this loop) makes that progress.
-                let mut st = s.lock();
-                s.progress(&mut st)?;
-                drop(st);
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
+            wait_until_released(s, self.0.addr as usize, self.0.len)?;
         }
         Ok(())
     }
@@ -335,13 +342,7 @@ impl Mr {
         }
         let (addr, len) = translation.map_or((self.0.addr, self.0.len), |(a, r)| (a, r.len()));
         if translation.is_some() {
-            let (old, old_len) = (self.0.addr as usize, self.0.len);
-            while s.lock().dev.memory_in_use(old, old_len) {
-                let mut st = s.lock();
-                s.progress(&mut st)?;
-                drop(st);
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
+            wait_until_released(s, self.0.addr as usize, self.0.len)?;
         }
         let buf = self.0.buf.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Mr(Arc::new(MrInner {

@@ -735,6 +735,19 @@ impl Socket {
         g.opts.nonblocking() || flags & libc::MSG_DONTWAIT != 0
     }
 
+    /// The first steps of `rsend` and `riowrite`: connected, still
+    /// writable (else ECONNRESET), and the mappings announced that must go
+    /// ahead of the data; with whether the call is nonblocking.
+    fn ready_to_send(&self, flags: i32) -> Result<(MutexGuard<'_, Inner>, bool), Errno> {
+        let g = self.lock();
+        let nonblock = Socket::nonblock(&g, flags);
+        let g = self.connected_for_data(g, nonblock)?;
+        if !g.state.writable() {
+            return Err(Errno(libc::ECONNRESET));
+        }
+        Ok((self.send_iomaps(g, nonblock)?, nonblock))
+    }
+
     /// A data call's first step: a connect in progress completes (waits
     /// unless nonblocking: EAGAIN), an unconnected socket is refused.
     fn connected_for_data<'a>(
@@ -875,14 +888,8 @@ impl Socket {
     /// nonblocking or the connection ends: then what went, or the error if
     /// nothing did).
     pub fn send(&self, mut data: Gather<'_>, flags: i32) -> Result<usize, Errno> {
-        let g = self.lock();
-        let nonblock = Socket::nonblock(&g, flags);
-        let mut g = self.connected_for_data(g, nonblock)?;
+        let (mut g, nonblock) = self.ready_to_send(flags)?;
         let total = data.left();
-        if !g.state.writable() {
-            return Err(Errno(libc::ECONNRESET));
-        }
-        g = self.send_iomaps(g, nonblock)?;
         let mut olen = OLAP_START;
         let mut err = None;
         while data.left() > 0 {
@@ -1090,13 +1097,7 @@ impl Socket {
     /// `riowrite`: `data` into the peer's mapping of `offset` onward, by
     /// RDMA WRITE; stops where no mapping covers the offset.
     pub fn iowrite(&self, data: &[u8], mut offset: u64, flags: i32) -> Result<usize, Errno> {
-        let g = self.lock();
-        let nonblock = Socket::nonblock(&g, flags);
-        let mut g = self.connected_for_data(g, nonblock)?;
-        if !g.state.writable() {
-            return Err(Errno(libc::ECONNRESET));
-        }
-        g = self.send_iomaps(g, nonblock)?;
+        let (mut g, nonblock) = self.ready_to_send(flags)?;
         let parts = [data];
         let mut src = Gather::new(&parts);
         let mut olen = OLAP_START;
