@@ -197,10 +197,14 @@ impl Qp {
     /// restores the retry budgets, and restarts (or stops) the retransmit timer.
     fn progress(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn.after(self.comp.psn) {
+            let acked = self.comp.psn.distance_to(psn) as u32;
             self.comp.psn = psn;
             self.comp.retry_left = self.attr.retry_cnt;
             self.comp.rnr_left = self.attr.rnr_retry;
             self.comp.started_retry = false;
+            self.comp.retry_epoch = Some(ctx.now);
+            self.comp.probed = false;
+            self.comp.cc.on_progress(ctx.now, psn, acked);
         }
         if self.comp.psn == self.req.psn {
             self.set_retransmit_timer(ctx, None);
@@ -251,29 +255,76 @@ impl Qp {
         }
     }
 
-    /// Retransmit from the oldest unacknowledged PSN, spending one retry;
-    /// with none left the oldest WQE fails with `RETRY_EXC_ERR`.
+    /// Retransmit from the oldest unacknowledged PSN. It spends one retry
+    /// when a whole local ACK timeout has passed without progress since the
+    /// last one spent (every retry, with `timeout` 0); with none left the
+    /// oldest WQE fails with `RETRY_EXC_ERR`. The congestion window reacts.
     fn retry(&mut self, ctx: &mut Ctx<'_>, from_nak: bool) {
         if from_nak && self.comp.started_retry {
             return;
         }
-        if self.comp.retry_left == 0 {
-            ctx.counters.retry_exceeded_err += 1;
-            return self.fail_front(ctx, WcStatus::RetryExcErr);
+        let counts = match (crate::qp::ack_timeout(self.attr.timeout), self.comp.retry_epoch) {
+            (Some(full), Some(epoch)) => ctx.now.saturating_duration_since(epoch) >= full,
+            _ => true,
+        };
+        if counts {
+            if self.comp.retry_left == 0 {
+                ctx.counters.retry_exceeded_err += 1;
+                return self.fail_front(ctx, WcStatus::RetryExcErr);
+            }
+            self.comp.retry_left -= 1;
+            self.comp.retry_epoch = Some(ctx.now);
         }
-        self.comp.retry_left -= 1;
+        if from_nak {
+            self.comp.cc.on_loss(ctx.now, self.req.sent_psn);
+        } else {
+            self.comp.cc.on_timeout(ctx.now);
+        }
         self.comp.started_retry = from_nak;
         ctx.counters.completer_retry_err += 1;
         self.rewind_to(self.comp.psn);
         self.restart_retransmit_timer(ctx);
     }
 
-    /// The retransmit timer expired.
+    /// The retransmit timer expired: first the tail probe, then a retry.
     pub fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.set_retransmit_timer(ctx, None);
         if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
             return;
         }
+        if !self.comp.probed && self.comp.cc.pto(ctx.now).is_some() {
+            return self.probe(ctx);
+        }
         self.retry(ctx, false);
+    }
+
+    /// The tail loss probe (RFC 8985): no answer came for a while, so the
+    /// last packet sent goes again, asking for an ACK. If it was lost (the
+    /// tail of a message or of the window: nothing behind it makes the
+    /// responder NAK), the responder now takes it; if its ACK was lost, the
+    /// duplicate draws another; if something before it is missing, the
+    /// responder NAKs. A probe costs one packet, a timeout a window, so it
+    /// may come early: neither the window nor the retry count changes. A
+    /// READ or atomic is asked again whole (a partial READ re-request would
+    /// answer from the middle).
+    fn probe(&mut self, ctx: &mut Ctx<'_>) {
+        self.comp.probed = true;
+        // (A response that overtook a rewind leaves nothing to probe behind
+        // the oldest unacknowledged PSN.)
+        let mut psn = if self.comp.psn.before(self.req.psn) { self.req.psn.sub(1) } else { self.comp.psn };
+        let mut i = self.sq.consumer;
+        while i < self.sq.producer && self.sq.get(i).psns_assigned {
+            let w = self.sq.get(i);
+            if psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
+                if w.is_read_or_atomic() {
+                    psn = w.first_psn;
+                }
+                break;
+            }
+            i += 1;
+        }
+        ctx.counters.tail_probes += 1;
+        self.rewind_to(psn);
+        self.restart_retransmit_timer(ctx);
     }
 }

@@ -69,6 +69,12 @@ crate::counter_struct! {
         /// Packets dropped: BTH P_Key outside the port's partition (rxe
         /// counts these in the port's `bad_pkey_cntr`).
         pub drop_bad_pkey,
+        /// CNPs received for a QP of this device (mlx5's name): each one cuts
+        /// that QP's congestion window ([`crate::cc`]).
+        pub rp_cnp_handled,
+        /// Tail loss probes sent: the last packet again, a while before
+        /// the retransmission timeout ([`crate::cc`]).
+        pub tail_probes,
     }
 }
 
@@ -80,13 +86,13 @@ mod tests {
     fn iter_lists_every_counter_once_in_rxe_order() {
         let c = Counters { sent_pkts: 1, link_downed: 5, completions: 9, ..Counters::default() };
         let all: Vec<(&str, u64)> = c.iter().collect();
-        assert_eq!(all.len(), 22);
+        assert_eq!(all.len(), 24);
         assert_eq!(all[0], ("sent_pkts", 1));
         assert_eq!(all[12], ("link_downed", 5), "after send_err, as rxe lists it");
         assert_eq!(all[20], ("completions", 9));
         let mut names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 24);
     }
 }

@@ -897,6 +897,15 @@ impl Device {
             }
         }
         if p.info().transport == Transport::Cnp {
+            // A congestion notification (RoCEv2 Annex A17.9.3) for one of our
+            // requesters: its window is cut, nothing is answered.
+            match self.qps.get_mut(&p.bth().dest_qpn()) {
+                Some(qp) if qp.qp_type() == QpType::Rc => {
+                    self.counters.rp_cnp_handled += 1;
+                    qp.comp.cc.on_loss(now, qp.req.sent_psn);
+                }
+                _ => self.counters.drop_no_qp += 1,
+            }
             return;
         }
         if !pkey_matches(p.bth().pkey(), PORT_PKEY) {

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod cc;
 pub mod completer;
 pub mod counters;
 pub mod cq;

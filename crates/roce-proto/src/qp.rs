@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use roce_wire::Psn;
 
 use crate::attr::{QpAttr, QpCap, QpInitAttr};
+use crate::cc::Cc;
 use crate::ctx::Ctx;
 use crate::qp_state::{ModifyError, check_modify};
 use crate::queue::{RecvQueue, RecvWqe, SendQueue, WqeState};
@@ -59,6 +60,13 @@ pub struct Completer {
     /// A NAK-triggered retry is under way: further NAKs before progress
     /// (e.g. duplicated NAK packets) do not start another (rxe `started_retry`).
     pub started_retry: bool,
+    /// When the retry count was last restored or spent: a retry spends one
+    /// only a whole local ACK timeout after it ([`crate::cc`]).
+    pub retry_epoch: Option<Instant>,
+    /// Congestion window and round-trip estimate.
+    pub cc: Cc,
+    /// The tail probe for the current flight was sent (until progress).
+    pub probed: bool,
 }
 
 /// A responder resource: a READ or atomic request, kept so duplicates can be
@@ -215,7 +223,16 @@ impl Qp {
                 rnr_until: None,
                 ack_next: false,
             },
-            comp: Completer { psn: Psn::ZERO, retry_left: 0, rnr_left: 0, timer: None, started_retry: false },
+            comp: Completer {
+                psn: Psn::ZERO,
+                retry_left: 0,
+                rnr_left: 0,
+                timer: None,
+                started_retry: false,
+                retry_epoch: None,
+                cc: Cc::new(MAX_UNACKED_PSNS),
+                probed: false,
+            },
             resp: Responder {
                 psn: Psn::ZERO,
                 msn: 0,
@@ -257,10 +274,15 @@ impl Qp {
         self.comp.timer = t;
     }
 
-    /// Restarts the retransmit timer: the local ACK timeout from now (none
-    /// for `timeout` 0).
+    /// Restarts the retransmit timer: the round trip's timeout from now, at
+    /// most the local ACK timeout (none for `timeout` 0).
     pub(crate) fn restart_retransmit_timer(&mut self, ctx: &mut Ctx<'_>) {
-        let t = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        let t = ack_timeout(self.attr.timeout).map(|d| {
+            let rto = self.comp.cc.rto(d);
+            // First the tail probe's shorter wait, once per flight.
+            let pto = if self.comp.probed { None } else { self.comp.cc.pto(ctx.now) };
+            ctx.now + pto.map_or(rto, |p| p.min(rto))
+        });
         self.set_retransmit_timer(ctx, t);
     }
 
@@ -449,9 +471,13 @@ impl Qp {
     }
     /// Points the requester at `psn`: go-back-N by rewinding the send queue,
     /// never by keeping packet copies. A WQE containing `psn` resumes at the
-    /// matching offset; those after it restart.
+    /// matching offset; those after it restart; those sent wholly before it
+    /// (a tail probe rewinds past them) stay sent.
     pub(crate) fn rewind_to(&mut self, psn: Psn) {
         let mtu = self.mtu();
+        let sent_before = |w: &crate::queue::SendWqe| {
+            w.state == WqeState::Sent && psn.in_window(w.first_psn, 1 << 23) && psn.after(w.last_psn)
+        };
         // Every WQE whose PSNs were ever assigned: those before `next`, the one
         // part way through, and those a previous rewind already reset.
         let mut i = self.sq.consumer;
@@ -459,7 +485,7 @@ impl Qp {
             let started = i < self.sq.next;
             let w = self.sq.get_mut(i);
             i += 1;
-            if w.state == WqeState::Done {
+            if w.state == WqeState::Done || sent_before(w) {
                 continue;
             }
             if started && w.is_read_or_atomic() {
@@ -478,7 +504,10 @@ impl Qp {
         // Completed WQEs at the front are the completer's to retire, never
         // the requester's to send.
         self.sq.next = self.sq.consumer;
-        while self.sq.next < self.sq.producer && self.sq.get(self.sq.next).state == WqeState::Done {
+        while self.sq.next < self.sq.producer && {
+            let w = self.sq.get(self.sq.next);
+            w.state == WqeState::Done || sent_before(w)
+        } {
             self.sq.next += 1;
         }
         self.req.psn = psn;

@@ -9,7 +9,7 @@ use roce_wire::{
 };
 
 use crate::ctx::Ctx;
-use crate::qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, Qp};
+use crate::qp::{MAX_PKT_PER_ACK, Qp};
 use crate::queue::{SendWqe, WqeState};
 use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
@@ -151,7 +151,8 @@ impl Qp {
             ctx.timers.update(self.qpn, crate::timers::TimerKind::Rnr, Some(t), None);
             self.req.rnr_until = None;
         }
-        if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= MAX_UNACKED_PSNS as i32 {
+        // The congestion window, at most rxe's MAX_UNACKED_PSNS ([`crate::cc`]).
+        if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= self.comp.cc.window() as i32 {
             return None;
         }
         let starting = w.offset == 0 && w.state == WqeState::Posted;
@@ -227,7 +228,14 @@ impl Qp {
         self.req.noack_pkts += 1;
         // The GSI QP (1) sets AckReq on every packet, as rxe's does.
         let gsi = self.qpn == crate::device::GSI_QPN;
-        let ack_req = gsi || ty == QpType::Rc && (last || self.req.noack_pkts > MAX_PKT_PER_ACK || self.req.ack_next);
+        // Under a congestion window, ACKs must keep coming: every half window
+        // asks for one, and so does the packet that fills it (else the
+        // responder, which answers only AckReq, would leave it to a timeout).
+        let window = self.comp.cc.window();
+        let every = MAX_PKT_PER_ACK.min((window / 2).max(1));
+        let npsn = if w.opcode == WrOpcode::RdmaRead { remaining.div_ceil(mtu).max(1) as u32 } else { 1 };
+        let fills = self.comp.psn.distance_to(psn.add(npsn)) >= window as i32;
+        let ack_req = gsi || ty == QpType::Rc && (last || self.req.noack_pkts > every || self.req.ack_next || fills);
         if ack_req {
             self.req.noack_pkts = 0;
             self.req.ack_next = false;
@@ -295,6 +303,14 @@ impl Qp {
             if ty != QpType::Rc {
                 self.complete_done(ctx);
             }
+        }
+        if ty == QpType::Rc {
+            let fresh = !psn.before(self.req.sent_psn);
+            if fresh && self.comp.psn == psn {
+                // Nothing was outstanding: the retry count's time starts now.
+                self.comp.retry_epoch = Some(ctx.now);
+            }
+            self.comp.cc.on_send(ctx.now, psn, fresh && ack_req);
         }
         if self.req.psn.after(self.req.sent_psn) {
             self.req.sent_psn = self.req.psn;

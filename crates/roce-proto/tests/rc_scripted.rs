@@ -22,6 +22,9 @@ fn three_mtu_send_is_first_middle_last_and_completes() {
     let ackreq: Vec<bool> = pkts.iter().map(|k| k.packet().bth().ack_req()).collect();
     assert_eq!(ackreq, [false, false, true]);
     assert_eq!(pkts[0].src_port, roce_proto::qp::udp_src_port(p.qpn[A], p.qpn[B]));
+    for k in &pkts {
+        p.deliver(k);
+    }
     p.run(|_| true);
     let a = p.completions(A);
     assert_eq!(a.len(), 1);
@@ -49,17 +52,19 @@ fn unanswered_write_is_resent_at_each_timeout_then_fails_retry_exceeded() {
         first.iter().map(|k| k.opcode()).collect::<Vec<_>>(),
         [Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_LAST, Opcode::RC_SEND_ONLY]
     );
-    // Nothing reaches B. At each timeout the same packets go out again.
+    // Nothing reaches B. At each timeout the same packets go out again, as
+    // many as the congestion window allows after a timeout (roce_proto::cc).
     for round in 1..=2u32 {
         assert!(p.advance());
         assert_eq!(p.elapsed(), timeout * round, "retransmission {round} at t = {round} x timeout");
         let again = p.transmit();
-        assert_eq!(again.len(), 4);
+        assert_eq!(again.len(), roce_proto::cc::MIN_CWND as usize);
         for (k, (x, y)) in first.iter().zip(&again).enumerate() {
             let (a, b) = (x.packet(), y.packet());
             assert_eq!((a.bth().opcode(), a.bth().psn(), a.payload()), (b.bth().opcode(), b.bth().psn(), b.payload()));
-            // The first packet of a retransmission asks for an answer at once.
-            assert_eq!(b.bth().ack_req(), k == 0 || a.bth().ack_req(), "packet {k}");
+            // The first packet of a retransmission asks for an answer at
+            // once, and so does the one that fills the window.
+            assert_eq!(b.bth().ack_req(), k == 0 || k + 1 == again.len() || a.bth().ack_req(), "packet {k}");
         }
     }
     assert!(p.advance());

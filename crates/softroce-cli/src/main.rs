@@ -51,6 +51,10 @@ enum Command {
     /// send-lat, 64 KiB write-bw, 8-byte write message rate), and four
     /// pairs on one device against one pair alone; ratios and targets.
     PerfSharing(perf::sharing::SharingArgs),
+    /// Goodput on a lossy path: `softroce perf write-bw` against a TCP
+    /// stream between two network namespaces, at 0, 0.1, 1, 2 and 5% loss,
+    /// with and without reordering (root).
+    PerfLossy(perf::lossy::LossyArgs),
     /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
     RcPingpong(pingpong::PingpongArgs),
     /// rdma-core's `ibv_ud_pingpong` over softroce (default size 2048).
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
         Command::Perf(args) => perf::run(&args),
         Command::PerfSharing(args) => perf::sharing::run(&args),
+        Command::PerfLossy(args) => perf::lossy::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Devices => devinfo::run_devices(),
         Command::RcPingpong(args) => pingpong::run(&args, pingpong::Kind::Rc),

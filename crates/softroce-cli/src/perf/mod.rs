@@ -5,6 +5,7 @@
 //! two taking turns in rounds, and prints the ratio beside each row.
 
 mod baseline;
+pub mod lossy;
 mod plot;
 mod rdma;
 pub mod report;
