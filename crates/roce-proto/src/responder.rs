@@ -381,7 +381,15 @@ impl Qp {
     fn exec_read(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn, duplicate: bool) -> Verdict {
         let Some(reth) = p.reth() else { return Verdict::Nak(NakCode::InvalidRequest) };
         let len = u64::from(reth.dma_len());
-        if self.attr.max_dest_rd_atomic == 0 {
+        // The QP must grant REMOTE_READ to every READ it serves, repeated
+        // ones too (`duplicate` comes here without `execute`'s access
+        // check). rxe answers a duplicate READ only from the resource of a
+        // READ it executed, which passed that check; softroce executes the
+        // repeated READ again, so it checks again: otherwise any PSN below
+        // the expected one read memory through a QP whose
+        // `qp_access_flags` refuse remote reads. (A duplicate refused here
+        // is dropped, as rxe drops one it has no resource for.)
+        if self.attr.max_dest_rd_atomic == 0 || !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ) {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
         let grant = if len == 0 {

@@ -138,7 +138,7 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
         let ratio = if b > 0.0 { a / b } else { 0.0 };
         let target = match imp.loss_pct {
             l if l >= 5.0 => Some(0.5),
-            l if l >= 1.0 && l < 2.0 => Some(0.8),
+            l if (1.0..2.0).contains(&l) => Some(0.8),
             _ => None,
         };
         let verdict = match (target, &failure) {
