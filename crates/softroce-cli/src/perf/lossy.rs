@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use super::sharing::median;
 use super::{PerfError, report::RULE};
 
 /// `softroce perf-lossy` options.
@@ -150,17 +151,6 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     }
     println!("{RULE}");
     Ok(())
-}
-
-/// The median of `v` (0 when empty).
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
 }
 
 /// Two namespaces joined by a veth pair, deleted on drop.

@@ -200,7 +200,7 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
 }
 
 /// The median of `v` (0 when empty).
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {
