@@ -187,15 +187,22 @@ impl Cc {
     /// ping-pong (a wake-up each), and a tail is no likelier lost than any
     /// packet.
     pub fn pto(&self, now: Instant) -> Option<Duration> {
-        let lossy = self.last_loss.is_some_and(|t| now.saturating_duration_since(t) < LOSSY_MEMORY);
-        self.srtt.filter(|_| lossy).map(|s| (s * 2).max(MIN_PTO))
+        self.srtt.filter(|_| self.lossy(now)).map(|s| (s * 2).max(MIN_PTO))
     }
 
-    /// The retransmission timeout now: the round trip's estimate backed off,
-    /// at most `qp_timeout` (the application's local ACK timeout). Before a
-    /// round trip is known, `qp_timeout` itself, as rxe.
-    pub fn rto(&self, qp_timeout: Duration) -> Duration {
-        let Some(srtt) = self.srtt else { return qp_timeout };
+    /// Whether the path lost a packet (or signalled congestion) lately.
+    fn lossy(&self, now: Instant) -> bool {
+        self.last_loss.is_some_and(|t| now.saturating_duration_since(t) < LOSSY_MEMORY)
+    }
+
+    /// The retransmission timeout now: on a path that lost something
+    /// lately, the round trip's estimate backed off, at most `qp_timeout`
+    /// (the application's local ACK timeout). Elsewhere `qp_timeout` itself,
+    /// as rxe: a clean path's timer is then armed far out, so a ping-pong
+    /// does not wake a thread for it on every turn, and its first loss is
+    /// met by a NAK or one timeout as before.
+    pub fn rto(&self, qp_timeout: Duration, now: Instant) -> Duration {
+        let Some(srtt) = self.srtt.filter(|_| self.lossy(now)) else { return qp_timeout };
         let base = (srtt + self.rttvar * 4).max(MIN_RTO);
         base.saturating_mul(1 << self.backoff).min(qp_timeout)
     }
@@ -260,33 +267,33 @@ mod tests {
         let t0 = Instant::now();
         let qp = Duration::from_millis(67);
         let mut cc = Cc::new(128);
-        assert_eq!(cc.rto(qp), qp, "no round trip known yet: the QP's own");
+        assert_eq!(cc.rto(qp, t0), qp, "no round trip known yet: the QP's own");
         cc.on_send(t0, Psn::new(0), true);
         cc.on_progress(t0 + us(4000), Psn::new(1), 1);
-        // srtt 4 ms, rttvar 2 ms: 12 ms; the probe after two round trips.
-        assert_eq!(cc.rto(qp), us(12_000));
+        assert_eq!(cc.rto(qp, t0), qp, "a clean path: the QP's own");
         assert_eq!(cc.pto(t0), None, "no loss seen: no probes");
         // Karn: a retransmitted PSN is not timed.
         cc.on_send(t0, Psn::new(1), false);
         cc.on_progress(t0 + us(90_000), Psn::new(2), 1);
-        assert_eq!(cc.rto(qp), us(12_000));
+        // After a loss, srtt 4 ms and rttvar 2 ms: 12 ms, backed off once.
         cc.on_timeout(t0);
-        assert_eq!(cc.rto(qp), us(24_000));
+        assert_eq!(cc.rto(qp, t0), us(24_000));
         assert_eq!(cc.pto(t0 + us(10)), Some(us(8000)), "after a loss: two round trips");
         assert_eq!(cc.pto(t0 + LOSSY_MEMORY), None, "a second later, off again");
+        assert_eq!(cc.rto(qp, t0 + LOSSY_MEMORY), qp);
         for _ in 0..10 {
             cc.on_timeout(t0);
         }
-        assert_eq!(cc.rto(qp), qp);
+        assert_eq!(cc.rto(qp, t0), qp);
         // Progress ends the backoff.
         cc.on_progress(t0, Psn::new(3), 1);
-        assert_eq!(cc.rto(qp), us(12_000));
+        assert_eq!(cc.rto(qp, t0), us(12_000));
         // Never below the floor.
         let mut fast = Cc::new(128);
         fast.on_send(t0, Psn::new(0), true);
         fast.on_progress(t0 + us(10), Psn::new(1), 1);
-        assert_eq!(fast.rto(qp), MIN_RTO);
         fast.on_loss(t0, Psn::new(1));
+        assert_eq!(fast.rto(qp, t0), MIN_RTO);
         assert_eq!(fast.pto(t0), Some(MIN_PTO));
     }
 }

@@ -278,7 +278,7 @@ impl Qp {
     /// most the local ACK timeout (none for `timeout` 0).
     pub(crate) fn restart_retransmit_timer(&mut self, ctx: &mut Ctx<'_>) {
         let t = ack_timeout(self.attr.timeout).map(|d| {
-            let rto = self.comp.cc.rto(d);
+            let rto = self.comp.cc.rto(d, ctx.now);
             // First the tail probe's shorter wait, once per flight.
             let pto = if self.comp.probed { None } else { self.comp.cc.pto(ctx.now) };
             ctx.now + pto.map_or(rto, |p| p.min(rto))
