@@ -3,6 +3,7 @@
 //! for byte, with the driver thread and with inline progress.
 
 use std::net::IpAddr;
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use softroce::config::{DeviceInfo, LoopbackLease};
@@ -40,6 +41,17 @@ struct End {
 }
 
 const MEM: usize = 4 << 20;
+
+/// Tests that count the driver threads' passes run alone: the other tests of
+/// this file, run in parallel by libtest, would keep a waiter off the CPU
+/// for longer than `WAITER_GRACE`, and the driver threads are then right to
+/// step in.
+static ALONE: RwLock<()> = RwLock::new(());
+
+/// Held by every other test while it runs.
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
 
 fn pair(a: &LoopbackLease, b: &LoopbackLease, progress: Progress) -> (End, End) {
     pair_with(a, b, progress, |_| {})
@@ -161,6 +173,7 @@ fn exercise(x: &End, y: &End) {
 
 #[test]
 fn every_rc_opcode_with_a_driver_thread() {
+    let _shared = beside_others();
     let (la, lb) = leases();
     let (x, y) = pair(&la, &lb, Progress::Thread);
     exercise(&x, &y);
@@ -168,6 +181,7 @@ fn every_rc_opcode_with_a_driver_thread() {
 
 #[test]
 fn every_rc_opcode_with_inline_progress() {
+    let _shared = beside_others();
     let (la, lb) = leases();
     let (x, y) = pair(&la, &lb, Progress::Inline);
     // Inline: each side progresses only in its own calls; wait() polls both
@@ -189,6 +203,7 @@ fn every_rc_opcode_with_inline_progress() {
 
 #[test]
 fn ud_datagrams_carry_the_grh_and_the_sender() {
+    let _shared = beside_others();
     let mk = |l: &LoopbackLease| {
         let ctx = Context::open_with(&device(&format!("u{}", last(l)), l), Options::default()).unwrap();
         let pd = ctx.alloc_pd().unwrap();
@@ -239,6 +254,7 @@ fn ud_datagrams_carry_the_grh_and_the_sender() {
 
 #[test]
 fn softroce_faults_are_survived_and_counted() {
+    let _shared = beside_others();
     // Both ends inject 5% drop, 1% duplication, 2% reordering and 0.5%
     // corruption on what they receive: RC still delivers every byte, with
     // retransmissions and ICRC drops to show for it.
@@ -294,6 +310,7 @@ fn softroce_faults_are_survived_and_counted() {
 
 #[test]
 fn typed_transitions_go_in_order_and_refuse_skips() {
+    let _shared = beside_others();
     let l = lease();
     let ctx = Context::open_with(&device("tt", &l), Options::default()).unwrap();
     let pd = ctx.alloc_pd().unwrap();
@@ -322,6 +339,7 @@ fn typed_transitions_go_in_order_and_refuse_skips() {
 
 #[test]
 fn ipv6_on_one_device_between_two_of_its_qps() {
+    let _shared = beside_others();
     // ::1 is the only IPv6 loopback address: one device, whose two QPs talk
     // through its own socket (packets leave and come back over ::1).
     let addr: IpAddr = "::1".parse().unwrap();
@@ -374,6 +392,7 @@ fn waiting(e: &End, then: impl FnOnce()) -> Wc {
 
 #[test]
 fn a_waiter_returns_before_the_ack_which_leaves_with_the_reply_or_at_teardown() {
+    let _shared = beside_others();
     let (la, lb) = leases();
     let (x, y) = pair(&la, &lb, Progress::Thread);
     let (sx, sy) = ([x.mr.sge(0, 2)], [y.mr.sge(0, 2)]);
@@ -417,6 +436,7 @@ fn a_waiter_returns_before_the_ack_which_leaves_with_the_reply_or_at_teardown() 
 
 #[test]
 fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
+    let _shared = beside_others();
     // One thread sleeps in the socket, the other beside it: whichever takes
     // a packet for the other's CQ, the other still gets its completion.
     let access = AccessFlags::LOCAL_WRITE;
@@ -479,6 +499,7 @@ fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
 
 #[test]
 fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     // Each side's thread receives its packets itself while it waits, and is
     // back in `Cq::wait` microseconds after it returns: the driver threads
     // neither poll the socket meanwhile (they would wake with each packet
@@ -538,6 +559,7 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
 
 #[test]
 fn a_packet_gathered_from_many_sges_carries_them_in_order() {
+    let _shared = beside_others();
     // 20 scattered SGEs of 150 bytes make one 3000-byte WRITE packet: more
     // pieces than the sender keeps on its stack per packet.
     let (la, lb) = leases();
@@ -561,6 +583,7 @@ fn a_packet_gathered_from_many_sges_carries_them_in_order() {
 /// retries to a QP in ERR. Twenty rounds, each on a fresh pair.
 #[test]
 fn a_receive_followed_at_once_by_err_is_still_acked() {
+    let _shared = beside_others();
     for round in 0..20u8 {
         let (la, lb) = leases();
         let (x, y) = pair(&la, &lb, Progress::Thread);
