@@ -103,6 +103,9 @@ impl Qp {
             return;
         }
         let w = self.sq.get(i);
+        if w.is_placement() {
+            return self.on_placement_response(ctx, p, i);
+        }
         if w.opcode != WrOpcode::RdmaRead || w.state == WqeState::Done || !psn.in_window(w.first_psn, 1 << 23) {
             ctx.counters.drop_invalid += 1;
             return;
@@ -133,6 +136,28 @@ impl Qp {
             self.finish_wqe(ctx, i, WcStatus::Success);
             self.complete_done(ctx);
         }
+    }
+
+    /// The answer to the FLUSH or ATOMIC WRITE at the front, WQE `i`: an
+    /// RDMA READ response ONLY of zero length with its PSN (IBA 1.5; rxe
+    /// `send_read_response_ack`). Its AETH acknowledged everything before.
+    /// A response with data, or a FIRST/MIDDLE/LAST, is not one the
+    /// responder may send: BAD_RESP_ERR. One for another PSN is stale (a
+    /// duplicate) or acknowledges past this WQE, which then needs no answer
+    /// of its own: `retire_before` retired it already.
+    fn on_placement_response(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, i: u64) {
+        let psn = p.bth().psn();
+        let w = self.sq.get(i);
+        if w.state == WqeState::Done || psn != w.first_psn {
+            ctx.counters.drop_invalid += 1;
+            return;
+        }
+        if p.bth().opcode() != roce_wire::Opcode::RC_RDMA_READ_RESPONSE_ONLY || !p.payload().is_empty() {
+            return self.fail_front(ctx, WcStatus::BadRespErr);
+        }
+        self.finish_wqe(ctx, i, WcStatus::Success);
+        self.progress(ctx, psn.next());
+        self.complete_done(ctx);
     }
 
     /// Retires SEND/WRITE WQEs that ended before `psn` (an AETH on a

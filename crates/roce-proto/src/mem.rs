@@ -168,6 +168,28 @@ impl Region {
     pub fn fetch_add(&self, offset: u64, add: u64) -> Result<u64, MemError> {
         Ok(self.atomic_at(offset)?.fetch_add(add, Ordering::SeqCst))
     }
+
+    /// ATOMIC WRITE (IBA 1.5): stores the 8 bytes `value` at the 8-byte
+    /// aligned `offset` in one store, so an observer sees the old 8 bytes or
+    /// the new ones, never a mix; with release ordering, after every write
+    /// the engine made before it (rxe: `smp_store_release`).
+    pub fn atomic_write(&self, offset: u64, value: [u8; 8]) -> Result<(), MemError> {
+        self.atomic_at(offset)?.store(u64::from_ne_bytes(value), Ordering::Release);
+        Ok(())
+    }
+
+    /// FLUSH (IBA 1.5) of `len` bytes at `offset` to global visibility. For
+    /// host memory that is a memory fence: every store the engine made
+    /// before it, into any region (RDMA WRITEs, SENDs, atomics), is visible
+    /// to every thread and process sharing the memory before anything the
+    /// engine does after it, such as sending the FLUSH's response. The range
+    /// must lie in the region (an empty one anywhere up to its end).
+    pub fn flush(&self, offset: u64, len: u64) -> Result<(), MemError> {
+        let len = usize::try_from(len).map_err(|_| MemError::OutOfBounds { offset, len, region_len: self.len })?;
+        self.check(offset, len)?;
+        core::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 /// Zeroed heap memory accessed only through a raw pointer, so it can be

@@ -209,10 +209,17 @@ pub struct MrTable {
 /// need LOCAL_WRITE (IBTA 10.6.3.1), no unknown bits, no ZERO_BASED (it
 /// belongs to windows; a region's base is its `iova`), an address range
 /// that does not wrap.
+///
+/// `FLUSH_PERSISTENT` is refused too: softroce cannot tell persistent memory
+/// from DRAM and has no persistence domain to flush to, so it never grants
+/// the persistence placement type (rxe refuses it for every page that is not
+/// persistent memory, with the same EINVAL). `FLUSH_GLOBAL` and `ON_DEMAND`
+/// are granted.
 fn check_access(access: AccessFlags, iova: u64, region: &Region) -> Result<(), MrError> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.unknown_bits() != 0
         || access.contains(AccessFlags::ZERO_BASED)
+        || access.contains(AccessFlags::FLUSH_PERSISTENT)
         || (access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE))
     {
         return Err(MrError::InvalidAccess(access.0));
@@ -489,6 +496,29 @@ impl MrTable {
         let mr = self.get(b.mr_key).ok_or(AccessError::InvalidKey(key))?;
         let offset = b.addr - mr.iova + in_window;
         Ok(Grant { region: mr.region, offset })
+    }
+
+    /// Checks that the R_Key `key` (a region's or a window's) grants
+    /// `needed` to QP `qpn` of protection domain `pd`, whatever the address:
+    /// a FLUSH of the whole region (selectivity level `IBV_FLUSH_MR`) names
+    /// no range. Returns the start of what the key grants and its length
+    /// (the region, or the window's range).
+    pub fn check_remote_key(
+        &self,
+        key: u32,
+        pd: u32,
+        qpn: u32,
+        needed: AccessFlags,
+    ) -> Result<(Grant, u64), AccessError> {
+        if !is_mw_key(key) {
+            let mr = self.get(key).ok_or(AccessError::InvalidKey(key))?;
+            let g = self.check(key, pd, mr.iova, 0, needed)?;
+            return Ok((g, mr.region.len() as u64));
+        }
+        let mw = self.mw(key).ok_or(AccessError::InvalidKey(key))?;
+        let b = mw.bound.ok_or(AccessError::InvalidKey(key))?;
+        let start = if b.access.contains(AccessFlags::ZERO_BASED) { 0 } else { b.addr };
+        Ok((self.check_remote(key, pd, qpn, start, b.length, needed)?, b.length))
     }
 
     /// Checks that the region `key` grants `needed` on `[va, va + len)` to a

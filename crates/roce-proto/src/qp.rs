@@ -447,13 +447,20 @@ impl Qp {
         let signaled = self.init.sq_sig_all || w.flags.contains(crate::verbs::SendFlags::SIGNALED);
         if signaled || w.status != WcStatus::Success {
             let mut wc = Wc::new(w.wr_id, w.status, wc_opcode(w.opcode), self.qpn);
-            if matches!(w.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
-                wc.byte_len = w.length as u32;
+            match w.opcode {
+                WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite => wc.byte_len = w.length as u32,
+                // The length asked for, as rxe reports it.
+                WrOpcode::Flush => wc.byte_len = w.flush.len,
+                _ => {}
             }
             ctx.push_wc(self.init.send_cq, wc, false);
         }
-        if w.is_read_or_atomic() && i < self.sq.next {
-            // A started READ/atomic leaves the initiator's outstanding count.
+        if w.takes_rd_atomic() && i < self.sq.next {
+            // A started READ/atomic/FLUSH/ATOMIC WRITE leaves the initiator's
+            // outstanding count.
             self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
         }
         self.sq.consumer += 1;
@@ -488,7 +495,7 @@ impl Qp {
             if w.state == WqeState::Done || sent_before(w) {
                 continue;
             }
-            if started && w.is_read_or_atomic() {
+            if started && w.takes_rd_atomic() {
                 self.req.rd_atomic = self.req.rd_atomic.saturating_sub(1);
             }
             if psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
@@ -526,6 +533,8 @@ pub fn wc_opcode(op: WrOpcode) -> WcOpcode {
         WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
         WrOpcode::LocalInv => WcOpcode::LocalInv,
         WrOpcode::BindMw => WcOpcode::BindMw,
+        WrOpcode::Flush => WcOpcode::Flush,
+        WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
     }
 }
 

@@ -6,7 +6,7 @@
 use roce_wire::Psn;
 
 use crate::verbs::{SendFlags, WcStatus, WrOpcode};
-use crate::wr::{MwBind, Payload, RecvWr, SendWr, Sge, UdDest};
+use crate::wr::{Flush, MwBind, Payload, RecvWr, SendWr, Sge, UdDest};
 
 /// Why a post is refused (`ENOMEM`/`EINVAL` in the C API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +45,10 @@ pub enum PostError {
     /// The message is longer than the port's `max_msg_sz`.
     #[error("message of {0} bytes exceeds max_msg_sz")]
     TooLong(u64),
+    /// The WR's operands do not fit its opcode (an ATOMIC WRITE without
+    /// exactly 8 inline bytes, a FLUSH with a payload or reserved values).
+    #[error("{0}")]
+    BadOperands(&'static str),
 }
 
 /// Progress of a send WQE.
@@ -93,6 +97,8 @@ pub struct SendWqe {
     pub ud: Option<UdDest>,
     /// BIND_MW request.
     pub bind: Option<MwBind>,
+    /// FLUSH request (zero for other opcodes).
+    pub flush: Flush,
     /// PSN of the first packet.
     pub first_psn: Psn,
     /// PSN of the message's last packet (for READ: of the last response),
@@ -129,6 +135,7 @@ impl SendWqe {
             swap: 0,
             ud: None,
             bind: None,
+            flush: Flush::default(),
             first_psn: Psn::ZERO,
             last_psn: Psn::ZERO,
             offset: 0,
@@ -138,9 +145,27 @@ impl SendWqe {
         }
     }
 
-    /// READ or atomic: needs a responder resource and a response.
+    /// READ or atomic: its response carries data (READ bytes, the original
+    /// value), so an acknowledgement of a later PSN means that response was
+    /// lost and the request must be asked again.
     pub fn is_read_or_atomic(&self) -> bool {
         matches!(self.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+
+    /// Holds one of the responder's READ/atomic resources while outstanding,
+    /// so it counts against `max_rd_atomic` and FENCE waits for it: READs,
+    /// atomics, and the IBA 1.5 operations answered like READs, FLUSH and
+    /// ATOMIC WRITE (rxe's responder keeps a resource for both to answer
+    /// their duplicates; rxe's requester counts only ATOMIC WRITE, so a
+    /// burst of FLUSHes could recycle the resource of a READ still in flight).
+    pub fn takes_rd_atomic(&self) -> bool {
+        self.is_read_or_atomic() || self.is_placement()
+    }
+
+    /// FLUSH or ATOMIC WRITE (IBA 1.5 memory placement extensions): one
+    /// packet, answered by an RDMA READ response of zero length.
+    pub fn is_placement(&self) -> bool {
+        matches!(self.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite)
     }
 
     /// LOCAL_INV or BIND_MW: executed by the requester, no packet.
@@ -227,10 +252,33 @@ impl SendQueue {
         }
         let (max_sge, max_inline) = (self.max_sge, self.max_inline);
         let is_atomic = matches!(wr.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd);
+        let flush = match (wr.opcode, wr.flush) {
+            (WrOpcode::Flush, Some(f)) if !f.is_valid() => {
+                return Err(PostError::BadOperands("FLUSH with a reserved placement type or selectivity level"));
+            }
+            (WrOpcode::Flush, Some(_)) if !matches!(wr.payload, Payload::Sges([])) => {
+                return Err(PostError::BadOperands("a FLUSH carries no payload"));
+            }
+            (WrOpcode::Flush, Some(f)) => f,
+            (WrOpcode::Flush, None) | (_, Some(_)) => {
+                return Err(PostError::BadOperands("flush operands are set exactly for FLUSH"));
+            }
+            (_, None) => Flush::default(),
+        };
+        if wr.opcode == WrOpcode::AtomicWrite && !matches!(wr.payload, Payload::Inline(d) if d.len() == 8) {
+            return Err(PostError::BadOperands("an ATOMIC WRITE carries exactly 8 bytes inline"));
+        }
         let w = self.get_mut(self.producer);
         w.sges.clear();
         w.inline.clear();
         match wr.payload {
+            // The 8 bytes of an ATOMIC WRITE are taken at post time whatever
+            // `max_inline_data` (rdma-core's `ibv_wr_atomic_write` copies them).
+            Payload::Inline(d) if wr.opcode == WrOpcode::AtomicWrite => {
+                w.inline.extend_from_slice(d);
+                w.is_inline = true;
+                w.length = 8;
+            }
             Payload::Sges(s) => {
                 if s.len() > max_sge as usize {
                     return Err(PostError::TooManySges { got: s.len(), max: max_sge });
@@ -262,6 +310,7 @@ impl SendQueue {
         w.swap = wr.swap;
         w.ud = wr.ud;
         w.bind = wr.bind;
+        w.flush = flush;
         w.offset = 0;
         w.psns_assigned = false;
         w.state = WqeState::Posted;

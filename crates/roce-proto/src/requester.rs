@@ -5,7 +5,8 @@
 use std::net::IpAddr;
 
 use roce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtRepr, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr, packet::pad_for,
+    AtomicEthRepr, BthRepr, DethRepr, ExtRepr, FethRepr, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr,
+    packet::pad_for,
 };
 
 use crate::ctx::Ctx;
@@ -46,6 +47,8 @@ fn opcode(ty: QpType, w: &SendWqe, fits: bool) -> Opcode {
         (WrOpcode::RdmaRead, ..) => return Opcode::RC_RDMA_READ_REQUEST,
         (WrOpcode::AtomicCmpAndSwp, ..) => return Opcode::RC_COMPARE_SWAP,
         (WrOpcode::AtomicFetchAndAdd, ..) => return Opcode::RC_FETCH_ADD,
+        (WrOpcode::Flush, ..) => return Opcode::RC_FLUSH,
+        (WrOpcode::AtomicWrite, ..) => return Opcode::RC_ATOMIC_WRITE,
         (WrOpcode::SendWithInv, true, true) => return Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         (WrOpcode::SendWithInv, false, true) => return Opcode::RC_SEND_LAST_WITH_INVALIDATE,
         (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
@@ -156,13 +159,17 @@ impl Qp {
             return None;
         }
         let starting = w.offset == 0 && w.state == WqeState::Posted;
+        // READ and atomics carry no payload; FLUSH has none either (its
+        // length is the RETH's), ATOMIC WRITE its 8 bytes.
         let is_rd_atomic = w.is_read_or_atomic();
+        let takes_rd_atomic = w.takes_rd_atomic();
         if starting {
-            // A FENCE waits for every earlier READ and atomic to complete.
+            // A FENCE waits for every earlier READ, atomic, FLUSH and ATOMIC
+            // WRITE to complete.
             if w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic > 0 {
                 return None;
             }
-            if is_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
+            if takes_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
                 return None;
             }
         }
@@ -197,9 +204,16 @@ impl Qp {
         let info = op.info().expect("requester opcodes are in the table");
         let mut ext = ExtRepr::default();
         if info.headers.contains(roce_wire::ExtHeader::Reth) {
-            let dma_len = if w.opcode == WrOpcode::RdmaRead { remaining } else { w.length };
+            let dma_len = match w.opcode {
+                WrOpcode::RdmaRead => remaining,
+                WrOpcode::Flush => u64::from(w.flush.len),
+                _ => w.length,
+            };
             ext.reth =
                 Some(RethRepr { va: w.remote_addr.wrapping_add(w.offset), rkey: w.rkey, dma_len: dma_len as u32 });
+        }
+        if info.headers.contains(roce_wire::ExtHeader::Feth) {
+            ext.feth = Some(FethRepr { selectivity_level: w.flush.selectivity, placement_type: w.flush.placement });
         }
         if info.has_immediate() {
             ext.immdt = Some(ImmDtRepr { imm: w.imm_data });
@@ -292,7 +306,7 @@ impl Qp {
         if last {
             // UC and UD complete once sent.
             w.state = if ty == QpType::Rc { WqeState::Sent } else { WqeState::Done };
-            if is_rd_atomic {
+            if takes_rd_atomic {
                 self.req.rd_atomic += 1;
             }
             if matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {

@@ -155,7 +155,12 @@ impl Qp {
             Operation::RdmaWrite => AccessFlags::REMOTE_WRITE,
             Operation::RdmaReadRequest => AccessFlags::REMOTE_READ,
             Operation::CompareSwap | Operation::FetchAdd => AccessFlags::REMOTE_ATOMIC,
-            Operation::Send => AccessFlags::EMPTY,
+            // ATOMIC WRITE writes: the QP and the R_Key must allow remote
+            // writes (rxe `check_qp_attr_access`, rdma-core's own tests
+            // register such targets with REMOTE_WRITE alone).
+            Operation::AtomicWrite => AccessFlags::REMOTE_WRITE,
+            // FLUSH's access depends on its placement type: `exec_flush`.
+            Operation::Send | Operation::Flush => AccessFlags::EMPTY,
             _ => return Verdict::Nak(NakCode::InvalidRequest),
         };
         if !access.contains(needed) {
@@ -168,6 +173,8 @@ impl Qp {
             Operation::Send => self.exec_send(ctx, p),
             Operation::RdmaWrite => self.exec_write(ctx, p),
             Operation::RdmaReadRequest => self.exec_read(ctx, p, psn, false),
+            Operation::Flush => self.exec_flush(ctx, p, psn, false),
+            Operation::AtomicWrite => self.exec_atomic_write(ctx, p, psn),
             _ => self.exec_atomic(ctx, p, psn),
         }
     }
@@ -455,6 +462,114 @@ impl Qp {
         Verdict::Done
     }
 
+    /// FLUSH (IBA 1.5, opcode 0x1c: FETH + RETH, no payload). The QP must
+    /// allow each placement type asked for (`IBV_ACCESS_FLUSH_GLOBAL` /
+    /// `_PERSISTENT` in `qp_access_flags`, as rxe's `check_qp_attr_access`)
+    /// and keep responder resources, else NAK invalid request; a reserved
+    /// placement type or selectivity level is an invalid request too. Then
+    /// the R_Key must grant the same on the range (`IBV_FLUSH_RANGE`) or
+    /// just exist (`IBV_FLUSH_MR`: the whole region), else NAK remote access
+    /// error. Executed, it is a memory fence ([`crate::mem::Region::flush`]):
+    /// the requests before it, already executed in PSN order, are visible
+    /// before its response leaves. The response is an RDMA READ response
+    /// ONLY of zero length with the MSN after it (rxe
+    /// `send_read_response_ack`), and a resource answers its duplicates.
+    ///
+    /// A repeated FLUSH (`duplicate`) whose resource was recycled runs again
+    /// with every check (a fence may run twice); rxe drops it, leaving its
+    /// requester to retry until it gives up.
+    fn exec_flush(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn, duplicate: bool) -> Verdict {
+        let (Some(feth), Some(reth)) = (p.feth(), p.reth()) else { return Verdict::Nak(NakCode::InvalidRequest) };
+        let f = crate::wr::Flush {
+            placement: feth.placement_type(),
+            selectivity: feth.selectivity_level(),
+            len: reth.dma_len(),
+        };
+        if !f.is_valid() {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let mut needed = AccessFlags::EMPTY;
+        if f.placement & crate::wr::placement::GLOBAL != 0 {
+            needed |= AccessFlags::FLUSH_GLOBAL;
+        }
+        if f.placement & crate::wr::placement::PERSISTENT != 0 {
+            needed |= AccessFlags::FLUSH_PERSISTENT;
+        }
+        if self.attr.max_dest_rd_atomic == 0 || !self.attr.qp_access_flags.contains(needed) {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let (pd, qpn) = (self.init.pd, self.qpn);
+        let checked = if f.selectivity == crate::wr::selectivity::REGION {
+            ctx.mrs.check_remote_key(reth.rkey(), pd, qpn, needed)
+        } else {
+            let len = u64::from(f.len);
+            ctx.mrs.check_remote(reth.rkey(), pd, qpn, reth.va(), len, needed).map(|g| (g, len))
+        };
+        let Ok((g, len)) = checked else { return Verdict::Nak(NakCode::RemoteAccessError) };
+        if g.region.flush(g.offset, len).is_err() {
+            return Verdict::Nak(NakCode::RemoteAccessError);
+        }
+        if !duplicate {
+            self.push_resource(Resource { psn, atomic_orig: None });
+            self.resp.psn = psn.next();
+            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        }
+        self.queue_read_response_ack(psn);
+        Verdict::Done
+    }
+
+    /// ATOMIC WRITE (IBA 1.5, opcode 0x1d: RETH + 8 bytes). The QP must
+    /// allow remote writes and keep responder resources, else NAK invalid
+    /// request; the R_Key must grant REMOTE_WRITE on the RETH's range, else
+    /// NAK remote access error, before anything else is looked at; then the
+    /// DMA length must be 8 and the target 8-byte aligned (IBA A19.4.2; rxe
+    /// `RESPST_ERR_MISALIGNED_ATOMIC`), else NAK invalid request. The 8
+    /// bytes land in one release store ([`crate::mem::Region::atomic_write`]);
+    /// the response is an RDMA READ response ONLY of zero length, and a
+    /// resource answers duplicates without storing again (a later WRITE may
+    /// have changed the bytes since).
+    fn exec_atomic_write(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn) -> Verdict {
+        let Some(reth) = p.reth() else { return Verdict::Nak(NakCode::InvalidRequest) };
+        if self.attr.max_dest_rd_atomic == 0 {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        let len = u64::from(reth.dma_len());
+        let g = match ctx.mrs.check_remote(
+            reth.rkey(),
+            self.init.pd,
+            self.qpn,
+            reth.va(),
+            len,
+            AccessFlags::REMOTE_WRITE,
+        ) {
+            Ok(g) => g,
+            Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+        };
+        let Ok(value) = <[u8; 8]>::try_from(p.payload()) else { return Verdict::Nak(NakCode::InvalidRequest) };
+        if len != 8 || g.region.atomic_write(g.offset, value).is_err() {
+            return Verdict::Nak(NakCode::InvalidRequest);
+        }
+        self.push_resource(Resource { psn, atomic_orig: None });
+        self.resp.psn = psn.next();
+        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        self.queue_read_response_ack(psn);
+        Verdict::Done
+    }
+
+    /// Queues the answer to a FLUSH or ATOMIC WRITE at `psn`: an RDMA READ
+    /// response ONLY without payload, carrying the current MSN.
+    fn queue_read_response_ack(&mut self, psn: Psn) {
+        let msn = self.resp.msn;
+        self.resp.responses.push_back(Response::Read {
+            psn,
+            last_psn: psn,
+            grant: None,
+            remaining: 0,
+            started: false,
+            msn,
+        });
+    }
+
     fn push_resource(&mut self, r: Resource) {
         while self.resp.resources.len() >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
             self.resp.resources.pop_front();
@@ -475,6 +590,18 @@ impl Qp {
                 if let Some(orig) = self.resp.resources.iter().find(|r| r.psn == psn).and_then(|r| r.atomic_orig) {
                     let msn = self.resp.msn;
                     self.resp.responses.push_back(Response::Atomic { psn, orig, msn });
+                }
+            }
+            // FLUSH and ATOMIC WRITE: answered again from their resource,
+            // not executed again (IBA oA19-14/15, as rxe). A FLUSH whose
+            // resource is gone runs again (a fence is idempotent); an ATOMIC
+            // WRITE without one is dropped, as atomics are: storing again
+            // could undo a later write.
+            Operation::Flush | Operation::AtomicWrite => {
+                if self.resp.resources.iter().any(|r| r.psn == psn && r.atomic_orig.is_none()) {
+                    self.queue_read_response_ack(psn);
+                } else if p.info().operation == Operation::Flush {
+                    let _ = self.exec_flush(ctx, p, psn, true);
                 }
             }
             _ => {

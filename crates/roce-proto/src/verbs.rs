@@ -151,6 +151,10 @@ c_enum!(
         BindMw = 5,
         /// Local invalidate completed.
         LocalInv = 6,
+        /// FLUSH completed (`IBV_WC_FLUSH`, rdma-core 45+; IBA 1.5).
+        Flush = 8,
+        /// ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`; IBA 1.5).
+        AtomicWrite = 9,
         /// A receive completed.
         Recv = 128,
         /// An RDMA WRITE with immediate consumed a receive.
@@ -188,6 +192,12 @@ c_enum!(
         BindMw = 8,
         /// SEND with invalidate.
         SendWithInv = 9,
+        /// FLUSH of a remote range or region to a placement type
+        /// (`IBV_WR_FLUSH`, rdma-core 45+; IBA 1.5 memory placement extensions).
+        Flush = 14,
+        /// ATOMIC WRITE: 8 bytes stored at once at an aligned remote address
+        /// (`IBV_WR_ATOMIC_WRITE`; IBA 1.5).
+        AtomicWrite = 15,
     }
 );
 
@@ -251,6 +261,16 @@ c_flags!(
         MW_BIND = 16,
         /// Remote addresses count from the window's start (type 2 windows).
         ZERO_BASED = 32,
+        /// On-demand paging: the region need not be resident when registered.
+        /// softroce never pins memory, so every region behaves so; the flag is
+        /// accepted and kept.
+        ON_DEMAND = 64,
+        /// FLUSH with the global visibility placement type allowed
+        /// (`IBV_ACCESS_FLUSH_GLOBAL`, rdma-core 45+).
+        FLUSH_GLOBAL = 256,
+        /// FLUSH with the persistence placement type allowed
+        /// (`IBV_ACCESS_FLUSH_PERSISTENT`, rdma-core 45+).
+        FLUSH_PERSISTENT = 512,
     }
 );
 
@@ -332,7 +352,13 @@ mod tests {
         assert_eq!(WrOpcode::from_raw(9), Some(WrOpcode::SendWithInv));
         assert_eq!(QpState::from_raw(6), Some(QpState::Err));
         assert_eq!(QpAttrMask::DEST_QPN.0, 0x10_0000);
-        assert_eq!(AccessFlags(0x40).unknown_bits(), 0x40);
+        assert_eq!(AccessFlags(0x80).unknown_bits(), 0x80, "HUGETLB is not an access softroce knows");
+        assert_eq!(AccessFlags(0x340).unknown_bits(), 0, "ON_DEMAND and the FLUSH placement types are");
+        assert_eq!(
+            (WrOpcode::from_raw(14), WrOpcode::from_raw(15)),
+            (Some(WrOpcode::Flush), Some(WrOpcode::AtomicWrite))
+        );
+        assert_eq!((WcOpcode::Flush as u32, WcOpcode::AtomicWrite as u32), (8, 9));
         assert!((AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).contains(AccessFlags::REMOTE_READ));
     }
 }

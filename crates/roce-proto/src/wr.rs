@@ -42,13 +42,14 @@ pub struct SendWr<'a> {
     pub opcode: WrOpcode,
     /// Flags.
     pub flags: SendFlags,
-    /// Local data (for READ and atomics: where the result goes).
+    /// Local data (for READ and atomics: where the result goes; for ATOMIC
+    /// WRITE: exactly 8 bytes inline, whatever `max_inline_data`; none for FLUSH).
     pub payload: Payload<'a>,
     /// Immediate data, big-endian value (SEND/WRITE with immediate).
     pub imm_data: u32,
     /// R_Key to invalidate (SEND with invalidate, LOCAL_INV).
     pub invalidate_rkey: u32,
-    /// Remote address (RDMA and atomics).
+    /// Remote address (RDMA, atomics, FLUSH).
     pub remote_addr: u64,
     /// Remote key (RDMA and atomics).
     pub rkey: u32,
@@ -60,6 +61,51 @@ pub struct SendWr<'a> {
     pub ud: Option<UdDest>,
     /// The window to bind, for BIND_MW.
     pub bind: Option<MwBind>,
+    /// What a FLUSH asks for (`Some` exactly for [`WrOpcode::Flush`]).
+    pub flush: Option<Flush>,
+}
+
+/// FLUSH placement types (`enum ibv_placement_type`, the FETH's PLT bits):
+/// one or both.
+pub mod placement {
+    /// Global visibility: the data is visible to every observer of the
+    /// memory (`IBV_FLUSH_GLOBAL`).
+    pub const GLOBAL: u8 = 1;
+    /// Persistence: the data is in the memory's persistence domain
+    /// (`IBV_FLUSH_PERSISTENT`).
+    pub const PERSISTENT: u8 = 2;
+    /// Every placement type defined.
+    pub const ALL: u8 = GLOBAL | PERSISTENT;
+}
+
+/// FLUSH selectivity levels (`enum ibv_selectivity_level`, the FETH's SEL).
+pub mod selectivity {
+    /// The range `[remote_addr, remote_addr + len)` (`IBV_FLUSH_RANGE`).
+    pub const RANGE: u8 = 0;
+    /// The whole region the R_Key names; address and length are not looked
+    /// at (`IBV_FLUSH_MR`).
+    pub const REGION: u8 = 1;
+}
+
+/// A FLUSH request (`ibv_wr_flush`'s `len`, `type` and `level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flush {
+    /// Placement types ([`placement`]): which guarantee the data gets.
+    pub placement: u8,
+    /// Selectivity level ([`selectivity`]): the range or the whole region.
+    pub selectivity: u8,
+    /// Length of the range (the RETH's DMA length).
+    pub len: u32,
+}
+
+impl Flush {
+    /// Whether the placement types and selectivity level are defined ones
+    /// (at least one placement type, no reserved bit).
+    pub fn is_valid(&self) -> bool {
+        self.placement != 0
+            && self.placement & !placement::ALL == 0
+            && matches!(self.selectivity, selectivity::RANGE | selectivity::REGION)
+    }
 }
 
 /// A BIND_MW request (`ibv_send_wr.bind_mw`).
@@ -89,7 +135,29 @@ impl<'a> SendWr<'a> {
             swap: 0,
             ud: None,
             bind: None,
+            flush: None,
         }
+    }
+
+    /// A FLUSH of `flush.len` bytes at `remote_addr` (or of the whole region,
+    /// [`selectivity::REGION`]) under `rkey`: it completes once every request
+    /// posted before it was executed by the responder and its memory holds
+    /// their data with the placement asked for (IBA 1.5 memory placement
+    /// extensions).
+    pub fn flush(wr_id: u64, flags: SendFlags, rkey: u32, remote_addr: u64, flush: Flush) -> SendWr<'static> {
+        let mut wr = SendWr::new(wr_id, WrOpcode::Flush, flags, Payload::Sges(&[]));
+        (wr.rkey, wr.remote_addr, wr.flush) = (rkey, remote_addr, Some(flush));
+        wr
+    }
+
+    /// An ATOMIC WRITE of the 8 bytes `value` (copied at post time, as
+    /// `ibv_wr_atomic_write` copies them) to the 8-byte aligned
+    /// `remote_addr` under `rkey`: the responder stores them at once, after
+    /// everything before it (IBA 1.5).
+    pub fn atomic_write(wr_id: u64, flags: SendFlags, rkey: u32, remote_addr: u64, value: &'a [u8; 8]) -> SendWr<'a> {
+        let mut wr = SendWr::new(wr_id, WrOpcode::AtomicWrite, flags, Payload::Inline(value));
+        (wr.rkey, wr.remote_addr) = (rkey, remote_addr);
+        wr
     }
 }
 

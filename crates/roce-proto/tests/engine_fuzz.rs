@@ -6,7 +6,8 @@
 //! engine_fuzz replay -- --nocapture` runs one input file (a libFuzzer
 //! crash artifact or corpus entry) without libFuzzer;
 //! `SOFTROCE_FUZZ_SEEDS=DIR` writes the weighted scripts as plain ones
-//! there, to seed the fuzzer's corpus.
+//! there, to seed the fuzzer's corpus; `SOFTROCE_FUZZ_ONLY=I` runs only
+//! script I of the stream (with `SOFTROCE_FUZZ_TRACE=1`: step by step).
 
 mod engine_harness;
 
@@ -33,6 +34,7 @@ fn pseudo_random_scripts() {
     let mut state = 0x005e_ed0f_f022_u64;
     let mut total = engine_harness::Stats::default();
     let seeds = std::env::var_os("SOFTROCE_FUZZ_SEEDS").map(std::path::PathBuf::from);
+    let only: Option<usize> = std::env::var("SOFTROCE_FUZZ_ONLY").ok().and_then(|v| v.parse().ok());
     for i in 0..n {
         let len = 16 + (next(&mut state) % 2048) as usize;
         let data: Vec<u8> = (0..len).map(|_| (next(&mut state) >> 56) as u8).collect();
@@ -42,6 +44,9 @@ fn pseudo_random_scripts() {
         // the QPs), so the stream also reaches deep traffic.
         let mut ops = state ^ 0x9e37_79b9;
         let mut weighted = move || WEIGHTED[(next(&mut ops) % WEIGHTED.len() as u64) as usize];
+        if only.is_some_and(|o| o != i) {
+            continue;
+        }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if i % 2 == 0 {
                 engine_harness::run(&data)
@@ -59,10 +64,15 @@ fn pseudo_random_scripts() {
             total.rts_steps += s.rts_steps;
             total.delivered += s.delivered;
             total.completed += s.completed;
-        } else {
+        } else if i % 2 == 0 {
             let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("engine-fuzz-script-{i}"));
             std::fs::write(&path, &data).expect("write the failing script");
-            panic!("script {i} failed; replay it with SOFTROCE_FUZZ_INPUT={}", path.display());
+            panic!(
+                "script {i} failed; replay it with SOFTROCE_FUZZ_INPUT={} (or SOFTROCE_FUZZ_ONLY={i})",
+                path.display()
+            );
+        } else {
+            panic!("weighted script {i} failed; rerun it alone with SOFTROCE_FUZZ_ONLY={i}");
         }
     }
     println!("{n} scripts: {total:?}");

@@ -238,21 +238,6 @@ fn ack_req_on_every_packet_is_answered_by_a_coalesced_ack() {
 }
 
 #[test]
-fn atomic_write_is_an_unsupported_opcode_nakked_as_invalid_request() {
-    // 0x1d (ATOMIC_WRITE, IBA 1.5) is not executed yet: an RC responder
-    // answers an unsupported opcode with NAK invalid request and enters
-    // ERR (IBTA 9.9.3.1, class C); rxe 6.1, which lacks the opcode, drops
-    // it silently and stays in RTS, leaving its requester to time out.
-    let mut p = Pair::new(Setup::default());
-    let psn = expected_psn(&p);
-    let reth = RethRepr { va: p.va(B, 0), rkey: p.key[B], dma_len: 8 };
-    req(&mut p, bth(QB, Opcode::RC_ATOMIC_WRITE, psn, true), Some(reth), &[0xab; 8]);
-    assert_eq!(answers(&mut p), [(Opcode::RC_ACKNOWLEDGE, psn, Some((Syndrome::Nak(NakCode::InvalidRequest), 0)))]);
-    assert_eq!(p.mem[B].get(0, 8), vec![0; 8], "nothing written");
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
-}
-
-#[test]
 fn a_reserved_opcode_is_a_counted_drop() {
     // A reserved opcode (0x18: none in IBA 1.5) has no header layout to
     // parse: the packet is malformed, dropped and counted; the QP stays.

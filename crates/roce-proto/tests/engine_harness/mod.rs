@@ -13,7 +13,7 @@
 //! syndromes), replays and duplicates of earlier packets, READ re-requests
 //! of earlier READs' ranges, raw bytes, time steps that fire the timers,
 //! WRs posted on either side, CQ polls, and the devices' own packets
-//! delivered, dropped, duplicated or reordered. After every step [`check`]
+//! delivered, dropped, duplicated or reordered. After every step `Harness::check`
 //! asserts the oracle; the script ends with a lossless exchange that must
 //! reach quiescence (see the README of the fuzz crate for the full list).
 
