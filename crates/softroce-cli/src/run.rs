@@ -147,6 +147,18 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
                 .collect(),
             (None, true) => softroce::devices().map_err(|e| e.to_string()),
         };
+        if let Ok(d) = &devices {
+            let long: Vec<&str> =
+                d.iter().map(|d| d.name.as_str()).filter(|n| n.len() > softroce::config::MAX_NAME_LEN).collect();
+            if !long.is_empty() {
+                eprintln!(
+                    "softroce run: UCX (and so Open MPI's UCX PML) leaves out RDMA devices whose names are longer \
+                     than {} characters: {}",
+                    softroce::config::MAX_NAME_LEN,
+                    long.join(", ")
+                );
+            }
+        }
         if let Err(e) = devices.and_then(|d| crate::view::enter(&d).map_err(|e| e.to_string())) {
             eprintln!(
                 "softroce run: no /sys/class/infiniband and /dev/infiniband view ({e}); programs that look \

@@ -52,11 +52,13 @@ fn wait_one(cq: &Cq) -> Wc {
 }
 
 /// SENDs, a 256 KiB WRITE (MTU 1024: runs of equal packets leave as GSO
-/// sends) and a READ between devices on the addresses of `a` and `b`;
-/// returns the packets the two drivers sent.
-fn traffic(a: &LoopbackLease, b: &LoopbackLease, pcap: Option<&Path>) -> u64 {
-    let x = open(a, pcap.map(|p| p.with_extension("a.pcap")));
-    let y = open(b, pcap.map(|p| p.with_extension("b.pcap")));
+/// sends) and a READ between devices on the addresses of `a` and `b`, each
+/// device writing its packets to its `pcap` file; returns the packets the
+/// two drivers sent.
+fn traffic(a: &LoopbackLease, b: &LoopbackLease, pcap: [Option<PathBuf>; 2]) -> u64 {
+    let [pa, pb] = pcap;
+    let x = open(a, pa);
+    let y = open(b, pb);
     x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
     y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
     for len in [0u32, 100, 3000] {
@@ -133,7 +135,7 @@ fn a_tshark_capture_on_loopback_decodes_with_every_icrc_ok() {
     });
     let (ok, msg) = ready.join().unwrap();
     assert!(ok, "tshark did not start capturing: {msg}");
-    let sent = traffic(&la, &lb, None);
+    let sent = traffic(&la, &lb, [None, None]);
     std::thread::sleep(Duration::from_millis(300));
     let _ = Command::new("kill").args(["-INT", &tshark.id().to_string()]).status();
     let t = Instant::now();
@@ -153,7 +155,7 @@ fn a_tshark_capture_on_loopback_decodes_with_every_icrc_ok() {
 fn softroce_pcap_writes_what_was_sent_and_received_with_valid_icrcs() {
     let base = tmp("tap.pcap");
     let (la, lb) = (lease(), lease());
-    let sent = traffic(&la, &lb, Some(&base));
+    let sent = traffic(&la, &lb, ["a", "b"].map(|side| Some(base.with_extension(format!("{side}.pcap")))));
     for side in ["a", "b"] {
         let (ok, summary) = decode(&base.with_extension(format!("{side}.pcap")));
         println!("SOFTROCE_PCAP side {side}: {summary}");
@@ -166,4 +168,20 @@ fn softroce_pcap_writes_what_was_sent_and_received_with_valid_icrcs() {
         s.split_whitespace().next().unwrap().parse().unwrap()
     };
     assert_eq!(count("a") + count("b"), 2 * sent);
+}
+
+/// Two devices of one process with one `SOFTROCE_PCAP` file (UCX, and so
+/// Open MPI's ranks, open every device): both write into it, each frame
+/// whole. Each device used to create the file anew and write over the
+/// other's frames.
+#[test]
+fn two_devices_of_one_process_share_one_softroce_pcap_file() {
+    let file = tmp("shared.pcap");
+    let (la, lb) = (lease(), lease());
+    let sent = traffic(&la, &lb, [Some(file.clone()), Some(file.clone())]);
+    let (ok, summary) = decode(&file);
+    println!("one SOFTROCE_PCAP for two devices: {summary}");
+    assert!(ok, "{summary}");
+    let n = 2 * sent;
+    assert_eq!(summary, format!("{n} packets, {n} icrc ok, 0 icrc bad, 0 malformed"));
 }

@@ -1,11 +1,19 @@
 //! The middleware RDMA applications are built on, unmodified, over
 //! softroce under plain `softroce run` (issue 18): UCX 1.13 finds the
 //! devices through the `/sys/class/infiniband` and `/dev/infiniband` view
-//! (docs/sysfs.md) and runs its verbs transports between two processes.
+//! (docs/sysfs.md) and runs its verbs transports between two processes;
+//! Open MPI 4.1 runs an MPI program (`tests/mpi/`) over UCX's PML on one
+//! host and across two network namespaces, its data through softroce.
 
+use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+mod two_hosts;
+
+use two_hosts::TwoHosts;
 
 /// Whether `tools` are installed (CI installs them: then they must be).
 fn have(tools: &[&str]) -> bool {
@@ -172,4 +180,359 @@ fn ucx_ucp_tag_and_stream_over_softroce_transports() {
     let st = perftest(&env, &["-t", "stream_bw", "-s", "65536", "-n", "500"]);
     assert_eq!(st.iterations, 500);
     assert!(st.bw_mbs > 0.0);
+}
+
+// ---------------------------------------------------------------------------
+// Open MPI over UCX
+
+/// What the MPI tests run: ping-pongs and allreduces of each size, timed
+/// (each part also has one checked warm-up round).
+const PINGPONGS: u64 = 20;
+const ALLREDUCES: u64 = 3;
+const MIB: u64 = 1 << 20;
+
+/// How `mpirun` is told to use softroce: UCX's PML (Open MPI picks it by
+/// itself only for Mellanox devices), and UCX kept off shared memory and
+/// TCP. `rc_verbs` alone cannot connect (UCX then has no transport for its
+/// wire-up messages: "no auxiliary transport"), `self` is each rank to itself.
+const MPI_OVER_SOFTROCE: [&str; 5] = ["--mca", "pml", "ucx", "-x", "UCX_TLS=rc_verbs,ud_verbs,self"];
+
+/// The MPI tests one at a time: four busy-polling ranks take this
+/// machine's cores.
+static MPI_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A directory of this test's own, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("softroce-mpi-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// tests/mpi/pingpong_allreduce.c, compiled by mpicc into `dir`.
+fn mpi_program(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong_allreduce.c");
+    let prog = dir.join("pingpong_allreduce");
+    let o =
+        Command::new("mpicc").args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&prog).arg(&src).output().unwrap();
+    assert!(o.status.success(), "mpicc {}\n{}", src.display(), text(&o));
+    prog
+}
+
+/// The mpirun arguments (after `mpirun`) running `prog` on `np` ranks over
+/// softroce, each rank writing its packets to `dir/rank<N>.pcap`.
+fn mpirun_args(np: usize, prog: &Path, dir: &Path, extra: &[String]) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["--allow-run-as-root", "--oversubscribe", "-np", &np.to_string()].iter().map(|s| s.to_string()).collect();
+    a.extend(MPI_OVER_SOFTROCE.iter().map(|s| s.to_string()));
+    // UCX names the lanes of each endpoint (`ep_cfg[N]: tag(TL/DEV ...)`) at level info.
+    a.extend(["-x".into(), "UCX_LOG_LEVEL=info".into()]);
+    a.extend(extra.iter().cloned());
+    // Each rank its own capture (ranks inherit one environment; Open MPI
+    // sets OMPI_COMM_WORLD_RANK before the program starts).
+    let rank = format!(
+        "SOFTROCE_PCAP={}/rank$OMPI_COMM_WORLD_RANK.pcap exec {} {PINGPONGS} {ALLREDUCES}",
+        dir.display(),
+        prog.display()
+    );
+    a.extend(["sh".into(), "-c".into(), rank]);
+    a
+}
+
+/// The words `key=value` of the program's first line starting with `prefix`.
+fn figures(out: &str, prefix: &str) -> Option<Vec<(String, f64)>> {
+    let line = out.lines().find(|l| l.starts_with(prefix))?;
+    Some(
+        line.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect(),
+    )
+}
+
+fn figure(f: &[(String, f64)], key: &str) -> f64 {
+    f.iter().find(|(k, _)| k == key).map(|(_, v)| *v).unwrap_or_else(|| panic!("no {key} in {f:?}"))
+}
+
+/// The MPI program's results, each checked: every byte and element was
+/// right on every rank, and the figures are there.
+#[derive(Debug)]
+struct MpiResult {
+    pingpong_bw_mibs: f64,
+    pingpong_lat_us: f64,
+    allreduce_small_us: f64,
+    allreduce_1mi_us: f64,
+}
+
+fn check_mpi_output(o: &Output, np: usize, cmd: &[String], devices: &[String]) -> MpiResult {
+    let all = text(o);
+    assert!(o.status.success(), "{} failed\n{all}", cmd.join(" "));
+    assert!(!all.contains("MISMATCH"), "{all}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == format!("ok ranks={np}")), "{all}");
+    let pp = figures(&out, "pingpong ").unwrap_or_else(|| panic!("no pingpong line\n{all}"));
+    assert_eq!(figure(&pp, "bytes"), MIB as f64);
+    assert_eq!(figure(&pp, "iters"), PINGPONGS as f64);
+    let small = figures(&out, "allreduce doubles=7 ").unwrap_or_else(|| panic!("no small allreduce\n{all}"));
+    let big = figures(&out, "allreduce doubles=1048576 ").unwrap_or_else(|| panic!("no 1 Mi allreduce\n{all}"));
+    for f in [&small, &big] {
+        assert_eq!(figure(f, "iters"), ALLREDUCES as f64);
+    }
+    let r = MpiResult {
+        pingpong_bw_mibs: figure(&pp, "bw_mibs"),
+        pingpong_lat_us: figure(&pp, "lat_us"),
+        allreduce_small_us: figure(&small, "avg_us"),
+        allreduce_1mi_us: figure(&big, "avg_us"),
+    };
+    assert!(r.pingpong_bw_mibs > 0.0 && r.pingpong_lat_us > 0.0, "{r:?}");
+    assert!(r.allreduce_small_us > 0.0 && r.allreduce_1mi_us > 0.0, "{r:?}");
+    // UCX's PML ran, and every lane of every rank's endpoints is one of
+    // softroce's verbs transports on one of its `devices` (or a rank to
+    // itself): no shared memory, no TCP.
+    let lanes: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.split_once(" ep_cfg[")?.1.split_once(": tag(")?.1.split_once(')'))
+        .flat_map(|(lanes, _)| lanes.split_whitespace())
+        .collect();
+    let softroce = |l: &str, tl: &str| {
+        l.strip_prefix(tl).and_then(|d| d.strip_suffix(":1")).is_some_and(|d| devices.iter().any(|s| s == d))
+    };
+    assert!(lanes.iter().any(|l| softroce(l, "rc_verbs/")), "no rc_verbs lane on {devices:?}\n{all}");
+    for l in &lanes {
+        let ok = softroce(l, "rc_verbs/") || softroce(l, "ud_verbs/") || *l == "self/memory0";
+        assert!(ok, "a lane that is not softroce's ({devices:?}): {l}\n{all}");
+    }
+    r
+}
+
+/// RoCE payload bytes in a rank's capture, by (source, destination)
+/// address. Every frame must be a well-formed RoCEv2 packet.
+fn captured(pcap: &Path) -> std::collections::HashMap<(IpAddr, IpAddr), u64> {
+    let frames = roce_capture::read_file(pcap).unwrap_or_else(|e| panic!("{}: {e}", pcap.display()));
+    let mut bytes = std::collections::HashMap::new();
+    for f in &frames {
+        let roce_capture::Classified::Roce(d) = roce_capture::classify(f) else {
+            panic!("{} frame {}: not a RoCEv2 packet", pcap.display(), f.number);
+        };
+        let p = roce_wire::Packet::new_checked(d.payload)
+            .unwrap_or_else(|e| panic!("{} frame {}: {e}", pcap.display(), f.number));
+        *bytes.entry((d.src.ip(), d.dst.ip())).or_insert(0) += p.payload().len() as u64;
+    }
+    bytes
+}
+
+/// The least a rank's capture must hold: it sent and received (the
+/// capture has both) every byte of its part of the 1 MiB ping-pong (ranks
+/// 0 and 1), and at least a whole vector each way per 1 Mi allreduce
+/// (each result element depends on the others' values, and theirs on its
+/// own), warm-ups included.
+fn least_bytes(rank: usize) -> u64 {
+    let pingpong = if rank < 2 { 2 * (PINGPONGS + 1) * MIB } else { 0 };
+    pingpong + 2 * (ALLREDUCES + 1) * 8 * MIB
+}
+
+/// Every rank's capture holds at least [`least_bytes`]: the data went
+/// through softroce. Returns each rank's traffic by address pair.
+fn check_captures(dir: &Path, np: usize) -> Vec<std::collections::HashMap<(IpAddr, IpAddr), u64>> {
+    (0..np)
+        .map(|rank| {
+            let by_pair = captured(&dir.join(format!("rank{rank}.pcap")));
+            let total: u64 = by_pair.values().sum();
+            assert!(
+                total >= least_bytes(rank),
+                "rank {rank}'s capture holds {total} payload bytes, fewer than the {} it moved: {by_pair:?}",
+                least_bytes(rank)
+            );
+            println!("rank {rank}: {:.1} MiB of RoCE payload captured", total as f64 / MIB as f64);
+            by_pair
+        })
+        .collect()
+}
+
+/// The devices `softroce devices` lists (in network namespace `ns`), in its order.
+fn devices_in(ns: Option<&str>) -> Vec<String> {
+    let softroce = env!("CARGO_BIN_EXE_softroce");
+    let o = match ns {
+        Some(ns) => Command::new("ip").args(["netns", "exec", ns, softroce, "devices"]).output(),
+        None => Command::new(softroce).arg("devices").output(),
+    }
+    .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // A header, a rule, then one device a line.
+    let names: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect();
+    assert!(!names.is_empty(), "no device\n{}", text(&o));
+    names
+}
+
+/// `softroce run -- mpirun` of the program on `np` ranks on this host.
+fn mpi_on_one_host(np: usize) {
+    let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Scratch::new(&format!("np{np}"));
+    let prog = mpi_program(&dir.0);
+    let mut cmd = vec!["mpirun".to_string()];
+    cmd.extend(mpirun_args(np, &prog, &dir.0, &[]));
+    let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let c = softroce(&[], &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let o = finish(c, Duration::from_secs(300), "mpirun");
+    let r = check_mpi_output(&o, np, &cmd, &devices_in(None));
+    println!("Open MPI -np {np} over softroce: {r:?}");
+    check_captures(&dir.0, np);
+}
+
+#[test]
+fn open_mpi_over_ucx_two_ranks_on_one_host() {
+    if !have(&["mpirun", "mpicc"]) {
+        return;
+    }
+    mpi_on_one_host(2);
+}
+
+#[test]
+fn open_mpi_over_ucx_four_ranks_on_one_host() {
+    if !have(&["mpirun", "mpicc"]) {
+        return;
+    }
+    mpi_on_one_host(4);
+}
+
+/// The checks are real: a wrong byte in one ping-pong over softroce fails
+/// the program.
+#[test]
+fn the_mpi_programs_checks_catch_a_wrong_byte() {
+    if !have(&["mpirun", "mpicc"]) {
+        return;
+    }
+    let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Scratch::new("corrupt");
+    let prog = mpi_program(&dir.0);
+    let prog = prog.to_str().unwrap();
+    let mut cmd = vec!["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"];
+    cmd.extend_from_slice(&MPI_OVER_SOFTROCE);
+    cmd.extend([prog, "2", "1", "corrupt"]);
+    let c = softroce(&[], &cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let o = finish(c, Duration::from_secs(120), "mpirun");
+    let all = text(&o);
+    assert!(!o.status.success(), "{all}");
+    assert!(all.contains("MISMATCH pingpong rank=0 iter=0 from=1"), "{all}");
+    assert!(!all.lines().any(|l| l.starts_with("ok ranks=")), "{all}");
+}
+
+/// The agent `mpirun` starts its daemon on another host with
+/// (`--mca plm_rsh_agent`, called as `AGENT HOST COMMAND...`, as ssh is):
+/// each host of `h` is its network namespace, the daemon runs under
+/// `softroce run` there, and so do the ranks it starts.
+fn rsh_agent(h: &TwoHosts, dir: &Path) -> PathBuf {
+    let script = format!(
+        "#!/bin/sh\n\
+         # mpirun's rsh agent: runs the command line on host $1 (a network namespace)\n\
+         host=$1; shift\n\
+         case $host in\n\
+         {a}) ns={na} ;;\n\
+         {b}) ns={nb} ;;\n\
+         *) echo \"agent: no host $host\" >&2; exit 1 ;;\n\
+         esac\n\
+         exec ip netns exec \"$ns\" {softroce} run -- sh -c \"$*\"\n",
+        a = h.addr[0],
+        b = h.addr[1],
+        na = h.ns[0],
+        nb = h.ns[1],
+        softroce = env!("CARGO_BIN_EXE_softroce"),
+    );
+    let agent = dir.join("agent");
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    agent
+}
+
+/// Open MPI across two hosts (network namespaces on a veth link), -np 2
+/// and -np 4, ranks alternating between the hosts (`--map-by node`: the
+/// ping-pong crosses the link). mpirun runs on the first host under
+/// `softroce run`; its rsh agent starts the daemon on the second.
+///
+/// `UCX_NET_DEVICES` names the link's device (UCX did not see it at all
+/// while its name, `softroce_<if>`, passed 15 characters): every host also has
+/// softroce_lo (127.0.0.1), and UCX takes any two RoCE devices as
+/// reachable (with `UCX_IB_ROCE_LOCAL_SUBNET=y` too: 127.0.0.1 is in
+/// 127.0.0.1's subnet), so it would send from one host's softroce_lo to
+/// the other's, which reaches the sender's own host ("transport retry
+/// counter exceeded"). Users of two real hosts say the same, as with any
+/// host holding several RDMA devices.
+#[test]
+fn open_mpi_over_ucx_across_two_network_namespaces() {
+    if !have(&["mpirun", "mpicc", "ip"]) {
+        return;
+    }
+    let Some(h) = TwoHosts::new("mpi") else { return };
+    let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    // The link's device, named alike on both hosts (the interface is), and
+    // first: the default. Its interface's name is long enough that
+    // `softroce_<if>` would pass UCX's 15 characters.
+    let link = devices_in(Some(&h.ns[0])).swap_remove(0);
+    assert_eq!(devices_in(Some(&h.ns[1]))[0], link);
+    assert!(format!("softroce_{}", h.iface).len() > 15 && link.len() <= 15, "{link}");
+    for np in [2, 4] {
+        let dir = Scratch::new(&format!("netns-np{np}"));
+        let prog = mpi_program(&dir.0);
+        let agent = rsh_agent(&h, &dir.0);
+        let per_host = np / 2;
+        let extra: Vec<String> = [
+            "--host",
+            &format!("{}:{per_host},{}:{per_host}", h.addr[0], h.addr[1]),
+            "--map-by",
+            "node",
+            // Both "hosts" are this machine's cores: each daemon would bind
+            // its first rank to core 0, and both ranks would take turns on
+            // that core by the scheduler's tick (4 ms a message). Nor does
+            // either daemon see that its host's cores are shared: ranks
+            // yield when idle, as mpirun makes them on one oversubscribed host.
+            "--bind-to",
+            "none",
+            "--mca",
+            "mpi_yield_when_idle",
+            "1",
+            "--mca",
+            "plm_rsh_agent",
+            agent.to_str().unwrap(),
+            "-x",
+            &format!("UCX_NET_DEVICES={link}:1"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut args: Vec<String> = ["netns", "exec", &h.ns[0], env!("CARGO_BIN_EXE_softroce"), "run", "--", "mpirun"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(mpirun_args(np, &prog, &dir.0, &extra));
+        let mut cmd = Command::new("ip");
+        cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        let o = finish(cmd.spawn().unwrap(), Duration::from_secs(300), "mpirun across two namespaces");
+        let r = check_mpi_output(&o, np, &args, std::slice::from_ref(&link));
+        println!("Open MPI -np {np} across two namespaces over softroce: {r:?}");
+        let traffic = check_captures(&dir.0, np);
+        // Every packet went between the two hosts' link addresses (none
+        // over softroce_lo), and the ping-pong crossed the link.
+        let link: [IpAddr; 2] = h.addr.map(|a| a.parse().unwrap());
+        for (rank, t) in traffic.iter().enumerate() {
+            for (src, dst) in t.keys() {
+                assert!(link.contains(src) && link.contains(dst), "rank {rank}: {src} -> {dst}: {t:?}");
+            }
+        }
+        let crossed: u64 = traffic[0].iter().filter(|((s, d), _)| s != d).map(|(_, b)| b).sum();
+        assert!(crossed >= 2 * (PINGPONGS + 1) * MIB, "rank 0 moved {crossed} bytes over the link: {:?}", traffic[0]);
+    }
 }

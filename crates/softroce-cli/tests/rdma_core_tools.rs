@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process_group};
 
 mod cm_golden;
+mod two_hosts;
+
+use two_hosts::TwoHosts;
 
 /// Longest any one process may run before it is killed.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -1298,52 +1301,6 @@ fn libfabric_fi_pingpong_over_verbs_msg_and_rxm() {
             }
         }
     });
-}
-
-/// Two network namespaces joined by a veth pair, removed when dropped: two
-/// hosts for the rdma_cm tools, as a user tries them without a second machine.
-struct TwoHosts {
-    ns: [String; 2],
-    addr: [&'static str; 2],
-}
-
-impl TwoHosts {
-    /// `None` (after saying why) unless this is root with `ip`.
-    fn new(tag: &str) -> Option<TwoHosts> {
-        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        let ip = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-        if !(root && ip) {
-            let msg = format!("{tag}: needs root and ip (iproute2)");
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root with iproute2: {msg}");
-            eprintln!("skipped: {msg}");
-            return None;
-        }
-        let p = format!("sr{}{tag}", std::process::id() % 100_000);
-        let h = TwoHosts { ns: [format!("{p}a"), format!("{p}b")], addr: ["10.234.0.1", "10.234.0.2"] };
-        let run = |args: &[&str]| {
-            let o = Command::new("ip").args(args).output().expect("ip runs");
-            assert!(o.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
-        };
-        let (a, b) = (h.ns[0].as_str(), h.ns[1].as_str());
-        let (va, vb) = (format!("{a}v"), format!("{b}v"));
-        run(&["netns", "add", a]);
-        run(&["netns", "add", b]);
-        run(&["link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b]);
-        for (ns, dev, addr) in [(a, &va, h.addr[0]), (b, &vb, h.addr[1])] {
-            run(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
-            run(&["-n", ns, "link", "set", dev, "up"]);
-            run(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        Some(h)
-    }
-}
-
-impl Drop for TwoHosts {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
 }
 
 /// rping, ucmatose, mckey, rdma_server/rdma_client, rstream and udaddy

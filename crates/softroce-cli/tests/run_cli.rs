@@ -107,3 +107,18 @@ fn errors_are_clear() {
     assert_eq!(code, 2);
     assert!(err.contains("cannot run /nonexistent/program"), "{err}");
 }
+
+/// A device named past 15 characters is one UCX leaves out without a
+/// word: `softroce run` says so.
+#[test]
+fn a_device_name_too_long_for_ucx_is_pointed_out() {
+    if !have_library() {
+        return;
+    }
+    let (code, _, err) = stdout(softroce().args(["run", "--device", "softroce_sixteen=127.0.0.1", "--", "true"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("longer than 15 characters: softroce_sixteen"), "{err}");
+    let (code, _, err) = stdout(softroce().args(["run", "--device", "softroce_fiftee=127.0.0.1", "--", "true"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("longer than"), "{err}");
+}

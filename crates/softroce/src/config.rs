@@ -11,7 +11,10 @@
 //!   named `softroce_<interface>` (e.g. `softroce_lo` on 127.0.0.1,
 //!   `softroce_eth0`), in the order the kernel lists them but with loopback
 //!   last: the first device is every program's default, and it should be
-//!   one a peer on another host can reach.
+//!   one a peer on another host can reach. A name is at most
+//!   [`MAX_NAME_LEN`] characters: where `softroce_<interface>` is longer it
+//!   is `sr_<interface>`, cut to fit (and ended by a number where two
+//!   interfaces would share it), e.g. `sr_enp0s31f6`, `sr_docker0`.
 //!
 //! The GID table is built as Linux rxe presents it: index 0 is the
 //! interface's link-local IPv6 address (or, where it has none, as on
@@ -24,6 +27,37 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use roce_proto::Mtu;
+
+/// The longest name a device found from the interfaces gets. UCX (1.13 and
+/// since) keeps RDMA device names in 16-byte buffers (`UCT_MD_NAME_MAX`): it
+/// cuts a longer name to 15 characters, finds no device by the cut name and
+/// leaves the device out without a word (Open MPI then has no softroce
+/// transport: "PML ucx cannot be selected"). Kernel device names such as
+/// `mlx5_0` or `rxe0` never come near.
+pub const MAX_NAME_LEN: usize = 15;
+
+/// The name of the device on `interface`: `softroce_<interface>` if it fits
+/// in [`MAX_NAME_LEN`], else `sr_<interface>` cut to fit; a name in `taken`
+/// has its end replaced by the first number that makes it new.
+fn device_name(interface: &str, taken: &[&str]) -> String {
+    // UCX's limit is in bytes: cut after the last whole character that fits.
+    let cut = |s: &str, room: usize| -> String {
+        let end = s.char_indices().map(|(i, c)| i + c.len_utf8()).take_while(|e| *e <= room).last().unwrap_or(0);
+        s[..end].to_string()
+    };
+    let full = format!("softroce_{interface}");
+    let base = if full.len() <= MAX_NAME_LEN { full } else { cut(&format!("sr_{interface}"), MAX_NAME_LEN) };
+    if !taken.contains(&base.as_str()) {
+        return base;
+    }
+    (2u32..)
+        .map(|n| {
+            let n = n.to_string();
+            cut(&base, MAX_NAME_LEN - n.len()) + &n
+        })
+        .find(|name| !taken.contains(&name.as_str()))
+        .expect("a number makes the name new")
+}
 
 /// A device the user can open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,11 +292,15 @@ pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
         return Ok(named.into_iter().map(|(n, a)| device_for(n, a, &ifaddrs)).collect());
     }
     let mut out: Vec<DeviceInfo> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
     for i in ifaddrs.iter().filter(|i| i.up && i.addr.is_ipv4()) {
-        let name = format!("softroce_{}", i.interface);
-        if out.iter().any(|d| d.name == name) {
+        // One device per interface, on its first IPv4 address.
+        if seen.contains(&i.interface.as_str()) {
             continue;
         }
+        seen.push(&i.interface);
+        let taken: Vec<&str> = out.iter().map(|d| d.name.as_str()).collect();
+        let name = device_name(&i.interface, &taken);
         out.push(device_for(name, i.addr, &ifaddrs));
     }
     // The first device is every program's default: make it one a remote
@@ -373,6 +411,26 @@ mod tests {
         assert_eq!(d.bindable, [false, true]);
     }
 
+    /// Names UCX can hold: `softroce_<if>` where it fits 15 characters,
+    /// else `sr_<if>` cut to fit, unique. UCX cut `softroce_enp0s31f6` to
+    /// `softroce_enp0s3`, found no such device and dropped it.
+    #[test]
+    fn device_names_fit_ucxs_fifteen_characters_and_stay_unique() {
+        assert_eq!(device_name("lo", &[]), "softroce_lo");
+        assert_eq!(device_name("eth0", &[]), "softroce_eth0");
+        assert_eq!(device_name("ens160", &[]), "softroce_ens160");
+        assert_eq!(device_name("enp0s31f6", &[]), "sr_enp0s31f6");
+        assert_eq!(device_name("docker0", &[]), "sr_docker0");
+        assert_eq!(device_name("enp65s0f0np0", &[]), "sr_enp65s0f0np0");
+        // Interface names are up to 15 characters: cut, then numbered on a clash.
+        assert_eq!(device_name("enp129s0f0np0", &[]), "sr_enp129s0f0np");
+        assert_eq!(device_name("enp129s0f0np1", &["sr_enp129s0f0np"]), "sr_enp129s0f0n2");
+        assert_eq!(device_name("enp129s0f0np2", &["sr_enp129s0f0np", "sr_enp129s0f0n2"]), "sr_enp129s0f0n3");
+        for i in ["a", "abcdefghijklmno", "veth1234567890", "n\u{e9}t\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}"] {
+            assert!(device_name(i, &[]).len() <= MAX_NAME_LEN, "{i}");
+        }
+    }
+
     #[test]
     fn this_host_has_a_loopback_device() {
         // Zero configuration: loopback always has 127.0.0.1 (unless the
@@ -383,6 +441,7 @@ mod tests {
         let d = devices().unwrap();
         let lo = d.iter().find(|d| d.addr == IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a loopback device");
         assert_eq!(lo.name, format!("softroce_{}", lo.interface.as_deref().unwrap()));
+        assert!(d.iter().all(|d| d.name.len() <= MAX_NAME_LEN), "{d:?}");
         assert_eq!(lo.active_mtu, Mtu::Mtu4096, "loopback MTU 65536");
         assert_eq!(lo.addr_gid_index(), 1);
         // Loopback last: the default device is one another host can reach.

@@ -8,11 +8,19 @@
 //! the one the kernel gives it (0, or its place in a GSO send); for a
 //! received packet it is solved from the packet's ICRC (see `docs/icrc.md`),
 //! so every written frame verifies in a full ICRC check.
+//!
+//! A process that opens several devices (UCX opens every device it finds)
+//! writes all of them into the one file: the devices' taps share one writer
+//! per file, so each frame is written whole and the file is created
+//! (truncated) once. Before, each device created the file anew and wrote
+//! its own header and frames at its own offset over the others'.
 
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use roce_capture::PcapWriter;
@@ -21,9 +29,25 @@ use roce_wire::{IcrcCheck, IcrcContext, IcrcPolicy, IpContext, ROCE_V2_UDP_PORT}
 /// LINKTYPE_RAW: frames start with the IP header.
 const LINKTYPE_RAW: u32 = 101;
 
-/// An open capture file.
+/// A capture file's writer, shared by the taps of one process writing it.
+type Writer = Mutex<PcapWriter<BufWriter<File>>>;
+
+/// A capture file this process writes: its device and inode, and the
+/// process that opened it (a `fork()` child's copy of a writer has the
+/// parent's file offset and buffer: the child starts its own file).
+struct OpenFile {
+    dev: u64,
+    ino: u64,
+    pid: u32,
+    writer: Weak<Writer>,
+}
+
+/// The capture files of this process's taps.
+static OPEN: Mutex<Vec<OpenFile>> = Mutex::new(Vec::new());
+
+/// One device's tap into a capture file.
 pub(crate) struct Tap {
-    out: PcapWriter<BufWriter<File>>,
+    out: Arc<Writer>,
     frame: Vec<u8>,
     /// Frames written.
     pub(crate) frames: u64,
@@ -44,9 +68,33 @@ fn ip_checksum(h: &[u8]) -> u16 {
 }
 
 impl Tap {
+    /// A tap into `path`: the writer another device of this process has
+    /// open on the same file, or a new file.
     pub(crate) fn create(path: &Path) -> io::Result<Tap> {
-        let out = PcapWriter::new(BufWriter::new(File::create(path)?), LINKTYPE_RAW)?;
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|f| f.writer.strong_count() > 0);
+        let pid = std::process::id();
+        let same = |m: &std::fs::Metadata| {
+            open.iter().find(|f| (f.dev, f.ino, f.pid) == (m.dev(), m.ino(), pid)).and_then(|f| f.writer.upgrade())
+        };
+        let out = match std::fs::metadata(path).ok().and_then(|m| same(&m)) {
+            Some(w) => w,
+            None => {
+                let file = File::create(path)?;
+                let m = file.metadata()?;
+                let w = Arc::new(Mutex::new(PcapWriter::new(BufWriter::new(file), LINKTYPE_RAW)?));
+                open.push(OpenFile { dev: m.dev(), ino: m.ino(), pid, writer: Arc::downgrade(&w) });
+                w
+            }
+        };
         Ok(Tap { out, frame: Vec::with_capacity(9000), frames: 0 })
+    }
+
+    /// The shared writer. Taken only under a device's state lock, which
+    /// `fork()` holds for every device (`crate::fork`): no fork lands while
+    /// it is held.
+    fn writer(&self) -> MutexGuard<'_, PcapWriter<BufWriter<File>>> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Writes one packet: `roce` is the UDP payload, `id` the IPv4
@@ -101,11 +149,11 @@ impl Tap {
         f.extend_from_slice(roce);
         self.frames += 1;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        self.out.write_frame(now, &self.frame)
+        self.writer().write_frame(now, &self.frame)
     }
 
     pub(crate) fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.writer().flush()
     }
 }
 
