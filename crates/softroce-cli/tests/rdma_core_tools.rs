@@ -806,19 +806,26 @@ fn qperf_to(server: &str, flags: &[&str]) {
     if !have("qperf", &["qperf"]) {
         return;
     }
-    const TESTS: [&str; 4] = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
     // `-lp` is qperf's listen (synchronisation) port, on both sides. Its RC
     // tests address the peer by LID only (no GRH).
     let client: Vec<&str> = ["qperf", "-lp", PORT]
         .into_iter()
         .chain(flags.iter().copied())
         .chain(["-t", "1", server])
-        .chain(TESTS)
+        .chain(QPERF_TESTS)
         .collect();
     let (_, c) = server_client(&["qperf", "-lp", PORT], &client, ServerEnd::Kill, &[]);
+    check_qperf(&c, &QPERF_TESTS);
+}
+
+/// qperf's four RC tests.
+const QPERF_TESTS: [&str; 4] = ["rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_bw"];
+
+/// Each of `tests` printed a positive figure in the client's output `c`.
+fn check_qperf(c: &Done, tests: &[&str]) {
     // "rc_bw:" then "    bw  =  1.08 GB/sec"; "rc_lat:" then "    latency  =  61.3 us".
     let lines: Vec<&str> = c.stdout.lines().collect();
-    for test in TESTS {
+    for test in tests {
         let at = lines.iter().position(|l| *l == format!("{test}:"));
         let at = at.unwrap_or_else(|| panic!("no {test} result\n{}", c.report()));
         let f: Vec<&str> = lines.get(at + 1).copied().unwrap_or_default().split_whitespace().collect();
@@ -1288,25 +1295,32 @@ fn libfabric_fi_pingpong_over_verbs_msg_and_rxm() {
             let server: Vec<&str> = base.iter().copied().chain(["-B", PORT]).collect();
             let client: Vec<&str> = base.iter().copied().chain(["-P", PORT, "127.0.0.1"]).collect();
             let (s, c) = server_client(&server, &client, ServerEnd::Exits, &[]);
-            // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec", then a row per size.
             for d in [&s, &c] {
-                let rows: Vec<Vec<&str>> = d
-                    .stdout
-                    .lines()
-                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
-                    .filter(|f| f.len() == 8 && f[1] == "20" && f[2] == "=20")
-                    .collect();
-                let sizes: Vec<&str> = rows.iter().map(|f| f[0]).collect();
-                assert_eq!(sizes, ["64", "256", "1k", "4k", "64k", "1m"], "{prov} {ep}: {}", d.report());
-                assert!(rows.iter().all(|f| f[5].parse::<f64>().is_ok_and(|v| v > 0.0)), "{}", d.report());
+                check_fi_pingpong(d, prov, ep);
             }
         }
     });
 }
 
-/// rping, ucmatose, mckey, rdma_server/rdma_client, rstream and udaddy
-/// between two network namespaces (two hosts on a veth link): each namespace's `softroce run` finds its interface's device by
-/// itself, and the CM exchange crosses the link.
+/// `fi_pingpong -I 20`'s table in `d`: "bytes #sent #ack total time MB/sec
+/// usec/xfer Mxfers/sec", then a row per size with a positive rate.
+fn check_fi_pingpong(d: &Done, prov: &str, ep: &str) {
+    let rows: Vec<Vec<&str>> = d
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 8 && f[1] == "20" && f[2] == "=20")
+        .collect();
+    let sizes: Vec<&str> = rows.iter().map(|f| f[0]).collect();
+    assert_eq!(sizes, ["64", "256", "1k", "4k", "64k", "1m"], "{prov} {ep}: {}", d.report());
+    assert!(rows.iter().all(|f| f[5].parse::<f64>().is_ok_and(|v| v > 0.0)), "{}", d.report());
+}
+
+/// rping, ucmatose, mckey, rdma_server/rdma_client, rstream, udaddy,
+/// riostream, perftest -R, qperf -cm1 and fi_pingpong between two network
+/// namespaces (two hosts on a veth link): each namespace's `softroce run`
+/// finds its interface's device by itself, and the CM exchange crosses the
+/// link.
 #[test]
 fn rping_and_ucmatose_between_two_network_namespaces() {
     if !have("rping_netns", &["rping", "ucmatose"]) {
@@ -1314,6 +1328,8 @@ fn rping_and_ucmatose_between_two_network_namespaces() {
     }
     let Some(h) = TwoHosts::new("cm") else { return };
     let (a, b) = (Some(h.ns[0].as_str()), Some(h.ns[1].as_str()));
+    // perftest's GID index of the IPv4 address (as on every device: 1).
+    let g = gid_index();
     shared(|| {
         let srv = h.addr[1];
         let server = ["rping", "-s", "-a", srv, "-p", "7174", "-v", "-C", "10"];
@@ -1367,6 +1383,74 @@ fn rping_and_ucmatose_between_two_network_namespaces() {
             for d in [&s, &c] {
                 assert!(d.stdout.contains("data transfers complete"), "{}", d.report());
                 assert!(d.stdout.contains("return status 0"), "{}", d.report());
+            }
+        }
+
+        // riowrite into the peer's riomap across the link, every byte checked.
+        if have("riostream_netns", &["riostream"]) {
+            let args = ["-S", "65536", "-C", "20", "-T", "b", "-T", "v"];
+            let (s, c) = rsocket_server_client_in("riostream", [b, a], srv, 7178, &args);
+            for d in [&s, &c] {
+                rsocket_result(d, 65536, 20, 1);
+            }
+        }
+
+        // perftest over rdma_cm across the link: the other tests than the
+        // golden comparison's ib_send_bw.
+        if have("perftest_rdma_cm_netns", &["ib_write_bw", "ib_read_bw", "ib_read_lat"]) {
+            for (tool, size) in [("ib_write_bw", "65536"), ("ib_read_bw", "65536"), ("ib_read_lat", "2")] {
+                let iters = PERF_ITERS.to_string();
+                let server = [tool, "-R", "-x", &g, "-n", &iters, "-s", size];
+                let client: Vec<&str> = server.iter().copied().chain([srv]).collect();
+                let (_, c) = cm_server_client_in((b, &server), (a, &client));
+                assert!(c.stdout.contains(" Data ex. method : rdma_cm"), "{}", c.report());
+                if tool.ends_with("_bw") {
+                    check_bw(&c, 65536, true);
+                } else {
+                    check_lat(&c, 2);
+                }
+            }
+        }
+
+        // qperf's RC tests connected by rdma_cm across the link. Its server
+        // serves until killed; the client retries until it listens.
+        if have("qperf_netns", &["qperf"]) {
+            let mut server = Proc::start_in(b, &["qperf", "-lp", "19766"]);
+            let client: Vec<&str> =
+                ["qperf", "-lp", "19766", "-cm1", "-t", "1", srv].into_iter().chain(QPERF_TESTS).collect();
+            let mut c = None;
+            for attempt in 1..=20u64 {
+                std::thread::sleep(Duration::from_millis(50 * attempt));
+                let d = Proc::start_in(a, &client).finish(CHILD_TIMEOUT);
+                if d.ok() || server.exited() || attempt == 20 {
+                    c = Some(d);
+                    break;
+                }
+            }
+            let s = server.kill();
+            let c = c.expect("the client ran");
+            assert!(c.ok(), "qperf -cm1 across the link failed\n{}\n{}", c.report(), s.report());
+            check_qperf(&c, &QPERF_TESTS);
+        }
+
+        // libfabric's fi_pingpong over verbs MSG and verbs;ofi_rxm RDM across
+        // the link, with each host's RDMA device its link's alone, as on a
+        // host whose one RoCE NIC is its link: libfabric 1.17's server binds
+        // "localhost" and, when no device owns 127.0.0.1, publishes its
+        // interfaces' addresses; with softroce_lo there, it would publish
+        // 127.0.0.1 (softroce_lo's), which the other host cannot reach.
+        if have("fi_pingpong_netns", &["fi_pingpong"]) {
+            let only = |i: usize| format!("SOFTROCE_DEVICES=link={}", h.addr[i]);
+            let (only_a, only_b) = (only(0), only(1));
+            for (prov, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm")] {
+                let base = ["FI_UNIVERSE_SIZE=16", "fi_pingpong", "-p", prov, "-e", ep, "-I", "20"];
+                let server: Vec<&str> = ["env", &only_b].into_iter().chain(base).chain(["-B", "9228"]).collect();
+                let client: Vec<&str> = ["env", &only_a].into_iter().chain(base).chain(["-P", "9228", srv]).collect();
+                let (s, c) =
+                    server_then_client((b, &server), (a, &client), |c| c.stderr.contains("Connection refused"));
+                for d in [&s, &c] {
+                    check_fi_pingpong(d, prov, ep);
+                }
             }
         }
     });
