@@ -48,6 +48,56 @@ pub mod cap {
         | MEM_WINDOW_TYPE_2B;
 }
 
+/// `device_cap_flags_ex` bits above the 32 of `device_cap_flags`
+/// (`IB_UVERBS_DEVICE_*`; rdma-core 45+ names them).
+pub mod cap_ex {
+    /// FLUSH with the global visibility placement type (IBA 1.5).
+    pub const FLUSH_GLOBAL: u64 = 1 << 38;
+    /// FLUSH with the persistence placement type. rxe 6.2+ sets it (it
+    /// flushes pmem); softroce never does: it has no persistence domain.
+    pub const FLUSH_PERSISTENT: u64 = 1 << 39;
+    /// ATOMIC WRITE (IBA 1.5).
+    pub const ATOMIC_WRITE: u64 = 1 << 40;
+}
+
+/// On-demand paging capabilities (`struct ibv_odp_caps`).
+///
+/// What rxe with on-demand paging sets (Linux `rxe_init_device_param`,
+/// drivers/infiniband/sw/rxe/rxe.c): `IB_ODP_SUPPORT` without
+/// `IB_ODP_SUPPORT_IMPLICIT`; RC SEND, RECV, WRITE, READ, ATOMIC and
+/// SRQ_RECV; UD SEND, RECV and SRQ_RECV; UC nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `enum ibv_odp_general_caps`.
+    pub general_caps: u64,
+    /// `enum ibv_odp_transport_cap_bits` for RC.
+    pub rc_odp_caps: u32,
+    /// The same for UC.
+    pub uc_odp_caps: u32,
+    /// The same for UD.
+    pub ud_odp_caps: u32,
+}
+
+/// `enum ibv_odp_general_caps` and `enum ibv_odp_transport_cap_bits`.
+pub mod odp {
+    /// On-demand paging regions (`IBV_ODP_SUPPORT`).
+    pub const SUPPORT: u64 = 1;
+    /// A region over the whole address space (`IBV_ODP_SUPPORT_IMPLICIT`).
+    pub const SUPPORT_IMPLICIT: u64 = 1 << 1;
+    /// SEND from ODP memory.
+    pub const SEND: u32 = 1;
+    /// Receives into ODP memory.
+    pub const RECV: u32 = 1 << 1;
+    /// RDMA WRITE targets.
+    pub const WRITE: u32 = 1 << 2;
+    /// RDMA READ sources.
+    pub const READ: u32 = 1 << 3;
+    /// Atomic targets.
+    pub const ATOMIC: u32 = 1 << 4;
+    /// SRQ receives.
+    pub const SRQ_RECV: u32 = 1 << 5;
+}
+
 /// `struct ibv_device_attr` (the fields rxe fills; the rest are 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAttr {
@@ -115,6 +165,11 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u8,
     /// Ports.
     pub phys_port_cnt: u8,
+    /// `ibv_device_attr_ex.device_cap_flags_ex`: `device_cap_flags` and
+    /// the [`cap_ex`] bits softroce has.
+    pub device_cap_flags_ex: u64,
+    /// `ibv_device_attr_ex.odp_caps`.
+    pub odp_caps: OdpCaps,
 }
 
 /// `struct ibv_port_attr` for the one port.
@@ -215,6 +270,15 @@ impl DeviceAttr {
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,
+            device_cap_flags_ex: u64::from(cap::RXE) | cap_ex::FLUSH_GLOBAL | cap_ex::ATOMIC_WRITE,
+            // Every region is on demand: softroce reads and writes user
+            // memory where it is, never pinning it (see `AccessFlags::ON_DEMAND`).
+            odp_caps: OdpCaps {
+                general_caps: odp::SUPPORT,
+                rc_odp_caps: odp::SEND | odp::RECV | odp::WRITE | odp::READ | odp::ATOMIC | odp::SRQ_RECV,
+                uc_odp_caps: 0,
+                ud_odp_caps: odp::SEND | odp::RECV | odp::SRQ_RECV,
+            },
         }
     }
 }
@@ -255,6 +319,12 @@ mod tests {
         assert_eq!((d.max_qp, d.max_qp_wr, d.max_sge, d.max_cqe), (1_048_560, 1_048_576, 32, 32_767));
         assert_eq!((d.max_mr, d.max_mw, d.max_srq, d.max_srq_sge, d.max_ah), (524_287, 524_287, 917_503, 27, 32_767));
         assert_eq!((d.max_qp_rd_atom, d.max_qp_init_rd_atom, d.atomic_cap), (128, 128, 1));
+        // IBA 1.5 placement: FLUSH_GLOBAL and ATOMIC_WRITE, no persistence.
+        assert_eq!(d.device_cap_flags_ex, 0x0122_3c76 | 1 << 38 | 1 << 40);
+        assert_eq!(d.device_cap_flags_ex & cap_ex::FLUSH_PERSISTENT, 0);
+        // rxe's ODP capabilities: explicit regions only, RC and UD.
+        assert_eq!(d.odp_caps.general_caps, 1);
+        assert_eq!((d.odp_caps.rc_odp_caps, d.odp_caps.uc_odp_caps, d.odp_caps.ud_odp_caps), (0x3f, 0, 0x23));
         let p = PortAttr::new(&Limits::default(), Mtu::Mtu1024);
         assert_eq!((p.state, p.max_mtu, p.active_mtu, p.gid_tbl_len), (4, Mtu::Mtu4096, Mtu::Mtu1024, 1024));
         assert_eq!((p.port_cap_flags, p.link_layer, p.phys_state), (0x0001_0000, 2, 5));

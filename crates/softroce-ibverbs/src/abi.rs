@@ -1051,6 +1051,17 @@ pub struct IbvQpEx {
     pub wr_atomic_write: Option<unsafe extern "C" fn(*mut IbvQpEx, u32, u64, *const c_void)>,
 }
 
+/// rdma-core 45's `ibv_wr_flush`, the slot appended to `struct ibv_qp_ex`
+/// right after `wr_atomic_write` (offset 352): `(qp, rkey, remote_addr,
+/// len, type /* enum ibv_placement_type */, level /* enum
+/// ibv_selectivity_level */)`. Programs built against rdma-core 44 never
+/// read it.
+pub type WrFlushFn = unsafe extern "C" fn(*mut IbvQpEx, u32, u64, usize, u8, u8);
+
+/// Where rdma-core 45 puts `wr_flush` in `struct ibv_qp_ex`.
+pub const IBV_QP_EX_WR_FLUSH_OFFSET: usize = 352;
+const _: () = assert!(size_of::<IbvQpEx>() == IBV_QP_EX_WR_FLUSH_OFFSET);
+
 // ---------------------------------------------------------------------------
 // Work requests
 // ---------------------------------------------------------------------------
@@ -1825,6 +1836,22 @@ pub mod consts {
             IBV_ODP_SUPPORT = 1 << 0,
             IBV_ODP_SUPPORT_IMPLICIT = 1 << 1,
         }
+        "enum ibv_odp_transport_cap_bits": u32 {
+            IBV_ODP_SUPPORT_SEND = 1 << 0,
+            IBV_ODP_SUPPORT_RECV = 1 << 1,
+            IBV_ODP_SUPPORT_WRITE = 1 << 2,
+            IBV_ODP_SUPPORT_READ = 1 << 3,
+            IBV_ODP_SUPPORT_ATOMIC = 1 << 4,
+            IBV_ODP_SUPPORT_SRQ_RECV = 1 << 5,
+        }
+        "enum ibv_advise_mr_advice": u32 {
+            IBV_ADVISE_MR_ADVICE_PREFETCH = 0,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE = 1,
+            IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT = 2,
+        }
+        "ibv_advise_mr flags": u32 {
+            IBV_ADVISE_MR_FLAG_FLUSH = 1 << 0,
+        }
         "enum ibv_raw_packet_caps": u32 {
             IBV_RAW_PACKET_CAP_CVLAN_STRIPPING = 1 << 0,
             IBV_RAW_PACKET_CAP_SCATTER_FCS = 1 << 1,
@@ -2180,6 +2207,37 @@ pub mod consts {
             IBV_GID_TYPE_ROCE_V1 = 1,
             IBV_GID_TYPE_ROCE_V2 = 2,
         }
+    }
+
+    /// rdma-core 45's IBA 1.5 names, absent from the rdma-core 44 header
+    /// `tests/layout.rs` checks against (so not in [`ALL`]).
+    pub mod rdma_core_45 {
+        use core::ffi::c_uint;
+
+        /// `IBV_QP_EX_WITH_FLUSH` (`enum ibv_qp_create_send_ops_flags`).
+        pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 13;
+        /// `IBV_WR_FLUSH` (`enum ibv_wr_opcode`).
+        pub const IBV_WR_FLUSH: c_uint = 14;
+        /// `IBV_WC_FLUSH` (`enum ibv_wc_opcode`).
+        pub const IBV_WC_FLUSH: c_uint = 8;
+        /// `IBV_ACCESS_FLUSH_GLOBAL` (`enum ibv_access_flags`).
+        pub const IBV_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+        /// `IBV_ACCESS_FLUSH_PERSISTENT` (`enum ibv_access_flags`).
+        pub const IBV_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+        /// `IBV_FLUSH_GLOBAL` (`enum ibv_placement_type`).
+        pub const IBV_FLUSH_GLOBAL: u8 = 1;
+        /// `IBV_FLUSH_PERSISTENT` (`enum ibv_placement_type`).
+        pub const IBV_FLUSH_PERSISTENT: u8 = 2;
+        /// `IBV_FLUSH_RANGE` (`enum ibv_selectivity_level`).
+        pub const IBV_FLUSH_RANGE: u8 = 0;
+        /// `IBV_FLUSH_MR` (`enum ibv_selectivity_level`).
+        pub const IBV_FLUSH_MR: u8 = 1;
+        /// `IB_UVERBS_DEVICE_FLUSH_GLOBAL` (`device_cap_flags_ex`).
+        pub const IB_UVERBS_DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+        /// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT` (`device_cap_flags_ex`).
+        pub const IB_UVERBS_DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+        /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (`device_cap_flags_ex`).
+        pub const IB_UVERBS_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
     }
 
     /// `__VERBS_ABI_IS_EXTENDED`: the `ibv_context.abi_compat` value that

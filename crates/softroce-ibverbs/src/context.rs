@@ -138,6 +138,7 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     let mut vctx = VerbsContext::default();
     vctx.query_port = Some(crate::device::query_port);
     vctx.query_device_ex = Some(crate::device::query_device_ex);
+    vctx.advise_mr = Some(crate::pd::advise_mr);
     vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
     vctx.modify_cq = Some(crate::cq::modify_cq);
     vctx.create_qp_ex = Some(crate::qp::create_qp_ex);

@@ -247,8 +247,9 @@ unsafe fn write_sized<T: Copy>(src: &T, dst: *mut u8, len: usize) {
     }
 }
 
-/// `verbs_context.query_device_ex`: the basic attributes plus zeroed
-/// extensions, `attr_size` bytes of them (the caller's struct size).
+/// `verbs_context.query_device_ex`: the basic attributes plus the
+/// extensions softroce has (64-bit capability flags, ODP, CQ moderation;
+/// the rest zero), `attr_size` bytes of them (the caller's struct size).
 pub(crate) unsafe extern "C" fn query_device_ex(
     context: *mut IbvContext,
     _input: *const IbvQueryDeviceExInput,
@@ -261,10 +262,18 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < size_of::<IbvDeviceAttr>() {
             return libc::EINVAL;
         }
+        let a = b.ctx.query_device();
         let mut ex = IbvDeviceAttrEx::default();
         ex.orig_attr = device_attr(b);
-        // rxe reports its capability flags again in the 64-bit field.
-        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
+        // The capability flags again, with the IBA 1.5 bits above 32 that
+        // softroce has: FLUSH_GLOBAL and ATOMIC_WRITE (rxe 6.2+ sets
+        // FLUSH_PERSISTENT too; softroce has no persistence domain).
+        ex.device_cap_flags_ex = a.device_cap_flags_ex;
+        // On-demand paging as rxe with ODP reports it (no implicit regions).
+        ex.odp_caps.general_caps = a.odp_caps.general_caps;
+        ex.odp_caps.per_transport_caps.rc_odp_caps = a.odp_caps.rc_odp_caps;
+        ex.odp_caps.per_transport_caps.uc_odp_caps = a.odp_caps.uc_odp_caps;
+        ex.odp_caps.per_transport_caps.ud_odp_caps = a.odp_caps.ud_odp_caps;
         ex.phys_port_cnt_ex = 1;
         // softroce moderates CQ events (`ibv_modify_cq`; rxe reports 0, 0).
         ex.cq_mod_caps.max_cq_count = u16::MAX;

@@ -4,12 +4,13 @@
 //! A PD counts the objects made in it, so `ibv_dealloc_pd` fails with
 //! EBUSY while any remain, as the kernel's reference counts make it do.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use softroce::{AccessFlags, Mr, Pd};
 
+use crate::abi::rdma_core_45::{IBV_ACCESS_FLUSH_GLOBAL, IBV_ACCESS_FLUSH_PERSISTENT};
 use crate::abi::*;
 use crate::context::{self, errno};
 use crate::export::{ibv_export, set_errno};
@@ -84,14 +85,27 @@ pub(crate) struct MrObj {
     pub(crate) mr: Mutex<Mr>,
 }
 
-/// Access bits softroce enforces; the optional hints (relaxed ordering,
-/// optional range) are accepted and ignored, as rxe ignores them.
-const ACCESS_KNOWN: u32 = 0x3f;
+/// Access bits the engine takes: the classic six, `ON_DEMAND` (every
+/// region is on demand: softroce never pins memory) and the FLUSH placement
+/// types of rdma-core 45 (the engine refuses `FLUSH_PERSISTENT` with
+/// EINVAL, as rxe does for memory that is not pmem).
+const ACCESS_KNOWN: u32 = 0x3f | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT;
+/// The optional hints (relaxed ordering, optional range) are accepted and
+/// ignored, as rxe ignores them.
 const ACCESS_HINTS: u32 = IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_OPTIONAL_RANGE;
-/// Access bits of features softroce does not have: on-demand paging,
-/// huge-page hints, and FLUSH (`IBV_ACCESS_FLUSH_GLOBAL` / `_PERSISTENT`,
-/// bits 8 and 9): EOPNOTSUPP, as the kernel answers for a device without them.
-const ACCESS_UNSUPPORTED: u32 = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | 1 << 8 | 1 << 9;
+/// Access bits of features softroce does not have: huge-page backing
+/// (meant for explicit ODP on NICs with huge-page translation; rxe has
+/// none): EOPNOTSUPP, as the kernel answers for a device without it.
+const ACCESS_UNSUPPORTED: u32 = IBV_ACCESS_HUGETLB;
+
+/// Whether a registration asks for an implicit on-demand region: `addr`
+/// NULL and `length` `SIZE_MAX` with `ON_DEMAND`. Refused with EINVAL, as
+/// rxe does (it has no `IBV_ODP_SUPPORT_IMPLICIT`): a region over the whole
+/// address space would let a peer holding its R_Key fault any address of
+/// the process, mapped or not.
+fn implicit_odp(addr: *mut c_void, length: usize, access: u32) -> bool {
+    addr.is_null() && length == usize::MAX && access & IBV_ACCESS_ON_DEMAND != 0
+}
 
 fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
     // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
@@ -100,8 +114,9 @@ fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_in
         return std::ptr::null_mut();
     };
     let access = access as u32;
-    if access & !(ACCESS_KNOWN | ACCESS_HINTS | ACCESS_UNSUPPORTED) != 0 {
-        // Bits no kernel knows: ib_check_mr_access says EINVAL.
+    if access & !(ACCESS_KNOWN | ACCESS_HINTS | ACCESS_UNSUPPORTED) != 0 || implicit_odp(addr, length, access) {
+        // Bits no kernel knows (ib_check_mr_access says EINVAL), or an
+        // implicit ODP region (see `implicit_odp`).
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
@@ -265,5 +280,106 @@ ibv_export! { "IBVERBS_1.1";
             }
             Err(e) => cmd(errno(&e)),
         }
+    }
+}
+
+/// Why [`advise_mr`] refuses its arguments before looking at the regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AdviseArgs {
+    /// An advice `enum ibv_advise_mr_advice` does not define: EOPNOTSUPP,
+    /// as rxe's `rxe_ib_advise_mr` and the man page's ENOTSUP say.
+    UnknownAdvice,
+    /// Flags other than `IBV_ADVISE_MR_FLAG_FLUSH` (the kernel's uverbs
+    /// refuses them with EINVAL), no SGE, or a NULL list.
+    Invalid,
+}
+
+/// Checks `ibv_advise_mr`'s advice, flags and list shape.
+fn advise_args(advice: u32, flags: u32, has_list: bool, num_sge: u32) -> Result<softroce::Advice, AdviseArgs> {
+    let a = softroce::Advice::from_raw(advice).ok_or(AdviseArgs::UnknownAdvice)?;
+    if flags & !IBV_ADVISE_MR_FLAG_FLUSH != 0 || num_sge == 0 || !has_list {
+        return Err(AdviseArgs::Invalid);
+    }
+    Ok(a)
+}
+
+/// The errno of an `ibv_advise_mr` failure.
+fn advise_errno(e: &softroce::Error) -> c_int {
+    use softroce::AdviseError as A;
+    match e {
+        softroce::Error::Advise(A::NotWritable(_)) => libc::EPERM,
+        softroce::Error::Advise(_) => libc::EINVAL,
+        e => errno(e),
+    }
+}
+
+/// `verbs_context.advise_mr` (what the inline `ibv_advise_mr` calls):
+/// prefetch advice for ranges of `ON_DEMAND` regions of `pd`. Each SGE's
+/// lkey must name such a region of this PD and its range lie inside it
+/// (EINVAL; rxe's `lookup_mr` refuses unknown keys the same way),
+/// PREFETCH_WRITE needs a writable region (EPERM, as rxe); flags other
+/// than `IBV_ADVISE_MR_FLAG_FLUSH` or an empty list are EINVAL, an unknown
+/// advice EOPNOTSUPP. Past the checks nothing is done: softroce never pins
+/// memory, so user memory in a user-space stack is naturally on demand and
+/// a prefetch (synchronous or not) is a no-op that succeeds.
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut IbvPd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut IbvSge,
+    num_sge: u32,
+) -> c_int {
+    crate::export::guard("advise_mr", || {
+        // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
+        let Some(p) = (unsafe { pd_obj(pd) }) else { return libc::EINVAL };
+        let a = match advise_args(advice, flags, !sg_list.is_null(), num_sge) {
+            Ok(a) => a,
+            Err(AdviseArgs::UnknownAdvice) => return libc::EOPNOTSUPP,
+            Err(AdviseArgs::Invalid) => return libc::EINVAL,
+        };
+        // SAFETY: the caller's list has num_sge readable entries (checked non-NULL).
+        let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        let sges: Vec<softroce::Sge> =
+            list.iter().map(|g| softroce::Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect();
+        match p.pd.advise_mr(a, &sges) {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::export::trace_err("ibv_advise_mr", &e);
+                advise_errno(&e)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advise_args_checked() {
+        assert_eq!(advise_args(0, 0, true, 1), Ok(softroce::Advice::Prefetch));
+        assert_eq!(advise_args(1, IBV_ADVISE_MR_FLAG_FLUSH, true, 3), Ok(softroce::Advice::PrefetchWrite));
+        assert_eq!(advise_args(2, 0, true, 1), Ok(softroce::Advice::PrefetchNoFault));
+        assert_eq!(advise_args(3, 0, true, 1), Err(AdviseArgs::UnknownAdvice));
+        assert_eq!(advise_args(0, 2, true, 1), Err(AdviseArgs::Invalid), "unknown flag");
+        assert_eq!(advise_args(0, 0, true, 0), Err(AdviseArgs::Invalid), "no SGE");
+        assert_eq!(advise_args(0, 0, false, 1), Err(AdviseArgs::Invalid), "NULL list");
+    }
+
+    #[test]
+    fn advise_errnos() {
+        use softroce::{AdviseError as A, Error as E};
+        assert_eq!(advise_errno(&E::Advise(A::NotWritable(1))), libc::EPERM);
+        for a in [A::NoSge, A::BadKey(1), A::NotOnDemand(1), A::OutOfRange { lkey: 1, addr: 0, len: 1 }] {
+            assert_eq!(advise_errno(&E::Advise(a)), libc::EINVAL, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn implicit_odp_refused() {
+        let odp = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND;
+        assert!(implicit_odp(std::ptr::null_mut(), usize::MAX, odp));
+        assert!(!implicit_odp(std::ptr::null_mut(), usize::MAX, IBV_ACCESS_LOCAL_WRITE));
+        assert!(!implicit_odp(std::ptr::null_mut(), 4096, odp));
     }
 }

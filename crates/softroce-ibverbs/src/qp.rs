@@ -11,10 +11,11 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use softroce::{
-    AccessFlags, Payload, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr, Sge,
-    UdDest, WrOpcode,
+    AccessFlags, Flush, Payload, Qp, QpAttr, QpAttrMask, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags, SendWr,
+    Sge, UdDest, WrOpcode,
 };
 
+use crate::abi::rdma_core_45::IBV_QP_EX_WITH_FLUSH;
 use crate::abi::*;
 use crate::context::{self, errno};
 use crate::cq::cq_obj;
@@ -27,6 +28,9 @@ use crate::srq::{SrqObj, srq_obj};
 #[repr(C)]
 pub(crate) struct QpObj {
     pub(crate) c: IbvQpEx,
+    /// rdma-core 45's `ibv_qp_ex.wr_flush`, right after the rdma-core 44
+    /// struct (offset 352), where programs built against 45 look for it.
+    wr_flush: Option<WrFlushFn>,
     pub(crate) qp: Qp,
     /// The PD it was made in (for the device's address).
     pd: softroce::Pd,
@@ -38,6 +42,8 @@ pub(crate) struct QpObj {
     /// The `ibv_wr_*` batch being built; the application serialises it.
     builder: UnsafeCell<Builder>,
 }
+
+const _: () = assert!(std::mem::offset_of!(QpObj, wr_flush) == IBV_QP_EX_WR_FLUSH_OFFSET);
 
 /// The object behind a QP pointer.
 ///
@@ -126,6 +132,7 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
         c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
         c.wr_set_ud_addr = Some(wr_set_ud_addr);
         c.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+        c.wr_atomic_write = Some(wr_atomic_write);
     }
     let mut attr = IbvQpAttr::default();
     attr.cap = m.attr.cap;
@@ -134,6 +141,7 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     let ctx = p.c.context;
     let o = Box::into_raw(Box::new(QpObj {
         c,
+        wr_flush: m.send_ops.map(|_| wr_flush as WrFlushFn),
         qp,
         pd: p.pd.clone(),
         extended: m.send_ops.is_some(),
@@ -162,7 +170,8 @@ ibv_export! { "IBVERBS_1.1";
     }
 }
 
-/// The `ibv_wr_*` operations softroce carries out (rxe's set).
+/// The `ibv_wr_*` operations softroce carries out (rxe's set, with the
+/// IBA 1.5 ones of rdma-core 45's rxe).
 const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
     | IBV_QP_EX_WITH_SEND
@@ -172,7 +181,14 @@ const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_BIND_MW
-    | IBV_QP_EX_WITH_SEND_WITH_INV;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_ATOMIC_WRITE
+    | IBV_QP_EX_WITH_FLUSH;
+
+/// The operations only RC carries: ATOMIC WRITE and FLUSH are RC
+/// operations (IBA 1.5 memory placement extensions; rxe's provider offers
+/// them on RC QPs only, and refuses them elsewhere with EOPNOTSUPP).
+const SEND_OPS_RC_ONLY: u64 = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_FLUSH;
 
 /// `verbs_context.create_qp_ex`: a PD is required; `send_ops_flags` turn
 /// on the `ibv_wr_*` builder.
@@ -198,7 +214,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
             return std::ptr::null_mut();
         }
         let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-        if send_ops.is_some_and(|f| f & !SEND_OPS_SUPPORTED != 0) {
+        let rc = a.qp_type == IBV_QPT_RC;
+        if send_ops.is_some_and(|f| f & !SEND_OPS_SUPPORTED != 0 || (!rc && f & SEND_OPS_RC_ONLY != 0)) {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
@@ -524,7 +541,13 @@ impl Pending {
                 self.wr.opcode,
                 O::Send | O::SendWithImm | O::RdmaWrite | O::RdmaWriteWithImm | O::LocalInv | O::BindMw
             ),
-            QpType::Rc => true,
+            // The engine's rules for the IBA 1.5 operations: a FLUSH carries
+            // no data, an ATOMIC WRITE exactly its 8 bytes.
+            QpType::Rc => match self.wr.opcode {
+                O::Flush => self.wr.flush.is_some() && self.sges.1 == 0 && self.inline.is_none(),
+                O::AtomicWrite => matches!(self.inline, Some((_, 8))),
+                _ => true,
+            },
         }
     }
 
@@ -599,6 +622,11 @@ fn ah_handle(ah: *mut IbvAh) -> Result<u32, c_int> {
 /// `w` is a readable `ibv_send_wr` whose `sg_list` has `num_sge` entries.
 unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pending, c_int> {
     let opcode = WrOpcode::from_raw(w.opcode).ok_or(libc::EINVAL)?;
+    if matches!(opcode, WrOpcode::Flush | WrOpcode::AtomicWrite) {
+        // `ibv_send_wr` has no FLUSH operands and rdma-core 44 no way to
+        // pass an ATOMIC WRITE's value: both go through the ibv_wr_* builder.
+        return Err(libc::EINVAL);
+    }
     if w.num_sge < 0 || w.num_sge as u32 > o.cap.max_send_sge.max(1) && w.send_flags & IBV_SEND_INLINE == 0 {
         return Err(libc::EINVAL);
     }
@@ -944,6 +972,60 @@ unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, inf
     if bind.is_err() {
         last(qp, |_, _, _| Err(libc::EINVAL));
     }
+}
+
+/// Starts an IBA 1.5 WR (ATOMIC WRITE or FLUSH) that the QP must have
+/// been created for (`send_ops_flags` bit `op`), else the batch fails with
+/// EOPNOTSUPP; `f` fills it from the builder's scratch or says why not.
+fn begin_placement(
+    qp: *mut IbvQpEx,
+    opcode: WrOpcode,
+    op: u64,
+    f: impl FnOnce(&mut Pending, &mut Scratch) -> Result<(), c_int>,
+) {
+    guard("wr_*", || {
+        // SAFETY: an extended QP made here.
+        let (o, b) = unsafe { bld(qp) };
+        let mut p = Pending::new(o.c.wr_id, opcode, o.c.wr_flags);
+        p.sges = (b.scratch.sges.len(), 0);
+        let r = if o.c.comp_mask & op == 0 { Err(libc::EOPNOTSUPP) } else { f(&mut p, &mut b.scratch) };
+        if let Err(e) = r {
+            trace_err("ibv_wr_*", &format_args!("{opcode:?} refused: errno {e}"));
+            if b.err == 0 {
+                b.err = e;
+            }
+        }
+        b.wrs.push(p);
+    })
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (as
+/// rdma-core does); RC QPs made with `IBV_QP_EX_WITH_ATOMIC_WRITE` only.
+unsafe extern "C" fn wr_atomic_write(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) {
+    begin_placement(qp, WrOpcode::AtomicWrite, IBV_QP_EX_WITH_ATOMIC_WRITE, |p, s| {
+        (p.wr.rkey, p.wr.remote_addr) = (rkey, remote_addr);
+        if atomic_wr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let start = s.inline.len();
+        // SAFETY: the caller passes 8 readable bytes (ibv_wr_atomic_write(3)).
+        s.inline.extend_from_slice(unsafe { std::slice::from_raw_parts(atomic_wr as *const u8, 8) });
+        p.inline = Some((start, 8));
+        Ok(())
+    });
+}
+
+/// rdma-core 45's `ibv_wr_flush`: RC QPs made with `IBV_QP_EX_WITH_FLUSH`
+/// only. `len` travels in the RETH's 32-bit DMA length: a longer one fails
+/// the batch (EINVAL) rather than flush less than asked, and so do
+/// undefined placement types or selectivity levels.
+unsafe extern "C" fn wr_flush(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, len: usize, ty: u8, level: u8) {
+    begin_placement(qp, WrOpcode::Flush, IBV_QP_EX_WITH_FLUSH, |p, _| {
+        let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
+        let f = Flush { placement: ty, selectivity: level, len };
+        (p.wr.rkey, p.wr.remote_addr, p.wr.flush) = (rkey, remote_addr, Some(f));
+        if f.is_valid() { Ok(()) } else { Err(libc::EINVAL) }
+    });
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut IbvQpEx, lkey: u32, addr: u64, length: u32) {

@@ -399,6 +399,40 @@ fn resize_modify_rereg() {
     );
 }
 
+/// IBA 1.5 memory placement (ATOMIC WRITE, rdma-core 45's FLUSH), the
+/// FLUSH and ON_DEMAND access flags, the device's placement and ODP
+/// capabilities, and `ibv_advise_mr`.
+#[test]
+fn placement() {
+    run_program(
+        "placement",
+        &[
+            "device_cap_flags_ex",
+            "odp_caps",
+            "reg_mr_flush_access",
+            "reg_mr_on_demand",
+            "create_qp_ex_placement_ops",
+            "wr_flush_slot",
+            "atomic_write",
+            "atomic_write_null_value",
+            "flush_range",
+            "flush_mr",
+            "flush_len_too_long",
+            "flush_bad_operands",
+            "post_send_placement_refused",
+            "on_demand_write_read",
+            "modify_qp_flush_access",
+            "placement_without_send_ops_flag",
+            "atomic_write_misaligned",
+            "flush_without_flush_access",
+            "flush_persistent_refused",
+            "advise_mr",
+            "advise_mr_errors",
+        ],
+        &[],
+    );
+}
+
 /// 7. `fork()` with an open device and an active QP.
 #[test]
 fn fork() {

@@ -75,6 +75,9 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// `ibv_advise_mr` refused its scatter list.
+    #[error(transparent)]
+    Advise(#[from] crate::odp::AdviseError),
     /// A system call failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -132,6 +132,17 @@ impl Pd {
         })))
     }
 
+    /// `ibv_advise_mr`: checks that each SGE names a range of an
+    /// `ON_DEMAND` region of this PD (and, for `PrefetchWrite`, a writable
+    /// one). The prefetch itself is a no-op that succeeds: user memory in a
+    /// user-space stack is naturally on demand (never pinned; the kernel
+    /// faults each page in when the engine first touches it), so whether
+    /// the call waits (`IBV_ADVISE_MR_FLAG_FLUSH`) changes nothing.
+    pub fn advise_mr(&self, advice: crate::odp::Advice, sges: &[Sge]) -> Result<(), Error> {
+        let pd = self.0.handle;
+        self.ctx().shared().with_live_dev(false, |d| crate::odp::check(d.mr_table(), pd, advice, sges))
+    }
+
     /// Allocates a memory window (`ibv_alloc_mw`).
     pub fn alloc_mw(&self, ty: MwType) -> Result<Mw, Error> {
         let pd = self.0.handle;

@@ -243,8 +243,8 @@ static inline struct ibv_qp *make_qp(struct dev *d, enum ibv_qp_type type, struc
 }
 
 /* RESET -> INIT -> RTR -> RTS for an RC QP talking to `dest_qpn` on the
- * same device (GID index 1 at both ends). */
-static inline void connect_rc(struct dev *d, struct ibv_qp *qp, uint32_t dest_qpn)
+ * same device (GID index 1 at both ends), granting `access` remotely. */
+static inline void connect_rc_access(struct dev *d, struct ibv_qp *qp, uint32_t dest_qpn, unsigned access)
 {
 	struct ibv_qp_attr a;
 	int r;
@@ -253,7 +253,7 @@ static inline void connect_rc(struct dev *d, struct ibv_qp *qp, uint32_t dest_qp
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	a.qp_access_flags = access;
 	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	REQUIRE(r == 0, "modify to INIT: %d", r);
 
@@ -286,6 +286,12 @@ static inline void connect_rc(struct dev *d, struct ibv_qp *qp, uint32_t dest_qp
 				  IBV_QP_MAX_QP_RD_ATOMIC);
 	REQUIRE(r == 0, "modify to RTS: %d", r);
 	REQUIRE(qp->state == IBV_QPS_RTS, "qp->state %d after RTS", qp->state);
+}
+
+/* connect_rc_access with remote WRITE, READ and atomics. */
+static inline void connect_rc(struct dev *d, struct ibv_qp *qp, uint32_t dest_qpn)
+{
+	connect_rc_access(d, qp, dest_qpn, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 /* Connects two RC QPs of the device to each other. */
