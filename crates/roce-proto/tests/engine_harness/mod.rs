@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::qp::{InMessage, MAX_UNACKED_PSNS, Qp, Response, ack_timeout, wc_opcode};
 use roce_proto::verbs::{AccessFlags, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use roce_proto::wr::{Flush, placement, selectivity};
 use roce_proto::{
     AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, Region, SendWr, Sge, Wc,
 };
@@ -60,6 +61,8 @@ const LW: u32 = AccessFlags::LOCAL_WRITE.0;
 const RW: u32 = AccessFlags::REMOTE_WRITE.0;
 const RR: u32 = AccessFlags::REMOTE_READ.0;
 const RA: u32 = AccessFlags::REMOTE_ATOMIC.0;
+const FG: u32 = AccessFlags::FLUSH_GLOBAL.0;
+const FP: u32 = AccessFlags::FLUSH_PERSISTENT.0;
 
 /// Where a region's I/O virtual address lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,14 +85,15 @@ struct MrSpec {
     access: u32,
 }
 
-/// The regions of each device, in buffer order.
+/// The regions of each device, in buffer order. Four grant FLUSH_GLOBAL,
+/// so a FLUSH's R_Key check passes or fails by region.
 const MRS: [MrSpec; 7] = [
-    MrSpec { name: "rw", len: 8192, iova: Iova::Natural, access: LW | RW | RR | RA },
-    MrSpec { name: "ro", len: 4096, iova: Iova::Natural, access: RR },
+    MrSpec { name: "rw", len: 8192, iova: Iova::Natural, access: LW | RW | RR | RA | FG },
+    MrSpec { name: "ro", len: 4096, iova: Iova::Natural, access: RR | FG },
     MrSpec { name: "lw", len: 4096, iova: Iova::Natural, access: LW | RR },
     MrSpec { name: "at", len: 256, iova: Iova::Natural, access: LW | RA },
-    MrSpec { name: "top", len: 1024, iova: Iova::Top, access: LW | RW | RR | RA },
-    MrSpec { name: "zero", len: 1024, iova: Iova::Zero, access: LW | RW | RR },
+    MrSpec { name: "top", len: 1024, iova: Iova::Top, access: LW | RW | RR | RA | FG },
+    MrSpec { name: "zero", len: 1024, iova: Iova::Zero, access: LW | RW | RR | FG },
     MrSpec { name: "empty", len: 0, iova: Iova::Natural, access: LW | RW | RR | RA },
 ];
 const NMR: usize = MRS.len();
@@ -191,7 +195,8 @@ impl Config {
         let timeout = [1, 2, 4, 6, 8, 3, 0, 5][usize::from(t & 7)];
         let retry_cnt = (t >> 3) & 7;
         let rnr_retry = [0, 1, 3, 7][usize::from(t >> 6)];
-        let min_rnr_timer = b.u8() & 0x1f;
+        let r = b.u8();
+        let min_rnr_timer = r & 0x1f;
         let w = b.u8();
         let mut access = [RW | RR | RA; 2];
         for (i, a) in access.iter_mut().enumerate() {
@@ -199,6 +204,13 @@ impl Config {
             let bits = (w >> (4 * i)) & 0xf;
             if bits & 3 == 3 {
                 *a &= ![RW, RR, RA, RW][usize::from(bits >> 2)];
+            }
+            // Three QPs in four allow FLUSH to global visibility; one in
+            // four allows persistence too (which no region grants).
+            match (r & 0x80 != 0, r & (0x20 << i) != 0) {
+                (true, true) => {}
+                (true, false) => *a |= FG | FP,
+                _ => *a |= FG,
             }
         }
         let v = b.u8();
@@ -418,7 +430,7 @@ pub struct Harness {
 
 /// Forged opcodes: every RC request and response, and a few of other
 /// transports (which the QP must drop).
-const TEMPLATES: [u8; 30] = [
+const TEMPLATES: [u8; 31] = [
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, // SEND FIRST/MIDDLE/LAST(+IMM)/ONLY(+IMM)
     0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, // WRITE FIRST/MIDDLE/LAST(+IMM)/ONLY(+IMM)
     0x0c, 0x0c, 0x0c, // READ request
@@ -427,7 +439,8 @@ const TEMPLATES: [u8; 30] = [
     0x12, // ATOMIC ACKNOWLEDGE
     0x13, 0x14, // CMP_SWAP, FETCH_ADD
     0x16, 0x17, // SEND with invalidate
-    0x1c, // FLUSH (unsupported: NAK)
+    0x1c, // FLUSH
+    0x1d, // ATOMIC WRITE
     0x24, // UC SEND_ONLY
     0x64, // UD SEND_ONLY
 ];
@@ -808,6 +821,18 @@ impl Harness {
                 }
             }
         }
+        if opcode == Opcode::RC_ATOMIC_WRITE
+            && let Some(r) = ext.reth.as_mut()
+        {
+            // Mostly the one valid length, and an aligned target half the time.
+            let k = b.u8();
+            if k & 3 != 0 {
+                r.dma_len = 8;
+            }
+            if k & 4 != 0 {
+                r.va &= !7;
+            }
+        }
         let plen = match info.payload {
             PayloadRule::None => 0,
             PayloadRule::Exactly(n) => n,
@@ -1178,8 +1203,10 @@ impl Harness {
             let p = side.sq.pop_front().unwrap_or_else(|| panic!("side {s}: send completion {wc:?} for no WR"));
             if p.wr_id == wc.wr_id {
                 assert_eq!(wc.opcode, wc_opcode(p.opcode), "side {s}: {wc:?} for a {:?}", p.opcode);
-                if wc.status == WcStatus::Success && p.opcode == WrOpcode::RdmaRead {
-                    assert_eq!(u64::from(wc.byte_len), p.len);
+                // READ: the bytes read; ATOMIC WRITE: 8; FLUSH: the length asked for.
+                let sized = matches!(p.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicWrite | WrOpcode::Flush);
+                if wc.status == WcStatus::Success && sized {
+                    assert_eq!(u64::from(wc.byte_len), p.len, "side {s}: {wc:?} for a {:?}", p.opcode);
                 }
                 side.release(&p);
                 return;
@@ -1194,7 +1221,9 @@ impl Harness {
         let s = usize::from(m & 1);
         self.poll(s);
         // Mostly operations that succeed; SEND_WITH_INV and LOCAL_INV of a
-        // region's key fail (only windows can be invalidated) and end the QP.
+        // region's key fail (only windows can be invalidated) and end the QP;
+        // FLUSH and ATOMIC WRITE succeed or not by the rights, the alignment
+        // and the operands drawn.
         let ops = [
             WrOpcode::Send,
             WrOpcode::Send,
@@ -1212,13 +1241,33 @@ impl Harness {
             WrOpcode::AtomicFetchAndAdd,
             WrOpcode::SendWithInv,
             WrOpcode::LocalInv,
+            WrOpcode::Flush,
+            WrOpcode::Flush,
+            WrOpcode::AtomicWrite,
+            WrOpcode::AtomicWrite,
         ];
         let opcode = ops[usize::from(m >> 1) % ops.len()];
         let atomic = matches!(opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd);
         let f = b.u8();
         let mut sges = Vec::new();
         let mut inline = Vec::new();
-        if atomic {
+        // FLUSH: no payload (an SGE one time in eight, refused at post).
+        // ATOMIC WRITE: 8 inline bytes (SGEs or another count one time in
+        // eight, refused).
+        let placement_op = matches!(opcode, WrOpcode::Flush | WrOpcode::AtomicWrite);
+        let g = if placement_op { b.u8() } else { 0 };
+        if placement_op {
+            match (opcode, g & 15) {
+                (WrOpcode::Flush, 14 | 15) => sges.push(self.pick_sge(s, b).1),
+                (WrOpcode::Flush, _) => {}
+                (_, 15) => sges.push(self.pick_sge(s, b).1),
+                (_, 14) => {
+                    let n = usize::from(b.u8() % 17);
+                    inline = b.take(n).to_vec();
+                }
+                _ => inline = b.u64().to_le_bytes().to_vec(),
+            }
+        } else if atomic {
             let (_, mut sge) = self.pick_sge(s, b);
             let want = if f & 0x40 != 0 { u32::from(b.u8() % 17) } else { 8 };
             sge.length = sge.length.min(want);
@@ -1234,6 +1283,7 @@ impl Harness {
         let len: u64 =
             if inline.is_empty() { sges.iter().map(|g| u64::from(g.length)).sum() } else { inline.len() as u64 };
         let payload = if inline.is_empty() { Payload::Sges(&sges) } else { Payload::Inline(&inline) };
+        let flush = (opcode == WrOpcode::Flush).then(|| Self::pick_flush(g, b));
         let mut flags = SendFlags::EMPTY;
         if f & 3 != 0 {
             flags |= SendFlags::SIGNALED;
@@ -1249,16 +1299,41 @@ impl Harness {
         }
         let wr_id = self.next_wr_id;
         let mut wr = SendWr::new(wr_id, opcode, flags, payload);
-        let (remote_addr, rkey) = self.pick_remote(s, len, b);
+        // The length of remote memory the WR covers.
+        let remote_len = match (opcode, flush) {
+            (WrOpcode::AtomicWrite, _) => 8,
+            (_, Some(fl)) => u64::from(fl.len),
+            _ => len,
+        };
+        let (mut remote_addr, rkey) = self.pick_remote(s, remote_len, b);
+        if opcode == WrOpcode::AtomicWrite {
+            // Aligned, or misaligned on purpose one time in four.
+            remote_addr &= !7;
+            if g & 0x30 == 0x10 {
+                remote_addr = remote_addr.wrapping_add(u64::from(g >> 6) * 2 + 1);
+            }
+        }
         wr.remote_addr = remote_addr;
         wr.rkey = rkey;
+        // A FLUSH without its operands, or another WR with them, is refused.
+        wr.flush = if g & 0xf0 == 0xf0 { flush.map_or(Some(Flush::default()), |_| None) } else { flush };
         wr.imm_data = b.u32();
         wr.invalidate_rkey = if f & 0x80 != 0 { b.u32() } else { rkey };
         wr.compare_add = b.u64();
         wr.swap = b.u64();
+        // Local bytes the device may write: READ and atomic results. ATOMIC
+        // WRITE and FLUSH write none here (an ATOMIC WRITE's 8 remote bytes
+        // need REMOTE_WRITE, so they land only in a `Class::Remote` region,
+        // like a WRITE's; a FLUSH writes nothing anywhere).
         let writes = if matches!(opcode, WrOpcode::RdmaRead) || atomic { self.ranges(s, &sges) } else { Vec::new() };
         let side = &mut self.sides[s];
         let index = side.qp().sq.producer;
+        // What a successful completion reports as byte_len.
+        let len = match opcode {
+            WrOpcode::AtomicWrite => 8,
+            WrOpcode::Flush => wr.flush.map_or(0, |fl| u64::from(fl.len)),
+            _ => len,
+        };
         if side.dev.post_send(side.qpn, &wr).is_ok() {
             self.next_wr_id += 1;
             let p = Posted { wr_id, index, opcode, signaled: flags.contains(SendFlags::SIGNALED), len, writes };
@@ -1269,6 +1344,35 @@ impl Harness {
             }
             side.sq.push_back(p);
         }
+    }
+
+    /// A FLUSH's operands: mostly global visibility of a range or of the
+    /// region, sometimes persistence (no region grants it), no placement
+    /// type, reserved bits or a reserved selectivity level (refused at post);
+    /// lengths to the region's end, small, 0 or wild.
+    fn pick_flush(g: u8, b: &mut Bytes<'_>) -> Flush {
+        let k = b.u8();
+        let placement = match k & 15 {
+            0..=11 => placement::GLOBAL,
+            12 => placement::PERSISTENT,
+            13 => placement::ALL,
+            14 => 0,
+            _ => b.u8(),
+        };
+        let selectivity = match (k >> 4) & 3 {
+            0 | 1 => selectivity::RANGE,
+            2 => selectivity::REGION,
+            _ if k & 1 != 0 => b.u8(),
+            _ => selectivity::REGION,
+        };
+        let peer = MRS[[0, 1, 5, 4][usize::from(g >> 6)]].len as u32;
+        let len = match k >> 6 {
+            0 => u32::from(b.u16()) % (peer + 1),
+            1 => u32::from(b.u8()),
+            2 => [0, 1, peer, peer + 1][usize::from(g >> 3) & 3],
+            _ => b.u32(),
+        };
+        Flush { placement, selectivity, len }
     }
 
     /// The buffer ranges of those SGEs whose L_Key is the key of the

@@ -4,8 +4,11 @@
 //! B binds and A's SEND_WITH_INV later invalidates, under random drop,
 //! duplication, reordering and corruption. Some seeds receive through one
 //! SRQ shared by all of B's QPs, and some aim every FETCH_ADD of all QPs at
-//! one shared cell, whose results must linearise. A reference model predicts
-//! every completion and every byte.
+//! one shared cell, whose results must linearise. ATOMIC WRITEs store 8
+//! bytes to a cell of their own or over an earlier WRITE of their QP; FLUSHes
+//! of an earlier WRITE's range or of B's whole region must find the data
+//! written before them in place when they complete. A reference model
+//! predicts every completion and every byte.
 //!
 //! `SOFTROCE_SIM_SEEDS=N` runs N seeds per test (default 500 x 4 tests);
 //! `SOFTROCE_SIM_SEED=S` replays one seed with a trace of its counters.
@@ -22,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::mr::{MwBindInfo, MwType};
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use roce_proto::wr::{MwBind, WcFlags};
+use roce_proto::wr::{Flush, MwBind, WcFlags, placement, selectivity};
 use roce_proto::{
     AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc,
 };
@@ -96,6 +99,12 @@ enum Kind {
     ReadMw,
     /// SEND_WITH_INV (FENCE'd) invalidating a window an earlier op used.
     SendInv,
+    /// ATOMIC WRITE of `operand`'s 8 bytes: to a cell of its own, or over
+    /// 8 aligned bytes of an earlier WRITE of its QP (`target`).
+    AtomicWrite,
+    /// FLUSH (global visibility) of an earlier WRITE's range, or of B's
+    /// whole region; `covers` lists the ops whose data it must find.
+    Flush,
 }
 
 impl Kind {
@@ -133,6 +142,13 @@ struct Op {
     shared: bool,
     /// The window used (WriteMw, ReadMw) or invalidated (SendInv).
     mw: Option<usize>,
+    /// AtomicWrite: the earlier WRITE of this QP it overwrites 8 bytes of.
+    target: Option<usize>,
+    /// Flush: what it asks for.
+    flush: Option<Flush>,
+    /// Flush: the earlier ops of this QP (WRITEs, ATOMIC WRITEs) whose data
+    /// must be in B's memory when it completes.
+    covers: Vec<usize>,
 }
 
 struct Scenario {
@@ -215,7 +231,9 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
                 Kind::WriteMw,
                 Kind::ReadMw,
                 Kind::SendInv,
-            ][rng.random_range(0..10)];
+                Kind::AtomicWrite,
+                Kind::Flush,
+            ][rng.random_range(0..12)];
             // A SEND_WITH_INV needs a live window of this QP to invalidate.
             let live = windows.iter().rposition(|w| w.qp == q && !w.invalidated);
             if kind == Kind::SendInv && live.is_none() {
@@ -237,6 +255,9 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
                 expect_orig: 0,
                 shared: false,
                 mw: None,
+                target: None,
+                flush: None,
+                covers: Vec::new(),
             };
             match kind {
                 Kind::FetchAdd if shared_cell.is_some() => {
@@ -263,6 +284,48 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
                             cur = op.swap;
                         }
                     }
+                }
+                Kind::AtomicWrite => {
+                    // Over an earlier WRITE of this QP no other ATOMIC WRITE
+                    // took (its aligned 8 bytes fit once len >= 15), or a cell.
+                    let taken = |k: usize| qops.iter().any(|o: &Op| o.target == Some(k));
+                    let over = (0..qops.len())
+                        .filter(|&k| qops[k].kind == Kind::Write && qops[k].len >= 16 && !taken(k))
+                        .collect::<Vec<_>>();
+                    op.len = 8;
+                    op.operand = rng.random();
+                    if !over.is_empty() && rng.random_bool(0.5) {
+                        let k = over[rng.random_range(0..over.len())];
+                        op.target = Some(k);
+                        op.b_off = qops[k].b_off;
+                    } else {
+                        b_end += 16;
+                    }
+                }
+                Kind::Flush => {
+                    let writes = (0..qops.len())
+                        .filter(|&k| matches!(qops[k].kind, Kind::Write | Kind::WriteImm | Kind::WriteMw))
+                        .collect::<Vec<_>>();
+                    // The whole region when there is no WRITE to flush, and sometimes anyway.
+                    let f = if writes.is_empty() || rng.random_bool(0.3) {
+                        op.covers = (0..qops.len())
+                            .filter(|&k| {
+                                matches!(qops[k].kind, Kind::Write | Kind::WriteImm | Kind::WriteMw | Kind::AtomicWrite)
+                            })
+                            .collect();
+                        // Address and length are not looked at.
+                        op.b_off = rng.random_range(0..=b_end);
+                        Flush { placement: placement::GLOBAL, selectivity: selectivity::REGION, len: rng.random() }
+                    } else {
+                        let k = writes[rng.random_range(0..writes.len())];
+                        op.covers = vec![k];
+                        // The ATOMIC WRITE over that WRITE, if it came before.
+                        op.covers.extend((0..qops.len()).filter(|&m| qops[m].target == Some(k)));
+                        op.b_off = qops[k].b_off;
+                        Flush { placement: placement::GLOBAL, selectivity: selectivity::RANGE, len: qops[k].len }
+                    };
+                    op.len = f.len;
+                    op.flush = Some(f);
                 }
                 _ => {
                     if matches!(kind, Kind::WriteMw | Kind::ReadMw) {
@@ -306,6 +369,10 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
             op.b_off = align8(mem[B].addr(), op.b_off);
         }
         cells[q].0 = align8(mem[B].addr(), cells[q].0);
+        // An ATOMIC WRITE's cell, or the first aligned 8 bytes of its WRITE.
+        for op in qops.iter_mut().filter(|o| o.kind == Kind::AtomicWrite) {
+            op.b_off = align8(mem[B].addr(), op.b_off);
+        }
     }
     let shared_cell = shared_cell.map(|(off, v)| (align8(mem[B].addr(), off), v));
     for op in ops.iter_mut().flatten().filter(|o| o.shared) {
@@ -397,7 +464,8 @@ impl Scenario {
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC
-                | AccessFlags::MW_BIND;
+                | AccessFlags::MW_BIND
+                | AccessFlags::FLUSH_GLOBAL;
             // SAFETY: `mem` outlives the simulation's devices (both live in
             // this Scenario and the sim is dropped first, field order).
             let region = unsafe { self.mem[side].region() };
@@ -443,7 +511,10 @@ impl Scenario {
                 let d = &mut self.sim.endpoint_mut(self.ids[side]).d.dev;
                 let mut a = QpAttr {
                     qp_state: QpState::Init,
-                    qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+                    qp_access_flags: AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC
+                        | AccessFlags::FLUSH_GLOBAL,
                     ..QpAttr::default()
                 };
                 d.modify_qp(pair[side], &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0)).unwrap();
@@ -504,6 +575,8 @@ impl Scenario {
                     Kind::WriteMw => WrOpcode::RdmaWrite,
                     Kind::ReadMw => WrOpcode::RdmaRead,
                     Kind::SendInv => WrOpcode::SendWithInv,
+                    Kind::AtomicWrite => WrOpcode::AtomicWrite,
+                    Kind::Flush => WrOpcode::Flush,
                 };
                 // A SEND_WITH_INV is fenced behind earlier READs, as
                 // applications do: a READ retried after the invalidation
@@ -522,6 +595,14 @@ impl Scenario {
                 wr.imm_data = op.imm;
                 wr.compare_add = op.operand;
                 wr.swap = op.swap;
+                let value = op.operand.to_ne_bytes();
+                match op.kind {
+                    Kind::AtomicWrite => wr = SendWr::atomic_write(wr_id, flags, key[B], wr.remote_addr, &value),
+                    Kind::Flush => {
+                        wr = SendWr::flush(wr_id, flags, key[B], wr.remote_addr, op.flush.expect("a FLUSH's request"));
+                    }
+                    _ => {}
+                }
                 let a = &mut self.sim.endpoint_mut(self.ids[A]).d.dev;
                 a.post_send(self.qpn[q][A], &wr).unwrap();
             }
@@ -587,6 +668,48 @@ struct Report {
     srq_seeds: u64,
     /// FETCH_ADDs on a shared cell checked for linearisability.
     shared_atomics: u64,
+    /// ATOMIC WRITEs and FLUSHes that succeeded and were checked.
+    atomic_writes: u64,
+    flushes: u64,
+}
+
+/// For each FLUSH (by wr_id): the B ranges of the ops it covers, in `covers` order.
+fn flush_ranges(sc: &Scenario) -> HashMap<u64, Vec<(usize, usize)>> {
+    let mut out = HashMap::new();
+    for (q, qops) in sc.ops.iter().enumerate() {
+        for (i, op) in qops.iter().enumerate().filter(|(_, o)| o.kind == Kind::Flush) {
+            let ranges = op.covers.iter().map(|&k| (qops[k].b_off, qops[k].len as usize)).collect();
+            out.insert((q as u64) << 32 | i as u64, ranges);
+        }
+    }
+    out
+}
+
+/// The bytes the model says op `k` of `qops` left in B, as seen by an
+/// observer after op `at` completed: a WRITE's source overlaid by the
+/// ATOMIC WRITE over it if that one came before `at`; `None` for bytes a
+/// later ATOMIC WRITE may already have replaced.
+fn model_bytes(sc: &Scenario, qops: &[Op], k: usize, at: usize) -> Vec<Option<u8>> {
+    let op = &qops[k];
+    if op.kind == Kind::AtomicWrite {
+        return op.operand.to_ne_bytes().map(Some).to_vec();
+    }
+    let mut v: Vec<Option<u8>> = sc.mem[A].get(op.a_off, op.len as usize).into_iter().map(Some).collect();
+    for (m, aw) in qops.iter().enumerate().filter(|(_, o)| o.target == Some(k)) {
+        let bytes = aw.operand.to_ne_bytes();
+        for (j, slot) in v[aw.b_off - op.b_off..][..8].iter_mut().enumerate() {
+            *slot = (m < at).then_some(bytes[j]);
+        }
+    }
+    v
+}
+
+/// Where `got` differs from `want` (ignoring bytes the model leaves open).
+fn first_difference(want: &[Option<u8>], got: &[u8]) -> Option<usize> {
+    if want.len() != got.len() {
+        return Some(want.len().min(got.len()));
+    }
+    want.iter().zip(got).position(|(w, g)| w.is_some_and(|w| w != *g))
 }
 
 fn expected_recvs(ops: &[Op]) -> usize {
@@ -650,6 +773,11 @@ fn run_seed(seed: u64) -> Result<Report, String> {
     // every completion once, in order.
     let sizes = [A, B].map(|side| sc.sim.endpoint(ids[side]).d.dev.cq_size(cq[side]).unwrap());
     let mut resized = 0;
+    // What each FLUSH must find in B's memory: read when its completion is
+    // polled, checked against the model afterwards.
+    let flush_ranges: HashMap<u64, Vec<(usize, usize)>> = flush_ranges(&sc);
+    let mut snapshots: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    let b_key = sc.recv_key;
     let res = run_until_posting(&mut sc, &mut next_post, interval, bound, |sim| {
         let stage = if got[A].len() * 4 >= want_a * 3 { 2 } else { usize::from(got[A].len() * 2 >= want_a) };
         if stage > resized {
@@ -678,6 +806,21 @@ fn run_seed(seed: u64) -> Result<Report, String> {
                     break;
                 }
                 got[side].extend_from_slice(&buf[..n]);
+                let flushed = buf[..n].iter().filter(|w| w.opcode == WcOpcode::Flush && w.status == WcStatus::Success);
+                for w in flushed.filter(|_| side == A) {
+                    let Some(ranges) = flush_ranges.get(&w.wr_id) else { continue };
+                    let b = &sim.endpoint(ids[B]).d.dev;
+                    let region = b.mr_table().get(b_key).expect("B's region").region;
+                    let snap = ranges
+                        .iter()
+                        .map(|&(off, len)| {
+                            let mut v = vec![0; len];
+                            region.read(off as u64, &mut v).expect("inside B's region");
+                            v
+                        })
+                        .collect();
+                    snapshots.insert(w.wr_id, snap);
+                }
             }
         }
         let want_b = if srq {
@@ -739,8 +882,8 @@ fn run_seed(seed: u64) -> Result<Report, String> {
             return Err(format!("seed {seed}: {n} extra completions on side {side}: {:?}; {replay}", &buf[..n]));
         }
     }
-    let (exhausted, invalidated, shared_atomics) =
-        check(&sc, &got, heavy).map_err(|e| format!("seed {seed}: {e}; {replay}"))?;
+    let Checked { exhausted, invalidated, shared_atomics, atomic_writes, flushes } =
+        check(&sc, &got, heavy, &snapshots).map_err(|e| format!("seed {seed}: {e}; {replay}"))?;
 
     let stats = sc.sim.stats();
     let a = sc.sim.endpoint(ids[A]).d.dev.counters();
@@ -755,9 +898,11 @@ fn run_seed(seed: u64) -> Result<Report, String> {
         invalidated,
         srq_seeds: u64::from(srq),
         shared_atomics,
+        atomic_writes,
+        flushes,
         wrs: want_a as u64,
         completions: (want_a + want_b) as u64,
-        bytes: sc.ops.iter().flatten().map(|o| u64::from(o.len)).sum(),
+        bytes: sc.ops.iter().flatten().filter(|o| o.kind != Kind::Flush).map(|o| u64::from(o.len)).sum(),
         faults: stats.dropped + stats.duplicated + stats.reordered + stats.corrupted,
         retries: a.completer_retry_err,
         exhausted,
@@ -769,11 +914,19 @@ fn run_seed(seed: u64) -> Result<Report, String> {
 /// up with RETRY_EXC_ERR only on heavy-loss seeds (IBTA: `retry_cnt` rounds
 /// without progress); then everything after it on that QP is flushed, its
 /// peer's remaining receives too, and all that completed before is checked.
-/// Returns how many QPs gave up, how many windows SEND_WITH_INV invalidated
-/// and how many shared-cell FETCH_ADDs were checked.
-fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<(u64, u64, u64), String> {
+/// A FLUSH that succeeded must have found, when polled (`snapshots`), the
+/// data of the ops it covers. Returns how many QPs gave up, how many windows
+/// SEND_WITH_INV invalidated, how many shared-cell FETCH_ADDs were checked,
+/// and how many ATOMIC WRITEs and FLUSHes succeeded and were checked.
+fn check(
+    sc: &Scenario,
+    got: &[Vec<Wc>; 2],
+    heavy: bool,
+    snapshots: &HashMap<u64, Vec<Vec<u8>>>,
+) -> Result<Checked, String> {
     let b_dev = &sc.sim.endpoint(sc.ids[B]).d.dev;
     let mut invalidated = 0;
+    let (mut atomic_writes, mut flushes) = (0, 0);
     // (QP, orig, operand) of every shared-cell FETCH_ADD that succeeded, in
     // each QP's posting order; and whether any such QP gave up.
     let mut shared: Vec<(usize, u64, u64)> = Vec::new();
@@ -801,6 +954,8 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<(u64, u64, u6
                 Kind::CmpSwap => WcOpcode::CompSwap,
                 Kind::WriteMw => WcOpcode::RdmaWrite,
                 Kind::SendInv => WcOpcode::Send,
+                Kind::AtomicWrite => WcOpcode::AtomicWrite,
+                Kind::Flush => WcOpcode::Flush,
             };
             if w.wr_id != ((q as u64) << 32 | i as u64) {
                 return Err(format!("QP {q} WR {i}: completion out of order: {w:?}"));
@@ -824,7 +979,39 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<(u64, u64, u6
                     }
                 }
                 Kind::Send | Kind::SendImm | Kind::SendInv if sc.srq.is_some() => {} // checked per receive slot
-                Kind::Write | Kind::WriteImm | Kind::Send | Kind::SendImm | Kind::WriteMw | Kind::SendInv => {
+                Kind::Write => {
+                    // Up to the ATOMIC WRITE over it, if any (checked by that one).
+                    let want = model_bytes(sc, qops, i, 0);
+                    if let Some(at) = first_difference(&want, &sc.mem[B].get(op.b_off, op.len as usize)) {
+                        return Err(format!("QP {q} WR {i}: {op:?} data differs at the responder at byte {at}"));
+                    }
+                }
+                Kind::AtomicWrite => {
+                    let v = sc.mem[B].get(op.b_off, 8);
+                    if w.byte_len != 8 || v != op.operand.to_ne_bytes() {
+                        return Err(format!(
+                            "QP {q} WR {i}: ATOMIC WRITE {w:?} left {v:02x?}, model {:#x}",
+                            op.operand
+                        ));
+                    }
+                    atomic_writes += 1;
+                }
+                Kind::Flush => {
+                    if w.byte_len != op.len {
+                        return Err(format!("QP {q} WR {i}: FLUSH of {} bytes completed with {w:?}", op.len));
+                    }
+                    let snap = snapshots.get(&w.wr_id).ok_or(format!("QP {q} WR {i}: FLUSH not seen when polled"))?;
+                    for (&k, seen) in op.covers.iter().zip(snap) {
+                        if let Some(at) = first_difference(&model_bytes(sc, qops, k, i), seen) {
+                            return Err(format!(
+                                "QP {q} WR {i}: FLUSH {:?} completed before WR {k} ({:?})'s byte {at} was in place",
+                                op.flush, qops[k].kind
+                            ));
+                        }
+                    }
+                    flushes += 1;
+                }
+                Kind::WriteImm | Kind::Send | Kind::SendImm | Kind::WriteMw | Kind::SendInv => {
                     if sc.mem[A].get(op.a_off, op.len as usize) != sc.mem[B].get(op.b_off, op.len as usize) {
                         return Err(format!("QP {q} WR {i}: {op:?} data differs at the responder"));
                     }
@@ -912,8 +1099,17 @@ fn check(sc: &Scenario, got: &[Vec<Wc>; 2], heavy: bool) -> Result<(u64, u64, u6
     if !per_qp.is_empty() {
         return Err(format!("completions for unknown QPs: {:?}", per_qp.keys()));
     }
-    let checked = check_shared_cell(sc, &mut shared, shared_unknown)?;
-    Ok((exhausted, invalidated, checked))
+    let shared_atomics = check_shared_cell(sc, &mut shared, shared_unknown)?;
+    Ok(Checked { exhausted, invalidated, shared_atomics, atomic_writes, flushes })
+}
+
+/// What `check` counted.
+struct Checked {
+    exhausted: u64,
+    invalidated: u64,
+    shared_atomics: u64,
+    atomic_writes: u64,
+    flushes: u64,
 }
 
 /// FETCH_ADDs from many QPs on one cell linearise: ordered by the values
@@ -982,6 +1178,8 @@ fn run_range(first: u64) {
                 total.invalidated += r.invalidated;
                 total.srq_seeds += r.srq_seeds;
                 total.shared_atomics += r.shared_atomics;
+                total.atomic_writes += r.atomic_writes;
+                total.flushes += r.flushes;
             }
             Err(e) => failures.push(e),
         }
@@ -989,7 +1187,8 @@ fn run_range(first: u64) {
     println!(
         "seeds {first}..{} (drop up to {:.0}%): {} WRs, {} completions checked, {} bytes, {} faults injected, \
          {} retransmission rounds, {} RNR NAKs, {} QPs gave up after retry_cnt rounds without progress; \
-         {} windows bound, {} invalidated by SEND_WITH_INV; {} seeds on an SRQ; {} shared-cell FETCH_ADDs linearised",
+         {} windows bound, {} invalidated by SEND_WITH_INV; {} seeds on an SRQ; {} shared-cell FETCH_ADDs linearised; \
+         {} ATOMIC WRITEs and {} FLUSHes checked",
         first + n,
         max_drop_of(first) * 100.0,
         total.wrs,
@@ -1002,7 +1201,9 @@ fn run_range(first: u64) {
         total.windows,
         total.invalidated,
         total.srq_seeds,
-        total.shared_atomics
+        total.shared_atomics,
+        total.atomic_writes,
+        total.flushes
     );
     assert!(failures.is_empty(), "{} of {n} seeds failed:\n{}", failures.len(), failures.join("\n"));
 }
