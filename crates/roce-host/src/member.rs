@@ -208,6 +208,10 @@ pub struct Member {
     owned: Vec<AtomicU64>,
     alloc: Mutex<Alloc>,
     attention: AtomicBool,
+    /// The seats (their [`seats_print`]) this member's last steering
+    /// program was built for: other seats (a member left, see
+    /// [`Member::leave`]) ask for a reconciliation.
+    steered_for: AtomicU64,
     last_reconcile: Mutex<Option<Instant>>,
     /// Strays waiting for the seats, and the generation they were held at.
     held: Mutex<(std::collections::VecDeque<Held>, u64)>,
@@ -329,6 +333,7 @@ impl Member {
             owned: (0..BLOCKS / 64).map(|_| AtomicU64::new(0)).collect(),
             alloc: Mutex::new(Alloc { blocks: Vec::new(), next: 0 }),
             attention: AtomicBool::new(false),
+            steered_for: AtomicU64::new(0),
             last_reconcile: Mutex::new(None),
             held: Mutex::new((std::collections::VecDeque::new(), 0)),
             waiting: Mutex::new(Vec::new()),
@@ -741,6 +746,9 @@ impl Member {
     /// no other member is doing so (never waits for the lock).
     pub fn upkeep(&self, sock: &Socket) {
         self.release_waiting(sock);
+        if seats_print(&self.table().seats()) != self.steered_for.load(Ordering::Acquire) {
+            self.attention.store(true, Ordering::Release);
+        }
         if !self.attention.load(Ordering::Acquire) {
             return;
         }
@@ -855,6 +863,7 @@ impl Member {
     /// Builds the steering program from the table and installs it.
     fn attach(&self, sock: &Socket) -> Result<(), HostError> {
         let t = self.table();
+        self.steered_for.store(seats_print(&t.seats()), Ordering::Release);
         let mut blocks = Vec::new();
         for b in FIRST_BLOCK..=LAST_BLOCK {
             if let Some(o) = t.block_owner(b)
@@ -888,14 +897,26 @@ impl Member {
         if guard.is_ok()
             && let Plan::Exact(after) = seats::after_leaving(&seats_now, &[self.slot])
         {
-            // Seat the others as they will sit once the socket is closed.
-            t.set_seats(&after);
+            // Steer nothing more here while the kernel still seats this
+            // socket: a program without this member's blocks, everyone
+            // else at the seat they hold until the close.
             for b in self.blocks() {
                 t.free_block(b, now_ms());
             }
-            t.bump();
             let _ = self.attach(&sock);
+            // What came meanwhile is others': on at the seats of now.
+            self.drain(&sock);
+            // The kernel moves the last socket into this one's seat, and
+            // then the table says so. A program installed before the close
+            // would have steered the moving member's packets (and others'
+            // forwards) here in between, closed away with the socket (seen:
+            // a REP, a UD datagram lost). Until the others install a new
+            // program (they see the seats move, `upkeep`), the mover's
+            // packets go nowhere in the old one, are hashed to some member
+            // and forwarded.
             drop(sock);
+            t.set_seats(&after);
+            t.bump();
             t.remove_services(self.slot, None);
             t.clear_member(self.slot);
             let others = (0..MAX_MEMBERS)
@@ -911,6 +932,12 @@ impl Member {
         }
         drop(guard);
     }
+}
+
+/// A fingerprint of the seats (FNV-1a over each seat's slot + 1, 0 for an
+/// unknown one): equal seats, equal prints.
+fn seats_print(seats: &[Option<usize>]) -> u64 {
+    seats.iter().fold(0xcbf2_9ce4_8422_2325, |h, s| (h ^ s.map_or(0, |s| s as u64 + 1)).wrapping_mul(0x0100_0000_01b3))
 }
 
 impl Member {
