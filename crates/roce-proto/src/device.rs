@@ -811,6 +811,12 @@ impl Device {
         Ok(c.poll(out))
     }
 
+    /// Whether CQ `cq` is armed for a completion event (its application
+    /// means to sleep until one comes).
+    pub fn cq_armed(&self, cq: u32) -> bool {
+        self.cqs.get(cq as usize).and_then(Option::as_ref).is_some_and(|c| c.armed().is_some())
+    }
+
     /// Arms CQ `cq` for one completion event.
     pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbError> {
         let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;

@@ -188,6 +188,7 @@ impl Context {
             tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            app_polled: std::sync::atomic::AtomicU64::new(0),
             epoch: std::time::Instant::now(),
             spin: opts.spin,
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),

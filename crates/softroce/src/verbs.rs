@@ -543,7 +543,13 @@ impl Cq {
         s.live()?;
         let next = s.progress_for_app(&mut st, caller_waits)?;
         let n = st.dev.poll_cq(self.0.handle, out)?;
+        // A poll of an armed CQ is an event loop's last look before it
+        // sleeps on the channel, not a busy poll.
+        let busy = !caller_waits && s.mode == crate::driver::Progress::Thread && !st.dev.cq_armed(self.0.handle);
         drop(st);
+        if busy {
+            s.note_app_poll();
+        }
         s.nudge_driver(next);
         Ok(n)
     }
@@ -584,7 +590,12 @@ impl Cq {
     /// channel readable once (`ibv_req_notify_cq`).
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         let h = self.0.handle;
-        self.0.ctx.shared().with_live_dev(false, |d| d.req_notify_cq(h, solicited_only))
+        let s = self.0.ctx.shared();
+        s.with_live_dev(false, |d| d.req_notify_cq(h, solicited_only))?;
+        // The application will sleep on the channel: the driver thread
+        // receives for it from now.
+        s.end_app_poll();
+        Ok(())
     }
 
     /// Polls until `out` has at least one completion or `timeout` passes;
