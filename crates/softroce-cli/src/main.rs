@@ -55,6 +55,10 @@ enum Command {
     /// stream between two network namespaces, at 0, 0.1, 1, 2 and 5% loss,
     /// with and without reordering (root).
     PerfLossy(perf::lossy::LossyArgs),
+    /// UCX over softroce against softroce perf on the shared loopback
+    /// device: UCT put_bw 64 KiB against write-bw, UCP tag_lat 8 B against
+    /// send-lat; medians of rounds, ratios and targets.
+    PerfMiddleware(perf::middleware::MiddlewareArgs),
     /// rdma-core's `ibv_rc_pingpong` over softroce (same options, exchange and output).
     RcPingpong(pingpong::PingpongArgs),
     /// rdma-core's `ibv_ud_pingpong` over softroce (default size 2048).
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::PerfSharing(args) => perf::sharing::run(&args),
         Command::PerfLossy(args) => perf::lossy::run(&args),
+        Command::PerfMiddleware(args) => perf::middleware::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Devices => devinfo::run_devices(),
         Command::RcPingpong(args) => pingpong::run(&args, pingpong::Kind::Rc),

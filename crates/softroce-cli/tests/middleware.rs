@@ -536,3 +536,28 @@ fn open_mpi_over_ucx_across_two_network_namespaces() {
         assert!(crossed >= 2 * (PINGPONGS + 1) * MIB, "rank 0 moved {crossed} bytes over the link: {:?}", traffic[0]);
     }
 }
+
+/// `softroce perf-middleware --quick --rounds 1`, as the benchmark runs:
+/// both comparisons print a UCX figure, a softroce perf figure and their
+/// ratio (the targets are the benchmark's to judge, not a timed test's).
+#[test]
+fn perf_middleware_prints_both_comparisons_with_their_ratios() {
+    if !have(&["ucx_perftest"]) {
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_softroce"))
+        .args(["perf-middleware", "--quick", "--rounds", "1"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    for label in ["UCT put_bw zcopy 64 KiB / write-bw [MiB/sec]", "UCP tag_lat 8 B / send-lat [usec, typical]"] {
+        let line = out.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no {label} row\n{out}"));
+        let f: Vec<&str> = line[line.find(']').unwrap() + 1..].split_whitespace().collect();
+        let (ucx, perf): (f64, f64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+        let ratio: f64 = f[2].trim_end_matches('x').parse().unwrap();
+        assert!(ucx > 0.0 && perf > 0.0, "{line}");
+        assert!((ratio - ucx / perf).abs() < 0.01, "the ratio is UCX over softroce perf: {line}");
+        assert!(matches!(f[3], "<=" | ">="), "{line}");
+    }
+}

@@ -6,6 +6,7 @@
 
 mod baseline;
 pub mod lossy;
+pub mod middleware;
 mod plot;
 mod rdma;
 pub mod report;
