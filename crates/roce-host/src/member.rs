@@ -889,9 +889,6 @@ impl Member {
     /// dies instead is reaped by the next member that reconciles.
     pub fn leave(self, sock: Socket) {
         let guard = self.lock(LOCK_PATIENCE);
-        // What a stale program or the hash steered here is others': hand it
-        // on while the seats are still the ones the kernel has.
-        self.drain(&sock);
         let t = self.table();
         let seats_now = t.seats();
         if guard.is_ok()
@@ -904,7 +901,8 @@ impl Member {
                 t.free_block(b, now_ms());
             }
             let _ = self.attach(&sock);
-            // What came meanwhile is others': on at the seats of now.
+            // What a stale program or the hash steered here is others':
+            // on at the seats of now, which the kernel still has.
             self.drain(&sock);
             // The kernel moves the last socket into this one's seat, and
             // then the table says so. A program installed before the close
@@ -928,6 +926,7 @@ impl Member {
             }
         } else {
             // The seats are not known: the others find out by themselves.
+            self.drain(&sock);
             drop(sock);
         }
         drop(guard);

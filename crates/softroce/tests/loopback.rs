@@ -497,6 +497,33 @@ fn two_threads_waiting_on_two_cqs_of_one_device_each_get_their_completion() {
     }
 }
 
+/// `turns` turns of an 8-byte SEND ping-pong between `x` and `y`, each
+/// side's thread taking its completions with `one` (every one a success).
+fn ping_pong(x: &End, y: &End, turns: u64, one: fn(&End) -> Wc) {
+    let (sx, sy) = ([x.mr.sge(0, 8)], [y.mr.sge(0, 8)]);
+    let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
+    // Receives are posted a turn ahead, so no SEND meets an empty queue.
+    y.qp.post_recv(&RecvWr { wr_id: 0, sg_list: &ry }).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..turns {
+                for _ in 0..2 - u64::from(i == 0) {
+                    assert_eq!(one(y).status, WcStatus::Success);
+                }
+                y.qp.post_recv(&RecvWr { wr_id: i + 1, sg_list: &ry }).unwrap();
+                y.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sy))).unwrap();
+            }
+        });
+        for i in 0..turns {
+            x.qp.post_recv(&RecvWr { wr_id: i, sg_list: &rx }).unwrap();
+            x.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx))).unwrap();
+            for _ in 0..2 {
+                assert_eq!(one(x).status, WcStatus::Success);
+            }
+        }
+    });
+}
+
 #[test]
 fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
@@ -508,33 +535,8 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     let (la, lb) = leases();
     let (x, y) = pair(&la, &lb, Progress::Thread);
     const TURNS: u64 = 4000;
-    let (sx, sy) = ([x.mr.sge(0, 8)], [y.mr.sge(0, 8)]);
-    let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
     let before = (x.ctx.driver_stats(), y.ctx.driver_stats());
-    // Receives are posted a turn ahead, so no SEND meets an empty queue.
-    y.qp.post_recv(&RecvWr { wr_id: 0, sg_list: &ry }).unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..TURNS {
-                let mut got = 0;
-                while got < 2 - u64::from(i == 0) {
-                    let w = wait_one(&y);
-                    assert_eq!(w.status, WcStatus::Success);
-                    got += 1;
-                }
-                y.qp.post_recv(&RecvWr { wr_id: i + 1, sg_list: &ry }).unwrap();
-                y.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sy))).unwrap();
-            }
-        });
-        for i in 0..TURNS {
-            x.qp.post_recv(&RecvWr { wr_id: i, sg_list: &rx }).unwrap();
-            x.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx))).unwrap();
-            for _ in 0..2 {
-                let w = wait_one(&x);
-                assert_eq!(w.status, WcStatus::Success);
-            }
-        }
-    });
+    ping_pong(&x, &y, TURNS, wait_one);
     // y's last send completes when its ACK arrives, which x sends at teardown.
     drop(x);
     let w = wait_one(&y);
@@ -578,28 +580,8 @@ fn in_a_ping_pong_of_busy_pollers_the_driver_threads_stay_out_of_the_way() {
     let (la, lb) = leases();
     let (x, y) = pair(&la, &lb, Progress::Thread);
     const TURNS: u64 = 2000;
-    let (sx, sy) = ([x.mr.sge(0, 8)], [y.mr.sge(0, 8)]);
-    let (rx, ry) = ([x.mr.sge(64, 64)], [y.mr.sge(64, 64)]);
     let before = (x.ctx.driver_stats(), y.ctx.driver_stats());
-    y.qp.post_recv(&RecvWr { wr_id: 0, sg_list: &ry }).unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for i in 0..TURNS {
-                for _ in 0..2 - u64::from(i == 0) {
-                    assert_eq!(busy_poll_one(&y).status, WcStatus::Success);
-                }
-                y.qp.post_recv(&RecvWr { wr_id: i + 1, sg_list: &ry }).unwrap();
-                y.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sy))).unwrap();
-            }
-        });
-        for i in 0..TURNS {
-            x.qp.post_recv(&RecvWr { wr_id: i, sg_list: &rx }).unwrap();
-            x.qp.post_send(&SendWr::new(i, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sx))).unwrap();
-            for _ in 0..2 {
-                assert_eq!(busy_poll_one(&x).status, WcStatus::Success);
-            }
-        }
-    });
+    ping_pong(&x, &y, TURNS, busy_poll_one);
     let after = (x.ctx.driver_stats(), y.ctx.driver_stats());
     let passes = (after.0.driver_passes - before.0.driver_passes, after.1.driver_passes - before.1.driver_passes);
     // Measured: 0-4 in all; 24-115 when the driver threads took the

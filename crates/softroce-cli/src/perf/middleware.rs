@@ -7,14 +7,14 @@
 //! same machine. Prints the medians, the ratios and issue 18's targets.
 
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{PerfError, report::RULE, sharing::median};
+use super::sharing::{free_tcp_port, median};
+use super::{PerfError, report::RULE};
 
 /// `softroce perf-middleware` options.
 #[derive(Debug, Args)]
@@ -117,11 +117,6 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
     }
     println!("{RULE}");
     Ok(())
-}
-
-/// A TCP port nobody listens on right now.
-fn free_tcp_port() -> Result<u16, PerfError> {
-    Ok(TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port())
 }
 
 /// `softroce run -- PROGRAM ARGS` with `env`, output captured.

@@ -219,7 +219,7 @@ fn figure(row: &[String], f: Figure) -> Result<f64, PerfError> {
 }
 
 /// A TCP port nobody listens on right now, for one pair's exchange.
-fn free_tcp_port() -> Result<u16, PerfError> {
+pub(super) fn free_tcp_port() -> Result<u16, PerfError> {
     Ok(TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port())
 }
 
