@@ -122,10 +122,15 @@ impl Qp {
         let offset = u64::from(w.first_psn.distance_to(psn) as u32) * mtu;
         let data = p.payload();
         let info = p.info();
-        let too_long = offset + data.len() as u64 > w.length;
-        let bad_size = (!info.ends_message() && data.len() as u64 != mtu) || too_long;
+        let end = offset + data.len() as u64;
         let last = info.ends_message();
-        if bad_size || (last && offset + data.len() as u64 != w.length) {
+        // FIRST and MIDDLE carry one MTU and leave bytes for a LAST; a LAST
+        // or ONLY ends at the READ's length. Anything else is an opcode or
+        // size this READ cannot have (IBA 9.9.2.4: BAD_RESP_ERR); a MIDDLE
+        // that filled the READ would leave it waiting for a LAST at a PSN
+        // the requester never sent.
+        let bad_size = if last { end != w.length } else { data.len() as u64 != mtu || end >= w.length };
+        if bad_size {
             return self.fail_front(ctx, WcStatus::BadRespErr);
         }
         if scatter(ctx, self.init.pd, &w.sges, offset, data).is_err() {

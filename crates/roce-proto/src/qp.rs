@@ -75,8 +75,33 @@ pub struct Completer {
 pub struct Resource {
     /// PSN of the request.
     pub psn: Psn,
-    /// For atomics: the original value returned; `None` for READs.
-    pub atomic_orig: Option<u64>,
+    /// What it was, and what its duplicates may ask again.
+    pub kind: ResourceKind,
+}
+
+/// The request a [`Resource`] remembers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// An RDMA READ of `len` bytes at `va` under `rkey`, answered with PSNs
+    /// `psn..=last_psn`: a repeated READ must ask for part of that range,
+    /// at PSNs inside it (rxe `duplicate_request`, IBA 9.7.5.1.5).
+    Read {
+        /// R_Key of the request.
+        rkey: u32,
+        /// Virtual address of the request.
+        va: u64,
+        /// DMA length of the request.
+        len: u64,
+        /// PSN of the last response packet.
+        last_psn: Psn,
+    },
+    /// An atomic, with the original value it returned.
+    Atomic {
+        /// The value before the operation.
+        orig: u64,
+    },
+    /// A FLUSH or ATOMIC WRITE, answered by a zero-length READ response.
+    Placement,
 }
 
 /// A response the responder has to send.

@@ -12,7 +12,7 @@ use roce_wire::{
 
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mr::Grant;
-use crate::qp::{InMessage, Qp, Resource, Response};
+use crate::qp::{InMessage, Qp, Resource, ResourceKind, Response};
 use crate::requester::{Outgoing, scatter};
 use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{Wc, WcFlags};
@@ -408,6 +408,10 @@ impl Qp {
             }
         };
         let npsn = len.div_ceil(self.mtu()).max(1) as u32;
+        if duplicate && !self.repeat_read_in_range(psn, npsn, reth.rkey(), reth.va(), len) {
+            ctx.counters.drop_invalid += 1;
+            return Verdict::Done;
+        }
         if duplicate {
             // A repeated READ supersedes the replies still queued for the
             // same request: serve the requester's current view only, or
@@ -418,7 +422,10 @@ impl Qp {
                 _ => true,
             });
         } else {
-            self.push_resource(Resource { psn, atomic_orig: None });
+            self.push_resource(Resource {
+                psn,
+                kind: ResourceKind::Read { rkey: reth.rkey(), va: reth.va(), len, last_psn: psn.add(npsn - 1) },
+            });
             self.resp.psn = psn.add(npsn);
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
@@ -435,6 +442,32 @@ impl Qp {
             msn,
         });
         Verdict::Done
+    }
+
+    /// Whether a repeated READ at `psn` (`npsn` response packets, `len`
+    /// bytes at `va` under `rkey`) asks only for what was asked before: its
+    /// responses must end before the next PSN expected (they are answers to
+    /// PSNs already seen, never to ones the requester has not sent), and
+    /// when the original READ's resource is kept, it must lie inside that
+    /// READ, at PSNs and bytes alike (rxe checks the bytes; a re-request
+    /// reaching past the READ's last PSN would give responses for PSNs of
+    /// the requests after it). A READ whose resource was recycled is served
+    /// again on the R_Key check alone, where rxe drops it.
+    fn repeat_read_in_range(&self, psn: Psn, npsn: u32, rkey: u32, va: u64, len: u64) -> bool {
+        let last = psn.add(npsn - 1);
+        if !last.before(self.resp.psn) {
+            return false;
+        }
+        let original = self.resp.resources.iter().find_map(|r| match r.kind {
+            ResourceKind::Read { rkey, va, len, last_psn } if psn.in_window(r.psn, 1 << 23) && !psn.after(last_psn) => {
+                Some((rkey, va, len, last_psn))
+            }
+            _ => None,
+        });
+        let Some((o_rkey, o_va, o_len, o_last)) = original else { return true };
+        let inside = va >= o_va
+            && va.checked_add(len).is_some_and(|end| o_va.checked_add(o_len).is_some_and(|o_end| end <= o_end));
+        rkey == o_rkey && inside && !last.after(o_last)
     }
 
     fn exec_atomic(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn) -> Verdict {
@@ -454,7 +487,7 @@ impl Qp {
             _ => g.region.fetch_add(g.offset, a.swap_add()),
         };
         let Ok(orig) = r else { return Verdict::Nak(NakCode::InvalidRequest) };
-        self.push_resource(Resource { psn, atomic_orig: Some(orig) });
+        self.push_resource(Resource { psn, kind: ResourceKind::Atomic { orig } });
         self.resp.psn = psn.next();
         self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         let msn = self.resp.msn;
@@ -510,7 +543,7 @@ impl Qp {
             return Verdict::Nak(NakCode::RemoteAccessError);
         }
         if !duplicate {
-            self.push_resource(Resource { psn, atomic_orig: None });
+            self.push_resource(Resource { psn, kind: ResourceKind::Placement });
             self.resp.psn = psn.next();
             self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         }
@@ -549,7 +582,7 @@ impl Qp {
         if len != 8 || g.region.atomic_write(g.offset, value).is_err() {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        self.push_resource(Resource { psn, atomic_orig: None });
+        self.push_resource(Resource { psn, kind: ResourceKind::Placement });
         self.resp.psn = psn.next();
         self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
         self.queue_read_response_ack(psn);
@@ -584,10 +617,17 @@ impl Qp {
         let psn = p.bth().psn();
         match p.info().operation {
             Operation::RdmaReadRequest => {
-                let _ = self.exec_read(ctx, p, psn, true);
+                // A repeat the READ itself would refuse gets no NAK (the
+                // PSN is behind: rxe drops it) but is counted.
+                if let Verdict::Nak(_) = self.exec_read(ctx, p, psn, true) {
+                    ctx.counters.drop_invalid += 1;
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
-                if let Some(orig) = self.resp.resources.iter().find(|r| r.psn == psn).and_then(|r| r.atomic_orig) {
+                if let Some(orig) = self.resp.resources.iter().find_map(|r| match r.kind {
+                    ResourceKind::Atomic { orig } if r.psn == psn => Some(orig),
+                    _ => None,
+                }) {
                     let msn = self.resp.msn;
                     self.resp.responses.push_back(Response::Atomic { psn, orig, msn });
                 }
@@ -598,7 +638,7 @@ impl Qp {
             // WRITE without one is dropped, as atomics are: storing again
             // could undo a later write.
             Operation::Flush | Operation::AtomicWrite => {
-                if self.resp.resources.iter().any(|r| r.psn == psn && r.atomic_orig.is_none()) {
+                if self.resp.resources.iter().any(|r| r.psn == psn && r.kind == ResourceKind::Placement) {
                     self.queue_read_response_ack(psn);
                 } else if p.info().operation == Operation::Flush {
                     let _ = self.exec_flush(ctx, p, psn, true);

@@ -185,12 +185,9 @@ fn emit_from_b(p: &Pair, repr: &PacketRepr, payload: &[u8]) -> Vec<u8> {
     buf
 }
 
-// Found by the engine fuzzer (`crates/roce-proto/fuzz`). Ignored until the
-// completer fix described in issue 20's fuzzing note lands in
-// `completer.rs` (`on_read_response`: a FIRST or MIDDLE READ response that
-// leaves no byte for a LAST is a bad response); run it with `--ignored`.
+// Found by the engine fuzzer (`crates/roce-proto/fuzz`): the READ waited
+// forever with no PSN outstanding and no timer armed.
 #[test]
-#[ignore = "needs the completer.rs fix for READ responses longer than the READ (issue 20, fuzzer)"]
 fn a_read_response_stream_longer_than_the_read_fails_the_read_instead_of_hanging_it() {
     let s = Setup { mtu: roce_proto::Mtu::Mtu256, ..Setup::default() };
     let mut p = Pair::new(s);
@@ -230,4 +227,43 @@ fn a_read_response_stream_longer_than_the_read_fails_the_read_instead_of_hanging
     let wcs = p.completions(A);
     assert_eq!(wcs.len(), 1, "the READ never completed (no timer, nothing outstanding)");
     assert_eq!(wcs[0].status, WcStatus::BadRespErr);
+}
+
+// Found by the engine fuzzer: a repeated READ asking for more than the READ
+// it repeats was answered, with response PSNs past the READ's (one past
+// everything B had seen), and the requester stalled on them.
+#[test]
+fn a_repeated_read_is_answered_only_inside_the_read_it_repeats() {
+    let s = Setup { mtu: roce_proto::Mtu::Mtu256, ..Setup::default() };
+    let mut p = Pair::new(s);
+    p.fill(B, 0, 1024, 3);
+    // A READ of 3 MTUs (PSNs first..first+2), then a WRITE (first+3).
+    p.send(A, 1, WrOpcode::RdmaRead, 0, 768, 512);
+    p.send(A, 2, WrOpcode::RdmaWrite, 4096, 64, 8192);
+    p.run(|_| true);
+    assert!(p.completions(A).iter().all(|w| w.status == WcStatus::Success));
+    let first = expected_psn(&p).sub(4);
+    let (va, rkey) = (p.va(B, 0) + 512, p.key[B]);
+    let answers = |p: &mut Pair, psn: Psn, va: u64, rkey: u32, len: u32| -> Vec<Psn> {
+        let reth = RethRepr { va, rkey, dma_len: len };
+        let pkt = forge(p, Opcode::RC_RDMA_READ_REQUEST, psn, Some(reth), &[], p.qpn[B]);
+        inject(p, &pkt);
+        p.transmit().iter().filter(|k| k.from == B).map(|k| k.psn()).collect()
+    };
+    let dropped = p.dev[B].counters().drop_invalid;
+    // The rest of the READ from its second packet: answered at its PSNs.
+    assert_eq!(answers(&mut p, first.add(1), va + 256, rkey, 512), vec![first.add(1), first.add(2)]);
+    // Inside the READ's bytes and PSNs, as rxe allows: answered.
+    assert_eq!(answers(&mut p, first.add(1), va, rkey, 256), vec![first.add(1)]);
+    assert_eq!(p.dev[B].counters().drop_invalid, dropped);
+    // One packet more than the READ had, ending at the WRITE's PSN: the
+    // bytes are still granted by the key, but the READ never asked them.
+    assert_eq!(answers(&mut p, first, va, rkey, 1024), vec![]);
+    // Past every PSN B has seen.
+    assert_eq!(answers(&mut p, first.add(2), va + 512, rkey, 768), vec![]);
+    // Bytes before the READ's (the key grants them), or under another key.
+    assert_eq!(answers(&mut p, first, va - 256, rkey, 256), vec![]);
+    assert_eq!(answers(&mut p, first, va, rkey ^ 0x100, 768), vec![]);
+    assert_eq!(p.dev[B].counters().drop_invalid, dropped + 4, "each refused repeat is a counted drop");
+    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Rts, "a duplicate is dropped, not an error");
 }

@@ -485,7 +485,8 @@ pub fn run_with(data: &[u8], mut op: Option<&mut dyn FnMut() -> u8>, mut record:
             None => input.u8(),
         };
         if trace {
-            let q = [h.qp(0), h.qp(1)].map(|q| (q.state(), q.req.psn, q.comp.psn, q.resp.psn, q.sq.len(), q.rq.len()));
+            let q = [h.qp(0), h.qp(1)]
+                .map(|q| (q.state(), q.req.psn, q.comp.psn, q.resp.psn, q.sq.len(), q.rq.len(), q.req.rd_atomic));
             eprintln!("step {} kind {} at {:?}: {q:?}", h.stats.steps, kind % 32, h.now - h.t0);
         }
         let before = input.pos;
