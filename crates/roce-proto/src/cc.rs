@@ -27,6 +27,12 @@
 //!   counts the local ACK timeouts of a request without forward progress).
 //!   The faster retransmissions in between are free, so a dead peer still
 //!   gives RETRY_EXC_ERR after `retry_cnt` x `timeout`, as on rxe.
+//! - **ECN** (RFC 3168, RoCEv2 Annex A17.9): the transport sends every
+//!   packet ECN-capable (ECT(0)), so a router or queue that would drop
+//!   marks CE instead. The receiving QP is the notification point: a
+//!   CE-marked RC packet makes it send a CNP to its peer QP, paced to one
+//!   per [`CNP_INTERVAL`]; the peer, the reaction point, halves its window
+//!   as for a loss, without the loss.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +47,10 @@ pub const MIN_RTO: Duration = Duration::from_millis(5);
 pub const MIN_PTO: Duration = Duration::from_micros(200);
 /// How long a loss makes the path count as lossy (tail probes on).
 pub const LOSSY_MEMORY: Duration = Duration::from_secs(1);
+/// The least time between two CNPs of one QP: DCQCN's notification point
+/// sends at most one per 50 us per flow (Zhu et al., SIGCOMM 2015), so a
+/// burst of marked packets costs the sender one cut, not one per packet.
+pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
 /// Backoff doublings at most (then the QP's timeout bounds it anyway).
 const MAX_BACKOFF: u32 = 16;
 

@@ -75,6 +75,11 @@ crate::counter_struct! {
         /// Tail loss probes sent: the last packet again, a while before
         /// the retransmission timeout ([`crate::cc`]).
         pub tail_probes,
+        /// RC packets that arrived with ECN CE in their IP header (mlx5's
+        /// name: the DCQCN notification point saw congestion).
+        pub np_ecn_marked_roce_packets,
+        /// CNPs sent for them, at most one per QP per [`crate::cc::CNP_INTERVAL`].
+        pub np_cnp_sent,
     }
 }
 
@@ -86,7 +91,7 @@ mod tests {
     fn iter_lists_every_counter_once_in_rxe_order() {
         let c = Counters { sent_pkts: 1, link_downed: 5, completions: 9, ..Counters::default() };
         let all: Vec<(&str, u64)> = c.iter().collect();
-        assert_eq!(all.len(), 24);
+        assert_eq!(all.len(), 26);
         assert_eq!(all[0], ("sent_pkts", 1));
         assert_eq!(all[12], ("link_downed", 5), "after send_err, as rxe lists it");
         assert_eq!(all[20], ("completions", 9));

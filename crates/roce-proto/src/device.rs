@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use roce_wire::{
-    Direction, IcrcCheck, IcrcContext, IcrcHasher, IcrcPolicy, IpContext, Packet, ROCE_V2_UDP_PORT, Transport,
+    Direction, Ecn, IcrcCheck, IcrcContext, IcrcHasher, IcrcPolicy, IpContext, Packet, ROCE_V2_UDP_PORT, Transport,
 };
 
 use crate::attr::{AhAttr, QpAttr, QpInitAttr};
@@ -876,6 +876,23 @@ impl Device {
         ipv4_id: Option<(u16, bool)>,
         data: &[u8],
     ) {
+        self.handle_datagram_ecn(now, src, src_port, dst, ipv4_id, Ecn::NotEct, data);
+    }
+
+    /// [`Device::handle_datagram`] with the ECN field of the datagram's IP
+    /// header: a CE mark on an RC packet makes its QP send a CNP
+    /// ([`crate::cc`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_datagram_ecn(
+        &mut self,
+        now: Instant,
+        src: IpAddr,
+        src_port: u16,
+        dst: IpAddr,
+        ipv4_id: Option<(u16, bool)>,
+        ecn: Ecn,
+        data: &[u8],
+    ) {
         self.now = Some(now);
         let p = match Packet::new_checked(data) {
             Ok(p) => p,
@@ -932,6 +949,9 @@ impl Device {
         }
         self.counters.rcvd_pkts += 1;
         let mut ctx = ctx!(self, now);
+        if ecn == Ecn::Ce {
+            qp.congestion_experienced(&mut ctx);
+        }
         match p.info().direction() {
             Direction::Request => qp.responder_handle(&mut ctx, &p, Origin { src, dst }),
             Direction::Response => qp.completer_handle(&mut ctx, &p),

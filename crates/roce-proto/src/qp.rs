@@ -107,6 +107,8 @@ pub enum ResourceKind {
 /// A response the responder has to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Response {
+    /// A congestion notification to the peer QP (RoCEv2 Annex A17.9.3).
+    Cnp,
     /// ACK or NAK with this syndrome for `psn`.
     Ack {
         /// The PSN acknowledged.
@@ -190,6 +192,8 @@ pub struct Responder {
     pub srq_wqe: RecvWqe,
     /// `srq_wqe` holds a WQE.
     pub srq_held: bool,
+    /// No CNP before this instant (the notification point's pacing).
+    pub cnp_after: Option<Instant>,
 }
 
 /// A queue pair.
@@ -270,6 +274,7 @@ impl Qp {
                 write_len: 0,
                 srq_wqe: RecvWqe { wr_id: 0, sges: Vec::new(), length: 0 },
                 srq_held: false,
+                cnp_after: None,
             },
             src_port: udp_src_port(qpn, qpn),
             sqd_notified: false,

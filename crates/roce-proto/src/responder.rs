@@ -738,6 +738,10 @@ impl Qp {
         let bth = |opcode, psn| BthRepr::new(opcode, dest_qpn, psn);
         let ack = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
         let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
+            Response::Cnp => {
+                self.resp.responses.pop_front();
+                return self.cnp_poll(ctx, buf);
+            }
             Response::Ack { psn, syndrome, msn } => {
                 self.resp.responses.pop_front();
                 self.resp.ack_waited = false;
@@ -804,6 +808,46 @@ impl Qp {
         Some(Outgoing { len: total, head_len, dst: self.attr.ah_attr.dest, sgid_index: self.attr.ah_attr.sgid_index })
     }
 }
+
+impl Qp {
+    /// An RC packet of this QP arrived with ECN CE in its IP header: the
+    /// DCQCN notification point (RoCEv2 Annex A17.9.3) answers with a CNP to
+    /// the peer QP, whose requester then cuts its window ([`crate::cc`]),
+    /// at most one per [`crate::cc::CNP_INTERVAL`] however many marked
+    /// packets arrive. rxe sends none; RoCE NICs do.
+    pub(crate) fn congestion_experienced(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.counters.np_ecn_marked_roce_packets += 1;
+        if self.qp_type() != QpType::Rc || self.resp.cnp_after.is_some_and(|t| ctx.now < t) {
+            return;
+        }
+        self.resp.cnp_after = Some(ctx.now + crate::cc::CNP_INTERVAL);
+        self.resp.responses.push_back(Response::Cnp);
+    }
+
+    /// Writes a CNP: a BTH for the peer QP with BECN set and PSN 0, then 16
+    /// reserved bytes (Annex A17.9.3, as RoCE NICs send it).
+    fn cnp_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        let bth = BthRepr { becn: true, ..BthRepr::new(Opcode::CNP, self.attr.dest_qp_num, Psn::ZERO) };
+        let repr = PacketRepr { bth, ext: ExtRepr::default() };
+        let hlen = repr.emit_headers(buf, CNP_RESERVED).ok()?;
+        let total = hlen + CNP_RESERVED;
+        if buf.len() < total + roce_wire::ICRC_LEN {
+            return None;
+        }
+        buf[hlen..total].fill(0);
+        ctx.counters.np_cnp_sent += 1;
+        ctx.counters.sent_pkts += 1;
+        Some(Outgoing {
+            len: total,
+            head_len: total,
+            dst: self.attr.ah_attr.dest,
+            sgid_index: self.attr.ah_attr.sgid_index,
+        })
+    }
+}
+
+/// The reserved bytes after a CNP's BTH.
+const CNP_RESERVED: usize = 16;
 
 /// The 40-byte GRH area of a UD receive: for IPv4 the IPv4 header sits in
 /// bytes 20..40 (rdma-core's convention), for IPv6 the IPv6 header fills it.

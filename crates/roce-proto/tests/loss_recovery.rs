@@ -229,3 +229,69 @@ fn a_cnp_cuts_the_window_and_is_counted() {
     let c = p.dev[A].counters();
     assert_eq!((c.rp_cnp_handled, c.drop_no_qp), (1, 1));
 }
+
+/// Delivers `pkts` to their receivers with ECN CE in the IP header, as a
+/// congested queue marks them.
+fn deliver_marked(p: &mut Pair, pkts: &[common::Pkt]) {
+    for k in pkts {
+        let to = 1 - k.from;
+        let (src, dst) = (p.addr[k.from], p.addr[to]);
+        p.dev[to].handle_datagram_ecn(p.now, src, k.src_port, dst, None, roce_wire::Ecn::Ce, &k.bytes);
+    }
+}
+
+#[test]
+fn ce_marked_requests_get_one_cnp_per_interval_and_the_sender_halves_its_window() {
+    let mut p = Pair::new(Setup::default());
+    warm_up(&mut p);
+    let full = window(&p);
+    // Five WRITEs arrive marked, four at once and one 10 us later: B counts
+    // five marks and sends one CNP (DCQCN's notification point paces them),
+    // to A's QP, with BECN set and 16 reserved bytes.
+    for i in 0..5 {
+        p.send(A, i, WrOpcode::RdmaWrite, 0, 64, 0);
+    }
+    let out = p.transmit();
+    assert_eq!(out.len(), 5);
+    deliver_marked(&mut p, &out[..4]);
+    let first_mark = p.now;
+    p.now += Duration::from_micros(10);
+    deliver_marked(&mut p, &out[4..]);
+    assert_eq!(p.dev[B].counters().np_ecn_marked_roce_packets, 5);
+    let back = p.transmit();
+    let cnps: Vec<_> = back.iter().filter(|k| k.opcode() == Opcode(0x81)).collect();
+    assert_eq!(cnps.len(), 1, "one CNP for a burst of marks");
+    let cnp = cnps[0].packet();
+    assert_eq!(cnp.bth().dest_qpn(), p.qpn[A]);
+    assert!(cnp.bth().becn());
+    assert_eq!(cnp.payload(), &[0u8; 16]);
+    assert_eq!(p.dev[B].counters().np_cnp_sent, 1);
+    // The writes were executed and acknowledged as unmarked ones are.
+    hop(&mut p, &back);
+    settle(&mut p);
+    assert_eq!(p.completions(A).iter().filter(|w| w.status == WcStatus::Success).count(), 5);
+    assert_eq!(p.dev[A].counters().rp_cnp_handled, 1);
+    assert_eq!(window(&p), full / 2, "the reaction point halves its window, no packet lost");
+    // Once the interval has passed (the round trips above took longer), the
+    // next mark is answered again.
+    assert!(p.now - first_mark >= roce_proto::cc::CNP_INTERVAL);
+    p.send(A, 11, WrOpcode::RdmaWrite, 0, 64, 0);
+    let out = p.transmit();
+    deliver_marked(&mut p, &out);
+    assert_eq!(p.transmit().iter().filter(|k| k.opcode() == Opcode(0x81)).count(), 1);
+    assert_eq!((p.dev[B].counters().np_ecn_marked_roce_packets, p.dev[B].counters().np_cnp_sent), (6, 2));
+}
+
+#[test]
+fn unmarked_and_ect_packets_send_no_cnp() {
+    let mut p = Pair::new(Setup::default());
+    warm_up(&mut p);
+    p.send(A, 1, WrOpcode::RdmaWrite, 0, 64, 0);
+    let out = p.transmit();
+    for k in &out {
+        let (src, dst) = (p.addr[A], p.addr[B]);
+        p.dev[B].handle_datagram_ecn(p.now, src, k.src_port, dst, None, roce_wire::Ecn::Ect0, &k.bytes);
+    }
+    assert!(p.transmit().iter().all(|k| k.opcode() != Opcode(0x81)));
+    assert_eq!((p.dev[B].counters().np_ecn_marked_roce_packets, p.dev[B].counters().np_cnp_sent), (0, 0));
+}

@@ -5,6 +5,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 
+use roce_wire::Ecn;
+
 use crate::sys;
 
 /// Bytes per receive buffer: a whole GRO super-datagram (at most 64 KiB of
@@ -154,6 +156,9 @@ pub struct Datagram<'a> {
     pub data: &'a [u8],
     /// The GRO segment size when the kernel coalesced packets.
     pub segment_size: Option<usize>,
+    /// The ECN field of its IP header (GRO coalesces only packets with
+    /// equal TOS bytes, so it holds for every packet of a run).
+    pub ecn: Ecn,
 }
 
 impl<'a> Datagram<'a> {
@@ -199,6 +204,8 @@ pub struct Segment<'a> {
     pub dst: IpAddr,
     /// The UDP payload.
     pub data: &'a [u8],
+    /// The ECN field of its IP header.
+    pub ecn: Ecn,
 }
 
 impl Segment<'_> {
@@ -227,7 +234,8 @@ impl<'a> Iterator for Datagrams<'a> {
             let Some(src) = m.src.filter(|_| !m.truncated && !m.ctrl_truncated) else { continue };
             let data = &b.buf[i * b.slot..][..m.len];
             let dst = m.dst.or(b.local).unwrap_or(src.ip());
-            return Some(Datagram { src: src.ip(), src_port: src.port(), dst, data, segment_size: m.segment });
+            let ecn = Ecn::from_tos(m.tos);
+            return Some(Datagram { src: src.ip(), src_port: src.port(), dst, data, segment_size: m.segment, ecn });
         }
         None
     }
@@ -248,7 +256,7 @@ impl<'a> Iterator for Segments<'a> {
             if let Some((d, chunks)) = &mut self.current
                 && let Some(data) = chunks.next()
             {
-                return Some(Segment { src: d.src, src_port: d.src_port, dst: d.dst, data });
+                return Some(Segment { src: d.src, src_port: d.src_port, dst: d.dst, data, ecn: d.ecn });
             }
             let d = self.datagrams.next()?;
             self.current = Some((d, d.segments()));
@@ -262,7 +270,7 @@ mod tests {
 
     fn split(data: &[u8], segment_size: Option<usize>) -> Vec<usize> {
         let ip = IpAddr::from([127, 0, 0, 1]);
-        let d = Datagram { src: ip, src_port: 1, dst: ip, data, segment_size };
+        let d = Datagram { src: ip, src_port: 1, dst: ip, data, segment_size, ecn: Ecn::NotEct };
         d.segments().map(<[u8]>::len).collect()
     }
 

@@ -164,6 +164,18 @@ impl Socket {
                     .map_err(io("setting IPV6_RECVPKTINFO"))?;
             }
         }
+        // ECN (RFC 3168; RoCEv2 Annex A17.9): every packet leaves ECN-capable,
+        // ECT(0), so a congested queue on the way marks it CE rather than
+        // dropping it, and the ECN field of each datagram received comes
+        // with it, so the engine sees the marks and sends CNPs.
+        let ect0 = libc::c_int::from(roce_wire::Ecn::Ect0.bits());
+        if addr.is_ipv4() {
+            sys::set_int(fd, libc::IPPROTO_IP, libc::IP_TOS, ect0).map_err(io("setting IP_TOS"))?;
+            sys::set_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).map_err(io("setting IP_RECVTOS"))?;
+        } else {
+            sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ect0).map_err(io("setting IPV6_TCLASS"))?;
+            sys::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1).map_err(io("setting IPV6_RECVTCLASS"))?;
+        }
         let buffers = BufferSizes {
             recv: grow_buffer(fd, sys::SO_RCVBUFFORCE, libc::SO_RCVBUF).map_err(io("reading SO_RCVBUF"))?,
             send: grow_buffer(fd, sys::SO_SNDBUFFORCE, libc::SO_SNDBUF).map_err(io("reading SO_SNDBUF"))?,

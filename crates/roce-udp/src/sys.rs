@@ -156,6 +156,9 @@ pub(crate) struct RecvMeta {
     pub(crate) truncated: bool,
     /// The control messages did not fit (`MSG_CTRUNC`): the segment size may be missing.
     pub(crate) ctrl_truncated: bool,
+    /// The TOS / traffic-class byte from `IP_TOS` / `IPV6_TCLASS` (0 when
+    /// the kernel gave none).
+    pub(crate) tos: u8,
 }
 
 /// Reusable `recvmmsg` headers. Holds raw pointers only while a call runs.
@@ -298,6 +301,7 @@ pub(crate) fn recv_mmsg(
             segment: None,
             truncated: flags & libc::MSG_TRUNC != 0,
             ctrl_truncated: flags & libc::MSG_CTRUNC != 0,
+            tos: 0,
         };
         parse_cmsgs(&s.ctrl[i].0[..ctrllen.min(CTRL_LEN)], &mut meta);
         out.push(meta);
@@ -324,6 +328,11 @@ fn parse_cmsgs(mut c: &[u8], meta: &mut RecvMeta) {
             (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) if data.len() >= 16 => {
                 let a: [u8; 16] = data[..16].try_into().unwrap_or_default();
                 meta.dst = Some(IpAddr::V6(Ipv6Addr::from(a)));
+            }
+            // IP_RECVTOS: one byte; IPV6_RECVTCLASS: an int.
+            (libc::IPPROTO_IP, libc::IP_TOS) if !data.is_empty() => meta.tos = data[0],
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data.len() >= 4 => {
+                meta.tos = c_int::from_ne_bytes(data[..4].try_into().unwrap_or_default()) as u8;
             }
             (SOL_UDP, UDP_GRO) if data.len() >= 4 => {
                 let size = c_int::from_ne_bytes(data[..4].try_into().unwrap_or_default());
@@ -554,7 +563,8 @@ mod tests {
         c[o + 8..o + 12].copy_from_slice(&libc::IPPROTO_IP.to_ne_bytes());
         c[o + 12..o + 16].copy_from_slice(&libc::IP_PKTINFO.to_ne_bytes());
         c[o + 24..o + 28].copy_from_slice(&[127, 0, 0, 3]);
-        let mut m = RecvMeta { src: None, dst: None, len: 0, segment: None, truncated: false, ctrl_truncated: false };
+        let mut m =
+            RecvMeta { src: None, dst: None, len: 0, segment: None, truncated: false, ctrl_truncated: false, tos: 0 };
         parse_cmsgs(&c[..o + CMSG_HDR + 12], &mut m);
         assert_eq!(m.segment, Some(1100));
         assert_eq!(m.dst, Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))));

@@ -273,3 +273,43 @@ fn ipv6_loopback_works() {
     assert_eq!((f.packets, f.failed), (0, 1));
     assert_quiet(&b, &mut rx);
 }
+
+/// Packets leave ECN-capable (ECT(0)), and the ECN field of each datagram
+/// received comes with it: CE from a marking sender (here a plain socket
+/// whose TOS says CE, as a congested queue would rewrite it), ECT(0) from
+/// softroce's own sockets, Not-ECT from a plain socket (IPv4; on IPv6,
+/// where socket2 sets no traffic class, softroce's ECT(0)).
+#[test]
+fn datagrams_carry_their_ecn_field() {
+    use roce_wire::Ecn;
+    for ip in ["127.0.0.1", "::1"] {
+        let (Some(a), Some(b)) = (try_bind(ip), try_bind(ip)) else { continue };
+        let mut tx = SendBatch::new(4, 4 * 200);
+        let mut rx = RecvBatch::new(8);
+        let sent: Vec<Vec<u8>> = (0..3).map(|i| packet(7, i, 100)).collect();
+        tx.push(b.local_addr(), &sent[0]).unwrap();
+        assert_eq!(tx.flush(&a).unwrap().packets, 1);
+        let plain = socket2::Socket::new(
+            socket2::Domain::for_address(b.local_addr()),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        let v4 = b.local_addr().is_ipv4();
+        let plain_sent = if v4 { &sent[1..] } else { &[] };
+        for (tos, data) in [0u32, Ecn::Ce.bits().into()].into_iter().zip(plain_sent) {
+            plain.set_tos_v4(tos).unwrap();
+            plain.send_to(data, &b.local_addr().into()).unwrap();
+        }
+        let want = 1 + plain_sent.len();
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.len() < want && std::time::Instant::now() < deadline {
+            b.recv_wait(&mut rx, std::time::Duration::from_millis(100)).unwrap();
+            seen.extend(rx.segments().map(|s| (sent.iter().position(|p| p == s.data), s.ecn)));
+        }
+        seen.sort_by_key(|&(i, _)| i);
+        let all = [(Some(0), Ecn::Ect0), (Some(1), Ecn::NotEct), (Some(2), Ecn::Ce)];
+        assert_eq!(seen, all[..want], "on {ip}");
+    }
+}

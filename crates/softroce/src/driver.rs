@@ -23,6 +23,7 @@ use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
 use roce_udp::{Interest, RecvBatch, SendBatch, Waker, wait};
+use roce_wire::Ecn;
 use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
 use crate::channel::EventQueue;
@@ -617,12 +618,14 @@ impl Shared {
         let member = self.sock.member();
         for seg in rx.segments() {
             let (mut src, mut src_port, mut dst, mut data) = (seg.src, seg.src_port, seg.dst, seg.data);
+            // A packet another member passed on lost its IP header, and its mark.
+            let mut ecn = seg.ecn;
             if let Some(m) = member {
                 // A shared device: only this process's QPs go to its engine.
                 if roce_host::envelope::is_envelope(data) {
                     match m.control(&self.sock, src, data) {
                         Control::Deliver { src: s, src_port: p, dst: d, packet } => {
-                            (src, src_port, dst, data) = (s, p, d, packet);
+                            (src, src_port, dst, data, ecn) = (s, p, d, packet, Ecn::NotEct);
                         }
                         Control::Wake => {
                             stats.wake_ups += 1;
@@ -644,11 +647,12 @@ impl Shared {
                 t.write(src, src_port, dst, PORT, None, data)?;
             }
             let Some(f) = faults.as_mut() else {
-                dev.handle_datagram(now, src, src_port, dst, None, data);
+                dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
                 continue;
             };
-            match f.fate(data.len()) {
-                Fate::Deliver => dev.handle_datagram(now, src, src_port, dst, None, data),
+            match f.fate(data.len(), ecn) {
+                Fate::Deliver => dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data),
+                Fate::Mark => dev.handle_datagram_ecn(now, src, src_port, dst, None, Ecn::Ce, data),
                 Fate::Drop => {}
                 Fate::Duplicate => {
                     dev.handle_datagram(now, src, src_port, dst, None, data);

@@ -1,6 +1,6 @@
 //! `SOFTROCE_FAULTS`: faults injected on the packets this process receives,
 //! so an application can be tested against loss, duplication, reordering
-//! and corruption without touching the network.
+//! corruption and congestion marks without touching the network.
 //!
 //! Syntax: comma-separated `key=value`, e.g.
 //! `drop=0.01,dup=0.001,reorder=0.01,corrupt=0.001,seed=7`:
@@ -11,6 +11,7 @@
 //! | `dup` | probability it is handled twice |
 //! | `reorder` | probability it is held back and handed over after the next packets (up to `reorder_ms`, default 1 ms) |
 //! | `corrupt` | probability one random bit of it is flipped, outside the BTH's FECN/BECN byte that the ICRC does not cover (the ICRC check then drops it, counted as `drop_icrc`) |
+//! | `ce` | probability an ECN-capable packet arrives marked CE, as a congested queue marks it instead of dropping it (the engine answers with CNPs) |
 //! | `seed` | seed of the fault generator (default 1): the same traffic sees the same faults |
 //!
 //! Faults act where the driver hands packets to the engine; packets the
@@ -35,13 +36,23 @@ pub struct FaultSpec {
     pub reorder_delay: Duration,
     /// Corruption probability.
     pub corrupt: f64,
+    /// Probability of a CE mark on an ECN-capable packet.
+    pub ce: f64,
     /// Seed.
     pub seed: u64,
 }
 
 impl Default for FaultSpec {
     fn default() -> FaultSpec {
-        FaultSpec { drop: 0.0, dup: 0.0, reorder: 0.0, reorder_delay: Duration::from_millis(1), corrupt: 0.0, seed: 1 }
+        FaultSpec {
+            drop: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_millis(1),
+            corrupt: 0.0,
+            ce: 0.0,
+            seed: 1,
+        }
     }
 }
 
@@ -52,7 +63,7 @@ pub enum FaultSpecError {
     #[error("SOFTROCE_FAULTS: {0:?} is not key=value (e.g. drop=0.01,dup=0.001,reorder=0.01,corrupt=0.001)")]
     Syntax(String),
     /// An unknown key.
-    #[error("SOFTROCE_FAULTS: unknown key {0:?} (known: drop, dup, reorder, reorder_ms, corrupt, seed)")]
+    #[error("SOFTROCE_FAULTS: unknown key {0:?} (known: drop, dup, reorder, reorder_ms, corrupt, ce, seed)")]
     UnknownKey(String),
     /// A value out of range or not a number.
     #[error("SOFTROCE_FAULTS: {key}={value:?} is not {expected}")]
@@ -82,6 +93,7 @@ impl std::str::FromStr for FaultSpec {
                 "dup" => spec.dup = prob()?,
                 "reorder" => spec.reorder = prob()?,
                 "corrupt" => spec.corrupt = prob()?,
+                "ce" => spec.ce = prob()?,
                 "reorder_ms" => {
                     let ms =
                         v.parse::<f64>().ok().filter(|m| (0.0..=10_000.0).contains(m)).ok_or(bad("0..=10000 ms"))?;
@@ -108,6 +120,8 @@ pub(crate) enum Fate {
     Hold,
     /// Flip bit `bit` of it, then hand it over.
     Corrupt { bit: usize },
+    /// Hand it over marked CE.
+    Mark,
 }
 
 /// Counts of injected faults.
@@ -123,6 +137,8 @@ pub struct FaultStats {
     pub reordered: u64,
     /// Corrupted.
     pub corrupted: u64,
+    /// Marked CE.
+    pub marked: u64,
 }
 
 /// A packet held back, with what the engine needs to handle it.
@@ -149,8 +165,9 @@ impl Faults {
         Faults { spec, rng: ChaCha8Rng::seed_from_u64(spec.seed), held: VecDeque::new(), stats: FaultStats::default() }
     }
 
-    /// Decides the fate of a packet of `len` bytes.
-    pub(crate) fn fate(&mut self, len: usize) -> Fate {
+    /// Decides the fate of a packet of `len` bytes that arrived with `ecn`
+    /// (only an ECN-capable one can be marked: a queue drops the others).
+    pub(crate) fn fate(&mut self, len: usize, ecn: roce_wire::Ecn) -> Fate {
         self.stats.packets += 1;
         let s = self.spec;
         let r: f64 = self.rng.random();
@@ -168,6 +185,10 @@ impl Faults {
                 bit = (bit + 8) % (len * 8);
             }
             Fate::Corrupt { bit }
+        } else if r < s.drop + s.dup + s.reorder + s.corrupt + s.ce
+            && matches!(ecn, roce_wire::Ecn::Ect0 | roce_wire::Ecn::Ect1)
+        {
+            Fate::Mark
         } else {
             Fate::Deliver
         };
@@ -176,6 +197,7 @@ impl Faults {
             Fate::Duplicate => self.stats.duplicated += 1,
             Fate::Hold => self.stats.reordered += 1,
             Fate::Corrupt { .. } => self.stats.corrupted += 1,
+            Fate::Mark => self.stats.marked += 1,
             Fate::Deliver => {}
         }
         fate
@@ -205,10 +227,11 @@ mod tests {
 
     #[test]
     fn rates_follow_the_spec_and_the_seed_replays() {
-        let spec: FaultSpec = "drop=0.1,dup=0.05,reorder=0.05,corrupt=0.02,seed=9".parse().unwrap();
+        use roce_wire::Ecn;
+        let spec: FaultSpec = "drop=0.1,dup=0.05,reorder=0.05,corrupt=0.02,ce=0.1,seed=9".parse().unwrap();
         let run = || {
             let mut f = Faults::new(spec);
-            let fates: Vec<Fate> = (0..20_000).map(|_| f.fate(100)).collect();
+            let fates: Vec<Fate> = (0..20_000).map(|_| f.fate(100, Ecn::Ect0)).collect();
             (fates, f.stats)
         };
         let (a, st) = run();
@@ -217,8 +240,13 @@ mod tests {
         let near = |n: u64, p: f64| (n as f64 - 20_000.0 * p).abs() < 20_000.0 * p * 0.15;
         assert!(near(st.dropped, 0.1) && near(st.duplicated, 0.05), "{st:?}");
         assert!(near(st.reordered, 0.05) && near(st.corrupted, 0.02), "{st:?}");
+        assert!(near(st.marked, 0.1), "{st:?}");
+        // A packet that is not ECN-capable is never marked.
+        let mut f = Faults::new(spec);
+        assert!((0..1000).all(|_| f.fate(100, Ecn::NotEct) != Fate::Mark));
+        assert_eq!(f.stats.marked, 0);
         assert!(a.iter().all(|f| !matches!(f, Fate::Corrupt { bit } if *bit >= 800)));
         let mut none = Faults::new(FaultSpec::default());
-        assert!((0..1000).all(|_| none.fate(64) == Fate::Deliver));
+        assert!((0..1000).all(|_| none.fate(64, Ecn::Ect0) == Fate::Deliver));
     }
 }

@@ -309,6 +309,56 @@ fn softroce_faults_are_survived_and_counted() {
 }
 
 #[test]
+fn congestion_marks_on_the_way_become_cnps_that_slow_the_sender_and_lose_nothing() {
+    let _shared = beside_others();
+    // y's path marks 20% of the ECN-capable packets it receives CE, as a
+    // congested queue would (softroce sends every packet ECT(0)). y's QP
+    // answers with CNPs (paced), x's requester counts each one it handles.
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mk = |l: &LoopbackLease, faults: Option<softroce::FaultSpec>| {
+        let opts = Options { faults, ..Options::default() };
+        let ctx = Context::open_with(&device(&format!("e{}", last(l)), l), opts).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(256, None).unwrap();
+        let mr = pd.reg_mr(MEM, access).unwrap();
+        let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
+        End { ctx, cq, qp, mr }
+    };
+    let (lx, ly) = leases();
+    let (x, y) = (mk(&lx, None), mk(&ly, Some("ce=0.2,seed=5".parse().unwrap())));
+    x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
+    y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
+    let data = pattern(MEM / 2, 7);
+    x.mr.write(0, &data).unwrap();
+    for k in 0..8u64 {
+        let chunk = MEM / 16;
+        let s = [x.mr.sge(k as usize * chunk, chunk as u32)];
+        let mut wr = SendWr::new(k, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&s));
+        (wr.remote_addr, wr.rkey) = (y.mr.addr() + k * chunk as u64, y.mr.rkey());
+        x.qp.post_send(&wr).unwrap();
+    }
+    for k in 0..8u64 {
+        let w = wait_one(&x);
+        assert_eq!((w.wr_id, w.status), (k, WcStatus::Success));
+    }
+    assert!(y.mr.to_vec(0, MEM / 2).unwrap() == data, "every byte arrived");
+    let marked = y.ctx.fault_stats().unwrap().marked;
+    let (cx, cy) = (x.ctx.counters(), y.ctx.counters());
+    println!("marked {marked}, CNPs sent {}, handled {}", cy.np_cnp_sent, cx.rp_cnp_handled);
+    assert!(marked > 0);
+    assert_eq!(cy.np_ecn_marked_roce_packets, marked, "every mark seen by the engine");
+    assert!(cy.np_cnp_sent > 0 && cy.np_cnp_sent <= marked, "CNPs are paced, at most one per mark");
+    // Loopback loses nothing: every CNP reaches x's QP, and nothing else
+    // took them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while x.ctx.counters().rp_cnp_handled < cy.np_cnp_sent && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(x.ctx.counters().rp_cnp_handled, cy.np_cnp_sent);
+    assert_eq!(x.ctx.counters().drop_no_qp, 0);
+}
+
+#[test]
 fn typed_transitions_go_in_order_and_refuse_skips() {
     let _shared = beside_others();
     let l = lease();

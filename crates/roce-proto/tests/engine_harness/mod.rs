@@ -602,13 +602,20 @@ impl Harness {
 
     /// Hands `p` to its destination.
     fn deliver(&mut self, p: &Pkt) {
+        self.deliver_ecn(p, roce_wire::Ecn::Ect0);
+    }
+
+    /// Delivers `p` with `ecn` in its IP header (CE: a congested queue
+    /// marked it, and the receiving QP answers with a CNP).
+    fn deliver_ecn(&mut self, p: &Pkt, ecn: roce_wire::Ecn) {
         let to = p.to;
         if self.trace {
             let hex: String = p.bytes.iter().take(48).map(|b| format!("{b:02x}")).collect();
             eprintln!("  to {to} ({} bytes): {hex}", p.bytes.len());
         }
         let side = &mut self.sides[to];
-        side.dev.handle_datagram(self.now, IpAddr::V4(ADDR[1 - to]), p.src_port, IpAddr::V4(ADDR[to]), None, &p.bytes);
+        let (src, dst) = (IpAddr::V4(ADDR[1 - to]), IpAddr::V4(ADDR[to]));
+        side.dev.handle_datagram_ecn(self.now, src, p.src_port, dst, None, ecn, &p.bytes);
         side.since_poll += 1;
         self.stats.delivered += 1;
         self.remember(p);
@@ -1027,14 +1034,15 @@ impl Harness {
         }
         let i = usize::from(b.u8()) % self.wire[to].len();
         let m = b.u8();
+        let ecn = if m & 0x80 != 0 { roce_wire::Ecn::Ce } else { roce_wire::Ecn::Ect0 };
         match m & 7 {
             0..=4 => {
                 let p = self.wire[to].remove(i).expect("index in range");
-                self.deliver(&p);
+                self.deliver_ecn(&p, ecn);
             }
             5 => {
                 let p = self.wire[to][i].clone();
-                self.deliver(&p);
+                self.deliver_ecn(&p, ecn);
             }
             6 => {
                 self.wire[to].remove(i);
@@ -1503,9 +1511,11 @@ impl Harness {
                 "side {s}: {outstanding} PSNs unacknowledged"
             );
         }
+        // At most one answer per packet, and one CNP per (marked) packet.
+        let cnps = q.resp.responses.iter().filter(|r| matches!(r, Response::Cnp)).count();
         assert!(
-            q.resp.responses.len() <= side.since_poll,
-            "side {s}: {} responses queued after {} packets",
+            q.resp.responses.len() - cnps <= side.since_poll && cnps <= side.since_poll,
+            "side {s}: {} responses ({cnps} CNPs) queued after {} packets",
             q.resp.responses.len(),
             side.since_poll
         );
