@@ -98,6 +98,6 @@ mod tests {
         let mut names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 24);
+        assert_eq!(names.len(), 26);
     }
 }

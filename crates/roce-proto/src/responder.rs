@@ -422,12 +422,8 @@ impl Qp {
                 _ => true,
             });
         } else {
-            self.push_resource(Resource {
-                psn,
-                kind: ResourceKind::Read { rkey: reth.rkey(), va: reth.va(), len, last_psn: psn.add(npsn - 1) },
-            });
-            self.resp.psn = psn.add(npsn);
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            let kind = ResourceKind::Read { rkey: reth.rkey(), va: reth.va(), len, last_psn: psn.add(npsn - 1) };
+            self.accept_with_resource(Resource { psn, kind }, npsn);
         }
         // The MSN as this READ left it (a repeated READ: the current one,
         // as rxe answers duplicates); two READs queued back to back each
@@ -487,9 +483,7 @@ impl Qp {
             _ => g.region.fetch_add(g.offset, a.swap_add()),
         };
         let Ok(orig) = r else { return Verdict::Nak(NakCode::InvalidRequest) };
-        self.push_resource(Resource { psn, kind: ResourceKind::Atomic { orig } });
-        self.resp.psn = psn.next();
-        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        self.accept_with_resource(Resource { psn, kind: ResourceKind::Atomic { orig } }, 1);
         let msn = self.resp.msn;
         self.resp.responses.push_back(Response::Atomic { psn, orig, msn });
         Verdict::Done
@@ -543,9 +537,7 @@ impl Qp {
             return Verdict::Nak(NakCode::RemoteAccessError);
         }
         if !duplicate {
-            self.push_resource(Resource { psn, kind: ResourceKind::Placement });
-            self.resp.psn = psn.next();
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            self.accept_with_resource(Resource { psn, kind: ResourceKind::Placement }, 1);
         }
         self.queue_read_response_ack(psn);
         Verdict::Done
@@ -582,9 +574,7 @@ impl Qp {
         if len != 8 || g.region.atomic_write(g.offset, value).is_err() {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        self.push_resource(Resource { psn, kind: ResourceKind::Placement });
-        self.resp.psn = psn.next();
-        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        self.accept_with_resource(Resource { psn, kind: ResourceKind::Placement }, 1);
         self.queue_read_response_ack(psn);
         Verdict::Done
     }
@@ -603,11 +593,16 @@ impl Qp {
         });
     }
 
-    fn push_resource(&mut self, r: Resource) {
+    /// A READ, atomic, FLUSH or ATOMIC WRITE executed: keep its resource
+    /// (the oldest goes when `max_dest_rd_atomic` are held), expect the PSN
+    /// after its `npsn` response packets, and count the message.
+    fn accept_with_resource(&mut self, r: Resource, npsn: u32) {
         while self.resp.resources.len() >= usize::from(self.attr.max_dest_rd_atomic.max(1)) {
             self.resp.resources.pop_front();
         }
+        self.resp.psn = r.psn.add(npsn);
         self.resp.resources.push_back(r);
+        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
     }
 
     /// A request with a PSN already seen: re-acknowledge SENDs and WRITEs,
