@@ -588,10 +588,10 @@ impl Shared {
         let now = Instant::now();
         st.stats.mcast_rx += 1;
         let made = st.dev.counters().completions;
-        if let Some(t) = st.tap.as_mut() {
-            let _ = t.write(src, src_port, dst, PORT, None, data).and_then(|()| t.flush());
-        }
-        st.dev.handle_datagram(now, src, src_port, dst, None, data);
+        let State { dev, faults, tap, scratch, .. } = &mut *st;
+        // A group's socket does not ask for the ECN field.
+        let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data };
+        let _ = ingest(dev, faults, tap, scratch, now, a).and_then(|()| tap.as_mut().map_or(Ok(()), Tap::flush));
         let _ = self.transmit(&mut st, now, false);
         self.route_events(&mut st);
         self.wake_waiters_if_made(st.dev.counters().completions, made);
@@ -606,7 +606,7 @@ impl Shared {
         if let Some(f) = faults.as_mut() {
             while f.held.front().is_some_and(|h| h.release <= now) {
                 let h = f.held.pop_front().expect("front checked");
-                dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
+                dev.handle_datagram_ecn(now, h.src, h.src_port, h.dst, None, h.ecn, &h.data);
             }
         }
     }
@@ -643,43 +643,7 @@ impl Shared {
                 continue;
             }
             stats.rx_packets += 1;
-            if let Some(t) = tap.as_mut() {
-                t.write(src, src_port, dst, PORT, None, data)?;
-            }
-            let Some(f) = faults.as_mut() else {
-                dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
-                continue;
-            };
-            match f.fate(data.len(), ecn) {
-                Fate::Deliver => dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data),
-                Fate::Mark => dev.handle_datagram_ecn(now, src, src_port, dst, None, Ecn::Ce, data),
-                Fate::Drop => {}
-                Fate::Duplicate => {
-                    dev.handle_datagram(now, src, src_port, dst, None, data);
-                    dev.handle_datagram(now, src, src_port, dst, None, data);
-                }
-                Fate::Hold => f.held.push_back(Held {
-                    release: now + f.spec.reorder_delay,
-                    src,
-                    src_port,
-                    dst,
-                    data: data.to_vec(),
-                }),
-                Fate::Corrupt { bit } => {
-                    scratch.clear();
-                    scratch.extend_from_slice(data);
-                    scratch[bit / 8] ^= 1 << (bit % 8);
-                    dev.handle_datagram(now, src, src_port, dst, None, scratch);
-                }
-            }
-            // A reordered packet is overtaken by this one, then released.
-            if let Some(h) = f.held.front()
-                && h.release > now
-                && f.held.len() > 8
-            {
-                let h = f.held.pop_front().expect("front checked");
-                dev.handle_datagram(now, h.src, h.src_port, h.dst, None, &h.data);
-            }
+            ingest(dev, faults, tap, scratch, now, Arrival { src, src_port, dst, ecn, data })?;
         }
         if let Some(m) = member
             && self.mode != Progress::Thread
@@ -918,6 +882,63 @@ fn is_whole_request(head: &[u8]) -> bool {
     head.first()
         .and_then(|&op| roce_wire::Opcode(op).info())
         .is_some_and(|i| i.direction() == roce_wire::Direction::Request && i.starts_message() && i.ends_message())
+}
+
+/// One received packet, as it reached the driver.
+struct Arrival<'a> {
+    src: IpAddr,
+    src_port: u16,
+    dst: IpAddr,
+    ecn: Ecn,
+    data: &'a [u8],
+}
+
+/// A received packet to the engine: into the capture, then through the
+/// fault injector when one is configured, whatever socket it came by.
+fn ingest(
+    dev: &mut Device,
+    faults: &mut Option<Faults>,
+    tap: &mut Option<Tap>,
+    scratch: &mut Vec<u8>,
+    now: Instant,
+    a: Arrival<'_>,
+) -> io::Result<()> {
+    let Arrival { src, src_port, dst, ecn, data } = a;
+    if let Some(t) = tap.as_mut() {
+        t.write(src, src_port, dst, PORT, None, data)?;
+    }
+    let Some(f) = faults.as_mut() else {
+        dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
+        return Ok(());
+    };
+    match f.fate(data.len(), ecn) {
+        Fate::Deliver => dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data),
+        Fate::Mark => dev.handle_datagram_ecn(now, src, src_port, dst, None, Ecn::Ce, data),
+        Fate::Drop => {}
+        Fate::Duplicate => {
+            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
+            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
+        }
+        Fate::Hold => {
+            let release = now + f.spec.reorder_delay;
+            f.held.push_back(Held { release, src, src_port, dst, ecn, data: data.to_vec() });
+        }
+        Fate::Corrupt { bit } => {
+            scratch.clear();
+            scratch.extend_from_slice(data);
+            scratch[bit / 8] ^= 1 << (bit % 8);
+            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, scratch);
+        }
+    }
+    // A reordered packet is overtaken by this one, then released.
+    if let Some(h) = f.held.front()
+        && h.release > now
+        && f.held.len() > 8
+    {
+        let h = f.held.pop_front().expect("front checked");
+        dev.handle_datagram_ecn(now, h.src, h.src_port, h.dst, None, h.ecn, &h.data);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -148,6 +148,7 @@ pub(crate) struct Held {
     pub(crate) src: std::net::IpAddr,
     pub(crate) src_port: u16,
     pub(crate) dst: std::net::IpAddr,
+    pub(crate) ecn: roce_wire::Ecn,
     pub(crate) data: Vec<u8>,
 }
 

@@ -22,10 +22,14 @@ struct Dev {
 }
 
 fn dev(tag: &str) -> Dev {
+    dev_with(tag, Options::default())
+}
+
+fn dev_with(tag: &str, opts: Options) -> Dev {
     let lease = LoopbackLease::take().expect("a free loopback address");
     let info =
         DeviceInfo::on_address(format!("mc{tag}{}", lease.addr().octets()[3]), IpAddr::V4(lease.addr())).unwrap();
-    let ctx = Context::open_with(&info, Options::default()).unwrap();
+    let ctx = Context::open_with(&info, opts).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256, None).unwrap();
     let mr = pd.reg_mr(1 << 20, AccessFlags::LOCAL_WRITE).unwrap();
@@ -171,4 +175,29 @@ fn attach_refuses_what_the_kernel_refuses() {
     assert!(err(ud.attach_mcast(v6)).contains("another IP family"));
     assert!(err(ud.detach_mcast(g)).contains("not attached"));
     assert!(ud.mcast_groups().is_empty());
+}
+
+/// `SOFTROCE_FAULTS` acts on multicast datagrams as on the rest: a
+/// receiver dropping everything gets none, and counts each one dropped.
+#[test]
+fn injected_faults_reach_multicast_datagrams_too() {
+    let faults = Some("drop=1.0".parse().unwrap());
+    let (a, b) = (dev("fa"), dev_with("fb", Options { faults, ..Options::default() }));
+    // A group of its own, beside the other test's.
+    let g = Ipv4Addr::new(239, 78, group().octets()[2], group().octets()[3]);
+    let sender = ud_qp(&a);
+    let rx = ud_qp(&b);
+    rx.attach_mcast(mgid(g)).unwrap();
+    post(&b, &rx, 0, 2);
+    let ah = a.pd.create_ah(IpAddr::V4(g)).unwrap();
+    send(&a, &sender, ah.handle(), 100, 1);
+    send(&a, &sender, ah.handle(), 100, 2);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.ctx.driver_stats().mcast_rx < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(b.ctx.driver_stats().mcast_rx, 2, "both datagrams reached b's group socket");
+    let f = b.ctx.fault_stats().unwrap();
+    assert_eq!((f.packets, f.dropped), (2, 2), "both went through the injector, which dropped them");
+    assert!(collect(&b, 1, Duration::from_millis(200)).is_empty(), "nothing delivered");
 }
