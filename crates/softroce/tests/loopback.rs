@@ -252,31 +252,23 @@ fn ud_datagrams_carry_the_grh_and_the_sender() {
     assert!(_cy.counters().drop_invalid >= 1);
 }
 
-#[test]
-fn softroce_faults_are_survived_and_counted() {
-    let _shared = beside_others();
-    // Both ends inject 5% drop, 1% duplication, 2% reordering and 0.5%
-    // corruption on what they receive: RC still delivers every byte, with
-    // retransmissions and ICRC drops to show for it.
-    let spec: softroce::FaultSpec = "drop=0.05,dup=0.01,reorder=0.02,corrupt=0.005,seed=3".parse().unwrap();
+/// An RC end on `l`'s device with `faults` injected on what it receives,
+/// its region granting remote writes and reads.
+fn faulty_end(tag: &str, l: &LoopbackLease, faults: Option<softroce::FaultSpec>) -> End {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mk = |l: &LoopbackLease| {
-        let opts = Options { faults: Some(spec), ..Options::default() };
-        let ctx = Context::open_with(&device(&format!("f{}", last(l)), l), opts).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256, None).unwrap();
-        let mr = pd.reg_mr(MEM, access).unwrap();
-        let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
-        End { ctx, cq, qp, mr }
-    };
-    let (lx, ly) = leases();
-    let (x, y) = (mk(&lx), mk(&ly));
-    // 16.7 ms: a loaded CI machine can take milliseconds per round, and a
-    // timer that fires while ACKs are on their way only adds retransmissions.
-    let opts = softroce::ConnectOptions { timeout: 12, ..softroce::ConnectOptions::default() };
-    x.qp.connect_with(1, &y.qp.endpoint(2), &opts).unwrap();
-    y.qp.connect_with(2, &x.qp.endpoint(1), &opts).unwrap();
-    let data = pattern(MEM / 2, 1);
+    let opts = Options { faults, ..Options::default() };
+    let ctx = Context::open_with(&device(&format!("{tag}{}", last(l)), l), opts).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let mr = pd.reg_mr(MEM, access).unwrap();
+    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
+    End { ctx, cq, qp, mr }
+}
+
+/// Half of x's region (`pattern(.., seed)`) written into y's by 8 WRITEs,
+/// each completing in order; every byte checked.
+fn write_half_and_check(x: &End, y: &End, seed: u8) {
+    let data = pattern(MEM / 2, seed);
     x.mr.write(0, &data).unwrap();
     for k in 0..8u64 {
         let chunk = MEM / 16;
@@ -286,10 +278,28 @@ fn softroce_faults_are_survived_and_counted() {
         x.qp.post_send(&wr).unwrap();
     }
     for k in 0..8u64 {
-        let w = wait_one(&x);
+        let w = wait_one(x);
         assert_eq!((w.wr_id, w.status), (k, WcStatus::Success));
     }
     assert!(y.mr.to_vec(0, MEM / 2).unwrap() == data, "every byte arrived");
+}
+
+#[test]
+fn softroce_faults_are_survived_and_counted() {
+    let _shared = beside_others();
+    // Both ends inject 5% drop, 1% duplication, 2% reordering and 0.5%
+    // corruption on what they receive: RC still delivers every byte, with
+    // retransmissions and ICRC drops to show for it.
+    let spec: softroce::FaultSpec = "drop=0.05,dup=0.01,reorder=0.02,corrupt=0.005,seed=3".parse().unwrap();
+    let (lx, ly) = leases();
+    let (x, y) = (faulty_end("f", &lx, Some(spec)), faulty_end("f", &ly, Some(spec)));
+    // 16.7 ms: a loaded CI machine can take milliseconds per round, and a
+    // timer that fires while ACKs are on their way only adds retransmissions.
+    let opts = softroce::ConnectOptions { timeout: 12, ..softroce::ConnectOptions::default() };
+    x.qp.connect_with(1, &y.qp.endpoint(2), &opts).unwrap();
+    y.qp.connect_with(2, &x.qp.endpoint(1), &opts).unwrap();
+    write_half_and_check(&x, &y, 1);
+    let data = pattern(MEM / 2, 1);
     let r = [x.mr.sge(MEM / 2, (MEM / 2) as u32)];
     let mut wr = SendWr::new(9, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&r));
     (wr.remote_addr, wr.rkey) = (y.mr.addr(), y.mr.rkey());
@@ -314,34 +324,11 @@ fn congestion_marks_on_the_way_become_cnps_that_slow_the_sender_and_lose_nothing
     // y's path marks 20% of the ECN-capable packets it receives CE, as a
     // congested queue would (softroce sends every packet ECT(0)). y's QP
     // answers with CNPs (paced), x's requester counts each one it handles.
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mk = |l: &LoopbackLease, faults: Option<softroce::FaultSpec>| {
-        let opts = Options { faults, ..Options::default() };
-        let ctx = Context::open_with(&device(&format!("e{}", last(l)), l), opts).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256, None).unwrap();
-        let mr = pd.reg_mr(MEM, access).unwrap();
-        let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
-        End { ctx, cq, qp, mr }
-    };
     let (lx, ly) = leases();
-    let (x, y) = (mk(&lx, None), mk(&ly, Some("ce=0.2,seed=5".parse().unwrap())));
+    let (x, y) = (faulty_end("e", &lx, None), faulty_end("e", &ly, Some("ce=0.2,seed=5".parse().unwrap())));
     x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
     y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
-    let data = pattern(MEM / 2, 7);
-    x.mr.write(0, &data).unwrap();
-    for k in 0..8u64 {
-        let chunk = MEM / 16;
-        let s = [x.mr.sge(k as usize * chunk, chunk as u32)];
-        let mut wr = SendWr::new(k, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&s));
-        (wr.remote_addr, wr.rkey) = (y.mr.addr() + k * chunk as u64, y.mr.rkey());
-        x.qp.post_send(&wr).unwrap();
-    }
-    for k in 0..8u64 {
-        let w = wait_one(&x);
-        assert_eq!((w.wr_id, w.status), (k, WcStatus::Success));
-    }
-    assert!(y.mr.to_vec(0, MEM / 2).unwrap() == data, "every byte arrived");
+    write_half_and_check(&x, &y, 7);
     let marked = y.ctx.fault_stats().unwrap().marked;
     let (cx, cy) = (x.ctx.counters(), y.ctx.counters());
     println!("marked {marked}, CNPs sent {}, handled {}", cy.np_cnp_sent, cx.rp_cnp_handled);
