@@ -10,6 +10,11 @@
 //! For each loss rate, with and without reordering, `softroce perf
 //! write-bw` (its default QP attributes) and a TCP stream each run for the
 //! same time, taking turns; the table gives both goodputs and the ratio.
+//! A second table replaces the drops with ECN marks: the same rule marks a
+//! share of the ECN-capable packets CE instead (as a congested queue with
+//! ECN does), TCP negotiates ECN (`net.ipv4.tcp_ecn=1` in both namespaces),
+//! and softroce's receiver answers the marks with CNPs, which the table
+//! counts from `perf --stats`.
 //! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for the namespaces).
 
 use std::io::{Read as _, Write as _};
@@ -38,6 +43,9 @@ pub struct LossyArgs {
     /// Percent of packets held back (reordered) in the reordering runs.
     #[arg(long, default_value_t = 1.0)]
     reorder: f64,
+    /// Percent of ECN-capable packets marked CE (no loss) in the ECN run; 0: none.
+    #[arg(long, default_value_t = 1.0)]
+    marks: f64,
     /// Rounds; the table gives each figure's median.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -85,12 +93,21 @@ pub fn run(args: &LossyArgs) -> ExitCode {
 struct Impairment {
     loss_pct: f64,
     reorder_pct: f64,
+    mark_pct: f64,
+}
+
+/// One softroce run: the client's goodput, and with `--stats` the CNPs the
+/// server sent and the client handled.
+struct SoftroceRun {
+    mib_s: f64,
+    cnps: Option<(u64, u64)>,
 }
 
 fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     let (losses, secs) = if args.quick { (vec![0.0, 1.0, 5.0], 1) } else { (args.loss.clone(), args.duration) };
-    if losses.iter().any(|l| !(0.0..=50.0).contains(l)) || !(0.0..=50.0).contains(&args.reorder) {
-        return Err(PerfError::Usage("--loss and --reorder are percentages in 0..=50".into()));
+    let pcts = losses.iter().chain([&args.reorder, &args.marks]);
+    if pcts.into_iter().any(|l| !(0.0..=50.0).contains(l)) {
+        return Err(PerfError::Usage("--loss, --reorder and --marks are percentages in 0..=50".into()));
     }
     if secs == 0 || secs > 600 || args.rounds == 0 || args.rounds > 100 {
         return Err(PerfError::Usage("-D must be 1..=600 seconds and --rounds 1..=100".into()));
@@ -103,9 +120,9 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     let hosts = Hosts::new()?;
     let mut settings = Vec::new();
     for &l in &losses {
-        settings.push(Impairment { loss_pct: l, reorder_pct: 0.0 });
+        settings.push(Impairment { loss_pct: l, reorder_pct: 0.0, mark_pct: 0.0 });
         if args.reorder > 0.0 && (!args.quick || l == 1.0) {
-            settings.push(Impairment { loss_pct: l, reorder_pct: args.reorder });
+            settings.push(Impairment { loss_pct: l, reorder_pct: args.reorder, mark_pct: 0.0 });
         }
     }
     println!("{RULE}");
@@ -119,14 +136,14 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     }
     println!("{RULE}");
     println!(" {:>6} {:>8} {:>18} {:>14} {:>8}   target", "loss", "reorder", "softroce[MiB/s]", "TCP[MiB/s]", "ratio");
-    for imp in settings {
+    let run = |imp: Impairment| -> Result<(f64, f64, Vec<SoftroceRun>, Option<String>), PerfError> {
         hosts.impair(imp)?;
         let (mut ours, mut tcp, mut failure) = (Vec::new(), Vec::new(), None);
         for r in 0..args.rounds {
             // Alternate who goes first, so a drift in the machine's speed favours neither.
             for first in [r % 2 == 0, r % 2 != 0] {
                 if first {
-                    match hosts.softroce(&measured, args.size, secs) {
+                    match hosts.softroce(&measured, args.size, secs, imp.mark_pct > 0.0) {
                         Ok(v) => ours.push(v),
                         Err(e) => failure = Some(e),
                     }
@@ -135,7 +152,11 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
                 }
             }
         }
-        let (a, b) = (median(&ours), median(&tcp));
+        let goodputs: Vec<f64> = ours.iter().map(|r| r.mib_s).collect();
+        Ok((median(&goodputs), median(&tcp), ours, failure))
+    };
+    for imp in settings {
+        let (a, b, _, failure) = run(imp)?;
         let ratio = if b > 0.0 { a / b } else { 0.0 };
         let target = match imp.loss_pct {
             l if l >= 5.0 => Some(0.5),
@@ -148,6 +169,19 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
             (None, None) => String::new(),
         };
         println!(" {:>5}% {:>7}% {:>18.1} {:>14.1} {:>7.2}x   {verdict}", imp.loss_pct, imp.reorder_pct, a, b, ratio);
+    }
+    if args.marks > 0.0 {
+        println!("{RULE}");
+        println!(" no loss; instead nftables marks ECN-capable packets CE on both sides (TCP with ECN)");
+        println!(
+            " {:>9} {:>18} {:>14} {:>8} {:>12} {:>12}",
+            "marked", "softroce[MiB/s]", "TCP[MiB/s]", "ratio", "CNPs sent", "handled"
+        );
+        let (a, b, ours, failure) = run(Impairment { loss_pct: 0.0, reorder_pct: 0.0, mark_pct: args.marks })?;
+        let ratio = if b > 0.0 { a / b } else { 0.0 };
+        let (sent, handled) = ours.iter().filter_map(|r| r.cnps).fold((0, 0), |(s, h), (a, b)| (s + a, h + b));
+        let verdict = failure.map(|e| format!("   FAILED: {e}")).unwrap_or_default();
+        println!(" {:>5}% CE {a:>18.1} {b:>14.1} {ratio:>7.2}x {sent:>12} {handled:>12}{verdict}", args.marks);
     }
     println!("{RULE}");
     Ok(())
@@ -177,6 +211,8 @@ impl Hosts {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            // TCP negotiates ECN, so that both react to the CE marks.
+            tool("ip", &["netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_ecn=1"], None)?;
             // Output goes through HTB: class 1 at line rate for everything,
             // class 2 slow for the packets a reordering rule picks.
             tool("tc", &["-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"], None)?;
@@ -200,23 +236,27 @@ impl Hosts {
             let rules = format!(
                 "table inet srlossy {{\n\
                  chain input {{ type filter hook input priority 0; policy accept;\n\
-                 iifname \"{dev}\" meta l4proto {{ udp, tcp }} numgen random mod 100000 < {loss} drop\n}}\n\
+                 iifname \"{dev}\" meta l4proto {{ udp, tcp }} numgen random mod 100000 < {loss} drop\n\
+                 iifname \"{dev}\" meta l4proto {{ udp, tcp }} ip ecn != not-ect numgen random mod 100000 < {mark} ip ecn set ce\n}}\n\
                  chain output {{ type filter hook output priority 0; policy accept;\n\
                  oifname \"{dev}\" meta l4proto {{ udp, tcp }} numgen random mod 100000 < {reorder} meta priority set 1:2\n}}\n}}\n",
                 dev = self.dev[i],
                 loss = share(imp.loss_pct),
                 reorder = share(imp.reorder_pct),
+                mark = share(imp.mark_pct),
             );
             tool("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(&rules))?;
         }
         Ok(())
     }
 
-    /// `softroce perf write-bw` from A to B: the client's BW average, MiB/s.
-    fn softroce(&self, exe: &Path, size: usize, secs: u64) -> Result<f64, String> {
+    /// `softroce perf write-bw` from A to B: the client's BW average, MiB/s,
+    /// and with `stats` the CNPs B sent and A handled.
+    fn softroce(&self, exe: &Path, size: usize, secs: u64, stats: bool) -> Result<SoftroceRun, String> {
         let common = |c: &mut Command| {
             c.args(["perf", "write-bw", "-s", &size.to_string(), "-D", &secs.to_string(), "-p"])
                 .arg(PERF_PORT.to_string())
+                .args(stats.then_some("--stats"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -239,8 +279,13 @@ impl Hosts {
             .skip(1)
             .find(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit()))
             .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>());
+        let counter = |text: &str, name: &str| {
+            text.lines().find_map(|l| l.trim().strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        let cnps = stats
+            .then(|| (counter(&String::from_utf8_lossy(&srv.stdout), "np_cnp_sent"), counter(&text, "rp_cnp_handled")));
         match (out.status.success(), row.and_then(|r| r.get(3).and_then(|v| v.parse::<f64>().ok()))) {
-            (true, Some(v)) => Ok(v),
+            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, cnps }),
             _ => Err(format!(
                 "client {}: {}; server {}: {}",
                 out.status,
