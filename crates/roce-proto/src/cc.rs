@@ -77,9 +77,18 @@ pub struct Cc {
     sample: Option<(Psn, Instant)>,
     /// The window's ceiling.
     max: u32,
-    /// When the path last lost a packet (or signalled congestion).
+    /// When the path last lost a packet.
     last_loss: Option<Instant>,
+    /// DCQCN's alpha in 1/[`ALPHA_ONE`]: a running average of how many
+    /// windows of late saw a CNP, which sets how deep the next CNP cuts.
+    alpha: u32,
 }
+
+/// Alpha's unit: 1.0.
+const ALPHA_ONE: u32 = 1 << 10;
+/// Alpha's gain per window, DCQCN's g (1/16: windows here are coarser than
+/// DCQCN's 55 us alpha timer, so each weighs more).
+const ALPHA_SHIFT: u32 = 4;
 
 impl Cc {
     /// A window that starts at `max` (rxe's window: a lossless path runs as
@@ -96,6 +105,7 @@ impl Cc {
             sample: None,
             max,
             last_loss: None,
+            alpha: ALPHA_ONE,
         }
     }
 
@@ -140,6 +150,8 @@ impl Cc {
             while self.ca_acked >= self.cwnd {
                 self.ca_acked -= self.cwnd;
                 self.cwnd += 1;
+                // A window without a CNP: alpha decays (DCQCN's alpha timer).
+                self.alpha -= self.alpha >> ALPHA_SHIFT;
             }
         }
         self.cwnd = self.cwnd.min(self.max);
@@ -160,9 +172,27 @@ impl Cc {
         }
     }
 
+    /// A CNP with PSNs up to `sent_psn` (exclusive) sent: a queue on the
+    /// path marked this QP's packets. As DCQCN's reaction point, alpha
+    /// moves toward 1 and the window is cut by alpha / 2, once per window
+    /// (so a first CNP halves it, and rare marks cut less and less deep);
+    /// nothing was lost, so nothing is resent and the path does not count
+    /// as lossy.
+    pub fn on_cnp(&mut self, sent_psn: Psn) {
+        self.alpha += (ALPHA_ONE - self.alpha) >> ALPHA_SHIFT;
+        if self.recovery_until.is_some() {
+            return;
+        }
+        let cut = (u64::from(self.cwnd) * u64::from(self.alpha) / u64::from(2 * ALPHA_ONE)) as u32;
+        self.ssthresh = (self.cwnd - cut.max(1)).max(MIN_CWND);
+        self.cwnd = self.ssthresh;
+        self.ca_acked = 0;
+        self.recovery_until = Some(sent_psn.sub(1));
+    }
+
     /// A loss was detected from the responder's answer (sequence NAK, or an
     /// ACK past a READ whose response never came), with PSNs up to
-    /// `sent_psn` (exclusive) sent. Also a CNP: congestion on the path.
+    /// `sent_psn` (exclusive) sent.
     pub fn on_loss(&mut self, now: Instant, sent_psn: Psn) {
         self.last_loss = Some(now);
         // The retransmission's PSNs are not timed (Karn).
@@ -236,6 +266,44 @@ mod tests {
         }
         assert_eq!(cc.window(), 128);
         assert_eq!(cc.srtt(), Some(us(50)));
+    }
+
+    #[test]
+    fn cnps_cut_by_alpha_once_per_window_and_alpha_decays_between() {
+        let t0 = Instant::now();
+        let mut cc = Cc::new(128);
+        // A first CNP halves the window (alpha starts at 1, as DCQCN's).
+        cc.on_cnp(Psn::new(100));
+        assert_eq!(cc.window(), 64);
+        // More CNPs for the same flight cut no further.
+        cc.on_cnp(Psn::new(110));
+        assert_eq!(cc.window(), 64);
+        // A CNP is no loss: no probes, no short timer.
+        assert_eq!(cc.pto(t0), None);
+        // Twenty windows without a CNP: the window grows one per window
+        // and alpha decays, so the next CNP cuts far less than half.
+        cc.on_progress(t0, Psn::new(100), 100);
+        let mut una = 100u32;
+        for _ in 0..20 {
+            let w = cc.window();
+            una += w;
+            cc.on_progress(t0, Psn::new(una), w);
+        }
+        let before = cc.window();
+        assert_eq!(before, 85, "64, one for the 100 PSNs past the flight, and 20");
+        cc.on_cnp(Psn::new(una + before));
+        let after = cc.window();
+        assert!(after < before && after > before * 3 / 4, "a cut by alpha / 2 of about 0.3: {after}");
+        // Marks on every window push alpha back up: the cuts deepen.
+        let mut last = cc.window();
+        for _ in 0..30 {
+            una += cc.window() + 1;
+            cc.on_progress(t0, Psn::new(una), cc.window() + 1);
+            cc.on_cnp(Psn::new(una + 200));
+            last = last.min(cc.window());
+        }
+        assert!(last < after / 2, "steady marks bring the window well below rare ones: {last} against {after}");
+        assert!(cc.window() >= MIN_CWND);
     }
 
     #[test]

@@ -925,7 +925,7 @@ impl Device {
             match self.qps.get_mut(&p.bth().dest_qpn()) {
                 Some(qp) if qp.qp_type() == QpType::Rc => {
                     self.counters.rp_cnp_handled += 1;
-                    qp.comp.cc.on_loss(now, qp.req.sent_psn);
+                    qp.comp.cc.on_cnp(qp.req.sent_psn);
                 }
                 _ => self.counters.drop_no_qp += 1,
             }
