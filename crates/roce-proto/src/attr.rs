@@ -52,6 +52,9 @@ pub struct AhAttr {
     pub traffic_class: u8,
     /// Service level.
     pub sl: u8,
+    /// The GRH flow label (20 bits). On RoCEv2 it picks the UDP source
+    /// port of an RC/UC QP (`rdma_get_udp_sport`); 0: from the QPN pair.
+    pub flow_label: u32,
 }
 
 /// Sizes of a QP's queues (`struct ibv_qp_cap`).
@@ -149,6 +152,7 @@ impl Default for QpAttr {
                 hop_limit: 64,
                 traffic_class: 0,
                 sl: 0,
+                flow_label: 0,
             },
             pkey_index: 0,
             port_num: 1,

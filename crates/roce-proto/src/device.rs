@@ -718,6 +718,26 @@ impl Device {
         self.qps.get(&qpn)
     }
 
+    /// Every QP, by QPN.
+    pub fn qps(&self) -> impl Iterator<Item = &Qp> {
+        self.qps.values()
+    }
+
+    /// Makes QP `qpn` send from UDP port `port` until an address vector
+    /// moves it again: for a transport that cannot send from the port rxe
+    /// picked (receivers match only the destination port; the ICRC covers
+    /// the port that is sent).
+    pub fn set_qp_src_port(&mut self, qpn: u32, port: u16) -> Result<(), VerbError> {
+        self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?.src_port = port;
+        Ok(())
+    }
+
+    /// Sends every packet from `port` (`Some`) or each QP from its own
+    /// (`None`): [`DeviceConfig::udp_src_port`] from now on.
+    pub fn set_udp_src_port(&mut self, port: Option<u16>) {
+        self.cfg.udp_src_port = port;
+    }
+
     /// `ibv_modify_qp`.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
         let l = self.cfg.limits;

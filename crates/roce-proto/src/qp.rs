@@ -215,7 +215,8 @@ pub struct Qp {
     pub comp: Completer,
     /// Responder role.
     pub resp: Responder,
-    /// UDP source port (rxe: from the flow label of the QPN pair).
+    /// UDP source port, as rxe picks it: [`rxe_init_sport`] at creation,
+    /// [`rdma_get_udp_sport`] once an address vector is set.
     pub src_port: u16,
     /// The SQ_DRAINED event for the current SQD period was raised.
     pub sqd_notified: bool,
@@ -223,15 +224,39 @@ pub struct Qp {
     pub(crate) tx_queued: bool,
 }
 
-/// rxe's UDP source port for a QP pair: the flow label of
-/// `lqpn * rqpn` folded to 14 bits, in 0xc000..=0xffff.
+/// rxe's UDP source port for a QP pair without a flow label: the flow
+/// label of `lqpn * rqpn` (`rdma_calc_flow_label`) folded to 14 bits, in
+/// 0xc000..=0xffff.
 pub fn udp_src_port(lqpn: u32, rqpn: u32) -> u16 {
     let mut v = u64::from(lqpn) * u64::from(rqpn);
     v ^= v >> 20;
     v ^= v >> 40;
-    let fl = (v & 0xf_ffff) as u32;
-    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
-    (low | 0xc000) as u16
+    flow_label_to_udp_sport((v & 0xf_ffff) as u32)
+}
+
+/// A flow label folded to a UDP source port in 0xc000..=0xffff
+/// (`rdma_flow_label_to_udp_sport`).
+pub fn flow_label_to_udp_sport(fl: u32) -> u16 {
+    (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) | 0xc000) as u16
+}
+
+/// The source port rxe gives a QP when it sets an address vector
+/// (`rxe_modify_qp`: `rdma_get_udp_sport`): the GRH's flow label folded,
+/// or the QPN pair's when the label is 0. rdma_cm connections carry the
+/// REQ's label, so both ends send from one port.
+pub fn rdma_get_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    match flow_label & 0xf_ffff {
+        0 => udp_src_port(lqpn, rqpn),
+        fl => flow_label_to_udp_sport(fl),
+    }
+}
+
+/// The source port rxe gives a QP at creation (`rxe_qp_init_req`):
+/// 0xc000 plus the QPN's 14-bit `hash_32`. QP 1 and UD QPs keep it (QP 1
+/// sends from 55410, as the captures show).
+pub fn rxe_init_sport(qpn: u32) -> u16 {
+    const GOLDEN_RATIO_32: u32 = 0x61c8_8647;
+    0xc000 | (qpn.wrapping_mul(GOLDEN_RATIO_32) >> 18) as u16
 }
 
 impl Qp {
@@ -276,7 +301,7 @@ impl Qp {
                 srq_held: false,
                 cnp_after: None,
             },
-            src_port: udp_src_port(qpn, qpn),
+            src_port: rxe_init_sport(qpn),
             sqd_notified: false,
             tx_queued: false,
         }
@@ -381,7 +406,6 @@ impl Qp {
         }
         if mask.contains(M::DEST_QPN) {
             a.dest_qp_num = attr.dest_qp_num & 0xff_ffff;
-            self.src_port = udp_src_port(self.qpn, a.dest_qp_num);
         }
         if mask.contains(M::RQ_PSN) {
             a.rq_psn = attr.rq_psn & Psn::MASK;
@@ -392,6 +416,10 @@ impl Qp {
             self.req.psn = Psn::new(a.sq_psn);
             self.req.sent_psn = self.req.psn;
             self.comp.psn = self.req.psn;
+        }
+        if mask.contains(M::AV) {
+            // After the whole modify, as rxe: the DEST_QPN of the same call counts.
+            self.src_port = rdma_get_udp_sport(a.ah_attr.flow_label, self.qpn, a.dest_qp_num);
         }
         match next {
             QpState::Reset => self.reset(ctx),
@@ -581,6 +609,21 @@ mod tests {
             assert!(p >= 0xc000, "{p:#x}");
             assert_eq!(p, udp_src_port(b, a), "both ends of a pair use the same port");
         }
+    }
+
+    #[test]
+    fn source_ports_of_the_captures() {
+        // QP 1's MADs and UD QP 0x11 (ud_pingpong) in every golden capture.
+        assert_eq!(rxe_init_sport(1), 55410);
+        assert_eq!(rxe_init_sport(0x11), 57236);
+        // rping_c3 and ib_send_bw -R: the REQ's flow label decides (rdmacm.md 1.2).
+        assert_eq!(rdma_get_udp_sport(0xae362, 0x11, 0x11), 58185);
+        assert_eq!(rdma_get_udp_sport(0xc39b2, 0x11, 0x11), 63874);
+        assert_eq!(rdma_get_udp_sport(0x577fe, 0x12, 0x12), 63467);
+        // No label: the QPN pair's (rc_pingpong).
+        assert_eq!(rdma_get_udp_sport(0, 0x11, 0x11), 49441);
+        // Only 20 bits are a label.
+        assert_eq!(rdma_get_udp_sport(0xfff0_0000, 0x11, 0x11), 49441);
     }
 
     #[test]

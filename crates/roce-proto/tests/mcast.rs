@@ -24,8 +24,9 @@ fn send_to_group(p: &mut Pair, qpn: u32, len: u32, qkey: u32) -> (Vec<u8>, IpAdd
 
 /// [`send_to_group`] with another destination.
 fn send_to(p: &mut Pair, dest: IpAddr, qpn: u32, len: u32, qkey: u32) -> (Vec<u8>, IpAddr, u16) {
-    let ah =
-        p.dev[A].create_ah(p.pd[A], AhAttr { dest, sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 }).unwrap();
+    let ah = p.dev[A]
+        .create_ah(p.pd[A], AhAttr { dest, sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 })
+        .unwrap();
     let sge = [p.sge(A, 0, len)];
     let mut wr = SendWr::new(9, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.imm_data = 0x5555_0001;

@@ -11,7 +11,10 @@ use roce_wire::Opcode;
 
 fn ud_send(p: &mut Pair, wr_id: u64, off: usize, len: u32, qkey: u32) {
     let ah = p.dev[A]
-        .create_ah(p.pd[A], AhAttr { dest: p.addr[B], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 })
+        .create_ah(
+            p.pd[A],
+            AhAttr { dest: p.addr[B], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 },
+        )
         .unwrap();
     let sge = [p.sge(A, off, len)];
     let mut wr = SendWr::new(wr_id, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
@@ -68,7 +71,10 @@ fn ud_wrong_qkey_is_dropped_and_counted() {
 fn ud_message_larger_than_mtu_is_refused_at_post() {
     let mut p = Pair::new(Setup { qp_type: QpType::Ud, ..Setup::default() });
     let ah = p.dev[A]
-        .create_ah(p.pd[A], AhAttr { dest: p.addr[B], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 })
+        .create_ah(
+            p.pd[A],
+            AhAttr { dest: p.addr[B], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 },
+        )
         .unwrap();
     let sge = [p.sge(A, 0, 1025)];
     let mut wr = SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge));

@@ -110,7 +110,10 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
     let ah = sim
         .endpoint_mut(ids[0])
         .dev
-        .create_ah(pd[0], AhAttr { dest: addr[1], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 })
+        .create_ah(
+            pd[0],
+            AhAttr { dest: addr[1], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 },
+        )
         .unwrap();
     for (k, m) in msgs.iter().enumerate() {
         let sge = [Sge { addr: mem[0].addr() + m.off as u64, length: m.len, lkey: key[0] }];

@@ -19,12 +19,13 @@
 //!
 //! RoCEv2 receivers only need destination port 4791; the source port is
 //! free (Linux rxe picks one per QP, hashed for ECMP spreading). A socket
-//! has one port, and softroce binds 4791 to receive, so **softroce sends
-//! every packet from its socket's port, 4791** ([`Socket::local_port`]):
-//! the engine's `Transmit::src_port` must equal it, since the ICRC covers
-//! the UDP header. Per-QP ports would need one socket per port (or a raw
-//! socket) and would split receive across sockets; traffic between two
-//! hosts then takes one ECMP path, which is what a single flow does anyway.
+//! sends from the one port it is bound to, and the ICRC covers the UDP
+//! header, so a packet must leave from the port its ICRC was computed
+//! for: softroce receives on `addr:4791` and sends each QP's packets from
+//! a send-only socket on its port ([`Socket::bind_source`]).
+//! [`SendBatch::set_source`] tags the packets queued next with their
+//! port, and [`SendBatch::flush_from`] sends each run of one port from
+//! that port's socket.
 //!
 //! # The IPv4 identification
 //!

@@ -73,6 +73,8 @@ struct Buffers {
     max_packets: usize,
     max_segments: usize,
     gso_off: bool,
+    /// The source of packets queued from now on.
+    source: u16,
     failures: Vec<Failure>,
     stats: SendStats,
     scratch: sys::SendScratch,
@@ -176,6 +178,7 @@ impl<'a> SendBatch<'a> {
                 max_packets: packets,
                 max_segments: MAX_GSO_SEGMENTS,
                 gso_off: false,
+                source: 0,
                 failures: Vec::with_capacity(packets),
                 stats: SendStats::default(),
                 scratch: sys::SendScratch::new(),
@@ -318,6 +321,7 @@ impl<'a> SendBatch<'a> {
             && !m.closed
             && m.dst == dst
             && m.flow == flow
+            && m.source == self.b.source
             && m.count < self.b.max_segments
             && len > 0
             && len <= m.segment
@@ -329,12 +333,44 @@ impl<'a> SendBatch<'a> {
             m.closed = len < m.segment;
             return Queued { index, gso_index: k as u16 };
         }
-        self.b.msgs.push(OutMsg { dst, flow, first: index, count: 1, segment: len, bytes: len, closed: len == 0 });
+        let source = self.b.source;
+        self.b.msgs.push(OutMsg {
+            dst,
+            flow,
+            source,
+            first: index,
+            count: 1,
+            segment: len,
+            bytes: len,
+            closed: len == 0,
+        });
         Queued { index, gso_index: 0 }
     }
 
+    /// Packets queued from now on leave from `source`, a number the caller
+    /// gives its sockets (softroce: the UDP source port) and
+    /// [`flush_from`](SendBatch::flush_from) maps back to one. Packets of
+    /// different sources never share a GSO message. A new batch's source is 0.
+    pub fn set_source(&mut self, source: u16) {
+        self.b.source = source;
+    }
+
+    /// The source of the first packet still queued, e.g. to wait until its
+    /// socket is writable.
+    pub fn pending_source(&self) -> Option<u16> {
+        self.b.msgs.get(self.b.next_msg).map(|m| m.source)
+    }
+
+    /// Sends what is queued, every packet from `socket` whatever its
+    /// source: [`flush_from`](SendBatch::flush_from) with one socket.
+    pub fn flush(&mut self, socket: &Socket) -> io::Result<Flushed> {
+        self.flush_from(|_| Some(socket))
+    }
+
     /// Sends what is queued with as few `sendmmsg` calls as the kernel
-    /// allows, without blocking. Returns what happened; packets refused for
+    /// allows, without blocking: one call per run of messages of one
+    /// source, from the socket `socket_of` gives for it (a source it has
+    /// no socket for fails its packets with `EADDRNOTAVAIL`). Returns what happened; packets refused for
     /// good are listed in [`failures`](SendBatch::failures) until the next
     /// flush, and packets the kernel had no room for stay queued
     /// ([`Flushed::pending`]). Once nothing is pending the batch is empty
@@ -342,10 +378,24 @@ impl<'a> SendBatch<'a> {
     ///
     /// Errors only when the socket itself is unusable (`EBADF`,
     /// `ENOTSOCK`, `EFAULT`); the packets then stay queued.
-    pub fn flush(&mut self, socket: &Socket) -> io::Result<Flushed> {
+    pub fn flush_from<'s>(&mut self, socket_of: impl Fn(u16) -> Option<&'s Socket>) -> io::Result<Flushed> {
         self.b.failures.clear();
         let mut out = Flushed::default();
         while self.b.next_msg < self.b.msgs.len() {
+            let source = self.b.msgs[self.b.next_msg].source;
+            let run = self.b.msgs[self.b.next_msg..].iter().take_while(|m| m.source == source).count();
+            let Some(socket) = socket_of(source) else {
+                for m in &self.b.msgs[self.b.next_msg..self.b.next_msg + run] {
+                    for index in m.first..m.first + m.count {
+                        self.b.failures.push(Failure { index, dst: m.dst, errno: libc::EADDRNOTAVAIL });
+                    }
+                    out.failed += m.count;
+                    self.b.stats.failed += m.count as u64;
+                }
+                self.b.next_msg += run;
+                continue;
+            };
+            let end = self.b.next_msg + run;
             let (arena, packets, pieces) = (&self.b.arena, &self.b.packets, &self.pieces);
             let parts = |i: usize| {
                 let p = &packets[i];
@@ -355,7 +405,7 @@ impl<'a> SendBatch<'a> {
                     &arena[p.trail..p.trail + p.trail_len],
                 )
             };
-            let r = sys::send_mmsg(socket.as_fd(), &mut self.b.scratch, &self.b.msgs[self.b.next_msg..], parts);
+            let r = sys::send_mmsg(socket.as_fd(), &mut self.b.scratch, &self.b.msgs[self.b.next_msg..end], parts);
             self.b.stats.calls += 1;
             let e = match r {
                 Ok(n) => {
@@ -411,7 +461,16 @@ impl<'a> SendBatch<'a> {
         let packets = &self.b.packets;
         let singles = (m.first..m.first + m.count).map(|i| {
             let len = packets[i].len;
-            OutMsg { dst: m.dst, flow: m.flow, first: i, count: 1, segment: len, bytes: len, closed: true }
+            OutMsg {
+                dst: m.dst,
+                flow: m.flow,
+                source: m.source,
+                first: i,
+                count: 1,
+                segment: len,
+                bytes: len,
+                closed: true,
+            }
         });
         self.b.msgs.splice(at..=at, singles);
     }

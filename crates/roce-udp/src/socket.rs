@@ -13,7 +13,7 @@ use crate::sys;
 pub use crate::sys::SockFilter;
 
 /// The RoCEv2 UDP port: the destination port of every RoCEv2 packet, and
-/// the port a [`Socket`] binds (so also the source port softroce sends from).
+/// the port a [`Socket`] binds to receive.
 pub const ROCE_PORT: u16 = 4791;
 
 /// The socket buffer size asked for, each way. Deep buffers absorb bursts
@@ -104,7 +104,7 @@ pub struct BufferSizes {
 /// `IPV6_PMTUDISC_DO`. Datagrams never fragment: a packet larger than the
 /// path MTU fails with `EMSGSIZE`.
 ///
-/// Every packet leaves from [`Socket::local_port`] (4791): the engine must
+/// Every packet leaves from [`Socket::local_port`]: the engine must
 /// compute the ICRC with that source port (see the crate docs).
 #[derive(Debug)]
 pub struct Socket {
@@ -135,6 +135,22 @@ impl Socket {
     /// group: another user's group on `addr` is [`BindError::PortInUse`].
     pub fn bind_shared(addr: SocketAddr) -> Result<Socket, BindError> {
         Socket::bind_with(addr, true)
+    }
+
+    /// Binds `addr` to send from its port only (a RoCE source port): a
+    /// member of its `SO_REUSEPORT` group, as [`Socket::bind_shared`], with
+    /// the smallest receive buffer the kernel allows, since nothing is
+    /// meant to arrive there (what does is dropped by the kernel, not
+    /// queued up to [`WANTED_BUFFER`]).
+    pub fn bind_source(addr: SocketAddr) -> Result<Socket, BindError> {
+        let mut s = Socket::bind_with(addr, true)?;
+        let fd = s.inner.as_fd();
+        sys::set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0)
+            .map_err(|source| BindError::Io { context: format!("setting SO_RCVBUF on {addr}"), source })?;
+        s.buffers.recv = sys::get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)
+            .map_err(|source| BindError::Io { context: format!("reading SO_RCVBUF on {addr}"), source })?
+            .max(0) as usize;
+        Ok(s)
     }
 
     fn bind_with(addr: SocketAddr, reuse_port: bool) -> Result<Socket, BindError> {

@@ -354,6 +354,8 @@ pub(crate) struct OutMsg {
     /// QP's packets, since a receiver that steers by QP (a `SO_REUSEPORT`
     /// group of processes, or GRO) decides once per super-packet.
     pub(crate) flow: u32,
+    /// The source it leaves from ([`crate::SendBatch::set_source`]).
+    pub(crate) source: u16,
     /// Index of the first packet.
     pub(crate) first: usize,
     /// Number of packets (GSO segments).

@@ -226,6 +226,34 @@ fn refused_packets_are_reported_and_the_rest_sent() {
 }
 
 #[test]
+fn each_source_leaves_from_its_own_socket() {
+    // Sockets on three ports of one address, as softroce's per-QP source ports.
+    let (s1, s2) = (bind("127.0.0.18"), bind("127.0.0.18"));
+    let b = bind("127.0.0.19");
+    let (p1, p2) = (s1.local_port(), s2.local_port());
+    let mut tx = SendBatch::new(16, 200_000);
+    let mut rx = RecvBatch::new(16);
+    let sends = [(p1, 0), (p1, 1), (p1, 2), (p2, 3), (p2, 4), (9, 5), (p1, 6)];
+    for (source, i) in sends {
+        tx.set_source(source);
+        tx.push(b.local_addr(), &packet(7, i, 300)).unwrap();
+    }
+    assert_eq!(tx.pending_source(), Some(p1));
+    let f = tx.flush_from(|port| [&s1, &s2].into_iter().find(|s| s.local_port() == port)).unwrap();
+    // Equal packets of one source coalesce (p1's first three, p2's two);
+    // a source without a socket fails alone.
+    assert_eq!((f.packets, f.messages, f.failed, f.pending), (6, 3, 1, 0), "{f:?}");
+    let failures: Vec<(usize, i32)> = tx.failures().iter().map(|x| (x.index, x.errno)).collect();
+    assert_eq!(failures, [(5, libc::EADDRNOTAVAIL)]);
+    let got: Vec<(u16, Vec<u8>)> = collect(&b, &mut rx, 6).into_iter().map(|g| (g.src.port(), g.data)).collect();
+    let want: Vec<(u16, Vec<u8>)> =
+        sends.iter().filter(|(s, _)| *s != 9).map(|&(s, i)| (s, packet(7, i, 300))).collect();
+    assert_eq!(got, want);
+    assert_quiet(&b, &mut rx);
+    assert_eq!(tx.pending_source(), None);
+}
+
+#[test]
 fn destination_comes_from_packet_info() {
     // A socket on the wildcard address receives for every loopback
     // address; only IP_PKTINFO can tell which one a datagram was sent to.

@@ -941,7 +941,11 @@ fn rpings_cm_exchange_matches_the_kernels_capture() {
     for (side, pcap, at_least) in [("client", &cp, 4), ("server", &sp, 5)] {
         let printout = cm_golden::compare(&cm_golden::cm_mads(pcap), client, &golden, kernel_client, 5, at_least);
         println!("rping's CM exchange, {side}'s capture:\n{printout}");
+        // Each datagram's UDP source port is the one rxe gives its QP.
+        let ports = cm_golden::check_source_ports(pcap);
+        println!("rping's source ports, {side}'s capture (as the kernel's):\n{ports}");
     }
+    println!("the kernel's:\n{}", cm_golden::check_source_ports(&cm_golden::golden("rping_c3")));
     // perftest's `-R`: two connections to one service ID (the parameter
     // exchange's and the measured QP's), torn down from both ends.
     if have("ib_send_bw_golden", &["ib_send_bw"]) {
@@ -955,7 +959,10 @@ fn rpings_cm_exchange_matches_the_kernels_capture() {
         for (side, pcap) in [("client", &cp), ("server", &sp)] {
             let printout = cm_golden::compare(&cm_golden::cm_mads(pcap), client, &golden, kernel_client, 6, 8);
             println!("ib_send_bw -R's CM exchange, {side}'s capture:\n{printout}");
+            println!("ib_send_bw -R's source ports, {side}'s capture:\n{}", cm_golden::check_source_ports(pcap));
         }
+        let kernel = cm_golden::check_source_ports(&cm_golden::golden("ib_send_bw_rdmacm_s64_n5"));
+        println!("the kernel's:\n{kernel}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,6 +62,7 @@ ibv_export! { "IBVERBS_1.1";
             hop_limit: if a.is_global != 0 { g.hop_limit } else { 64 },
             traffic_class: g.traffic_class,
             sl: a.sl,
+            flow_label: if a.is_global != 0 { g.flow_label } else { 0 },
         };
         match p.pd.create_ah_with(attr) {
             Ok(ah) => {

@@ -265,6 +265,7 @@ pub(crate) fn write_ah_attr(out: &mut IbvAhAttr, ah: &roce_proto::AhAttr) {
     out.grh.sgid_index = ah.sgid_index;
     out.grh.hop_limit = ah.hop_limit;
     out.grh.traffic_class = ah.traffic_class;
+    out.grh.flow_label = ah.flow_label;
     out.sl = ah.sl;
     out.is_global = 1;
     out.port_num = 1;
@@ -316,6 +317,7 @@ fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> R
             hop_limit: if ah.is_global != 0 { ah.grh.hop_limit } else { 64 },
             traffic_class: if ah.is_global != 0 { ah.grh.traffic_class } else { 0 },
             sl: ah.sl,
+            flow_label: if ah.is_global != 0 { ah.grh.flow_label } else { 0 },
         };
     }
     o.pkey_index = a.pkey_index;

@@ -19,6 +19,7 @@ use crate::driver::{DriverStats, Progress, Shared, State};
 use crate::error::Error;
 use crate::faults::{FaultSpec, FaultStats, Faults};
 use crate::port::Port;
+use crate::sources::{Sources, SrcPorts};
 use crate::tap::Tap;
 
 /// How to open a device. [`Options::from_env`] reads the documented
@@ -39,6 +40,10 @@ pub struct Options {
     /// How long `Cq::wait` keeps polling before it sleeps
     /// (`SOFTROCE_SPIN_US`, default 0: sleep at once, best on few cores).
     pub spin: Duration,
+    /// Whether each QP sends from its own UDP source port, as rxe
+    /// (`SOFTROCE_SRC_PORT=qp`, the default), or every packet from 4791
+    /// (`device`). A device on a port other than 4791 sends from that port.
+    pub src_ports: SrcPorts,
 }
 
 impl Options {
@@ -63,6 +68,15 @@ impl Options {
                 msg: format!("{v:?} is not a number of microseconds"),
             })?;
             o.spin = Duration::from_micros(us.min(1_000_000));
+        }
+        if let Ok(v) = std::env::var("SOFTROCE_SRC_PORT") {
+            o.src_ports = match v.as_str() {
+                "qp" | "" => SrcPorts::PerQp,
+                "device" => SrcPorts::Device,
+                other => {
+                    return Err(Error::Env { var: "SOFTROCE_SRC_PORT", msg: format!("{other:?} is not qp or device") });
+                }
+            };
         }
         o.pcap = std::env::var_os("SOFTROCE_PCAP").filter(|p| !p.is_empty()).map(PathBuf::from);
         if let Ok(f) = std::env::var("SOFTROCE_FAULTS") {
@@ -168,8 +182,10 @@ impl Context {
             icrc_policy: IcrcPolicy::Ipv6OrKnownId,
             active_mtu: info.active_mtu,
             limits: Limits::default(),
-            udp_src_port: Some(sock.local_port()),
+            udp_src_port: (opts.src_ports == SrcPorts::Device || sock.local_port() != roce_udp::ROCE_PORT)
+                .then(|| sock.local_port()),
         });
+        let sources = Sources::new(sock.local_addr().ip(), sock.local_port());
         let tap = match &opts.pcap {
             Some(p) => Some(Tap::create(p).map_err(|e| Error::Pcap { path: p.clone(), source: e })?),
             None => None,
@@ -177,7 +193,7 @@ impl Context {
         let shared = Arc::new(Shared {
             info: info.clone(),
             sock,
-            state: Mutex::new(State::new(dev, opts.faults.map(Faults::new), tap)),
+            state: Mutex::new(State::new(dev, opts.faults.map(Faults::new), tap, sources)),
             waker: Waker::new()?,
             stop: AtomicBool::new(false),
             mode: opts.progress,

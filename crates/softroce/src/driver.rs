@@ -29,6 +29,7 @@ use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
 use crate::faults::{Fate, Faults, Held};
+use crate::sources::Sources;
 use crate::tap::{PORT, Tap};
 
 /// The longest sleep in the socket: a waiter whose deadline is further
@@ -129,6 +130,11 @@ roce_proto::counter_struct! {
         /// completions before sending what the packets it received called for
         /// (ACKs, READ responses); the next call or pass sent it.
         pub tx_deferred,
+        /// QPs that send from the device's port because theirs could not
+        /// be bound (see `sources.rs`), plus one if the whole device had to.
+        pub src_port_fallbacks,
+        /// Source-port sockets open (a gauge, not a counter).
+        pub src_port_sockets,
     }
 }
 
@@ -153,10 +159,12 @@ pub(crate) struct State {
     pub(crate) graveyard: Vec<OwnedBuffer>,
     pub(crate) stats: DriverStats,
     scratch: Vec<u8>,
+    /// The sockets of the QPs' UDP source ports.
+    pub(crate) sources: Sources,
 }
 
 impl State {
-    pub(crate) fn new(dev: Device, faults: Option<Faults>, tap: Option<Tap>) -> State {
+    pub(crate) fn new(dev: Device, faults: Option<Faults>, tap: Option<Tap>, sources: Sources) -> State {
         State {
             dev,
             rx: Some(Box::new(RecvBatch::new(BATCH))),
@@ -171,6 +179,7 @@ impl State {
             graveyard: Vec::new(),
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
+            sources,
         }
     }
 }
@@ -271,8 +280,13 @@ impl Shared {
     /// doorbell would: no hand-over to the driver thread on the fast path.
     /// The driver thread is woken only if its sleep would now miss a timer.
     pub(crate) fn with_dev<R>(&self, kick: bool, f: impl FnOnce(&mut Device) -> R) -> R {
+        self.with_state(kick, |st| f(&mut st.dev))
+    }
+
+    /// [`Shared::with_dev`] with the whole device state.
+    fn with_state<R>(&self, kick: bool, f: impl FnOnce(&mut State) -> R) -> R {
         let mut st = self.lock();
-        let r = f(&mut st.dev);
+        let r = f(&mut st);
         self.route_events(&mut st);
         if kick {
             // Only send: receiving is for whoever waits (or the driver).
@@ -288,6 +302,25 @@ impl Shared {
             self.nudge_driver(next);
         }
         r
+    }
+
+    /// [`Shared::with_live_dev`] for a verb that makes or moves QP
+    /// `f`'s first result: the QP's UDP source port then has its socket
+    /// (or the QP sends from the device's port), before it sends anything.
+    pub(crate) fn with_live_qp<R, E: Into<crate::Error>>(
+        &self,
+        kick: bool,
+        f: impl FnOnce(&mut Device) -> Result<(u32, R), E>,
+    ) -> Result<R, crate::Error> {
+        self.live()?;
+        self.with_state(kick, |st| {
+            let (qpn, r) = f(&mut st.dev).map_err(Into::into)?;
+            if st.sources.prepare(&mut st.dev, qpn) {
+                st.stats.src_port_fallbacks += 1;
+            }
+            st.stats.src_port_sockets = st.sources.len() as u64;
+            Ok(r)
+        })
     }
 
     /// [`Shared::with_dev`] for a verb that starts work: refused once the
@@ -676,7 +709,7 @@ impl Shared {
     /// call would only delay it: the caller asks only with `reply_first`.
     fn transmit(&self, st: &mut State, now: Instant, first_alone: bool) -> io::Result<()> {
         self.tx_owed.store(0, Ordering::Release);
-        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, .. } = st;
+        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
         let mut tx: SendBatch<'_> = match empty.recycle() {
@@ -694,6 +727,7 @@ impl Shared {
         const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         let mut alone = first_alone;
+        let mut unbound = false;
         let member = self.sock.member();
         dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
             let icrc = &mut t.icrc;
@@ -736,6 +770,15 @@ impl Shared {
                 }
                 return true;
             }
+            if !sources.open(t.src_port) {
+                // A QP the verbs did not prepare (see `Sources::prepare`)
+                // and a port that cannot be bound: lost as on a wire, and
+                // the device sends from its own port from now on.
+                unbound = true;
+                stats.tx_dropped += 1;
+                return true;
+            }
+            tx.set_source(t.src_port);
             if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
                     // The kernel gives the k-th GSO segment IPv4 ID k: fix the
@@ -763,12 +806,16 @@ impl Shared {
             }
             // Room for the next packet.
             if (std::mem::take(&mut alone) && is_whole_request(head)) || !tx.has_room(MAX_PACKET) {
-                result = self.flush_all(&mut tx, stats);
+                result = self.flush_all(&mut tx, stats, sources);
             }
             result.is_ok()
         });
         if result.is_ok() {
-            result = self.flush_all(&mut tx, stats);
+            result = self.flush_all(&mut tx, stats, sources);
+        }
+        if unbound {
+            stats.src_port_fallbacks += 1;
+            dev.set_udp_src_port(Some(self.sock.local_port()));
         }
         if !tx.is_empty() {
             stats.tx_dropped += tx.clear() as u64;
@@ -782,11 +829,11 @@ impl Shared {
 
     /// Sends everything queued; waits (up to 100 ms in all) while the
     /// socket has no room, then drops what is left (counted).
-    fn flush_all(&self, tx: &mut SendBatch<'_>, stats: &mut DriverStats) -> io::Result<()> {
+    fn flush_all(&self, tx: &mut SendBatch<'_>, stats: &mut DriverStats, sources: &Sources) -> io::Result<()> {
         // Read the clock only once the socket is full.
         let mut deadline = None;
         loop {
-            let f = tx.flush(&self.sock)?;
+            let f = tx.flush_from(|port| sources.socket(&self.sock, port))?;
             stats.tx_packets += f.packets as u64;
             stats.tx_messages += f.messages as u64;
             stats.tx_failed += f.failed as u64;
@@ -800,7 +847,8 @@ impl Shared {
                 stats.tx_dropped += tx.clear() as u64;
                 return Ok(());
             }
-            wait(&[(self.sock.as_fd(), Interest::WRITABLE)], None, Some(left))?;
+            let full = tx.pending_source().and_then(|p| sources.socket(&self.sock, p)).unwrap_or(&self.sock);
+            wait(&[(full.as_fd(), Interest::WRITABLE)], None, Some(left))?;
         }
     }
 

@@ -681,6 +681,7 @@ impl CmId {
             hop_limit: cma::HOP_LIMIT,
             traffic_class: st.tos,
             sl: 0,
+            flow_label: dst.map_or(0, |d| cma::flow_label(src.port(), d.port())),
         });
         let flow_label = dst.map_or(0, |d| cma::flow_label(src.port(), d.port()));
         UdParam { ah, flow_label, qp_num, qkey }
@@ -884,9 +885,23 @@ impl CmId {
                 Ok((a, M(M::STATE.0 | M::ACCESS_FLAGS.0 | M::PKEY_INDEX.0 | M::PORT.0)))
             }
             QpState::Rtr => {
-                let (dest_qp_num, path_mtu, max_dest_rd_atomic, tclass) = match (&st.req, &st.rep) {
-                    (Some(req), _) => (req.local_qpn, mtu_of(req.path_mtu), resp, req.primary_path.traffic_class),
-                    (None, Some(rep)) => (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, st.tos),
+                // The path's flow label is the REQ's (the active side's
+                // ports): rxe sends both directions from the port it folds to.
+                let (dest_qp_num, path_mtu, max_dest_rd_atomic, tclass, flow_label) = match (&st.req, &st.rep) {
+                    (Some(req), _) => (
+                        req.local_qpn,
+                        mtu_of(req.path_mtu),
+                        resp,
+                        req.primary_path.traffic_class,
+                        req.primary_path.flow_label,
+                    ),
+                    (None, Some(rep)) => {
+                        let fl = match (st.src, st.dst) {
+                            (Some(s), Some(d)) => cma::flow_label(s.port(), d.port()),
+                            _ => 0,
+                        };
+                        (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, st.tos, fl)
+                    }
                     (None, None) => return Err(bad("rdma_init_qp_attr: no peer yet")),
                 };
                 let a = QpAttr {
@@ -902,6 +917,7 @@ impl CmId {
                         hop_limit: cma::HOP_LIMIT,
                         traffic_class: tclass,
                         sl: 0,
+                        flow_label,
                     },
                     ..QpAttr::default()
                 };
@@ -1166,7 +1182,14 @@ impl CmId {
             _ => None,
         };
         self.st().mcast.push(Joined { group, attached });
-        let ah = crate::AhAttr { dest: group, sgid_index, hop_limit: cma::HOP_LIMIT, traffic_class: tos, sl: 0 };
+        let ah = crate::AhAttr {
+            dest: group,
+            sgid_index,
+            hop_limit: cma::HOP_LIMIT,
+            traffic_class: tos,
+            sl: 0,
+            flow_label: 0,
+        };
         let ud = UdParam { ah: Some(ah), flow_label: 0, qp_num: roce_proto::mcast::MULTICAST_QPN, qkey: cma::UDP_QKEY };
         self.channel().push(Event {
             id: self.clone(),

@@ -160,7 +160,7 @@ impl Pd {
     /// Creates an address handle for UD sends to `dest`.
     pub fn create_ah(&self, dest: IpAddr) -> Result<Ah, Error> {
         let sgid_index = self.ctx().device().addr_gid_index() as u8;
-        self.create_ah_with(AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 })
+        self.create_ah_with(AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 })
     }
 
     /// Creates an address handle with every GRH field given (`ibv_create_ah`).
@@ -195,13 +195,13 @@ impl Pd {
         let shared = self.ctx().shared();
         let qpn = match shared.sock.member() {
             // QP 1 is every process's own (block 0 is nobody's).
-            _ if gsi => shared.with_live_dev(false, |d| d.create_gsi_qp(attr))?,
+            _ if gsi => shared.with_live_qp(false, |d| d.create_gsi_qp(attr).map(|q| (q, q)))?,
             // A shared device: a number of this process's blocks.
-            Some(m) => shared.with_live_dev(false, |d| {
+            Some(m) => shared.with_live_qp(false, |d| {
                 let q = m.alloc_qpn(&shared.sock, |q| d.qp(q).is_some())?;
-                d.create_qp_as(q, attr).map_err(Error::from)
+                d.create_qp_as(q, attr).map(|q| (q, q)).map_err(Error::from)
             })?,
-            None => shared.with_live_dev(false, |d| d.create_qp(attr))?,
+            None => shared.with_live_qp(false, |d| d.create_qp(attr).map(|q| (q, q)))?,
         };
         Ok(Qp(Arc::new(QpInner {
             pd: self.clone(),
@@ -986,7 +986,7 @@ impl Qp {
             let mut st = s.lock();
             let _ = s.flush(&mut st);
         }
-        s.with_live_dev(true, |d| d.modify_qp(q, attr, mask))
+        s.with_live_qp(true, |d| d.modify_qp(q, attr, mask).map(|()| (q, ())))
     }
 
     /// [`Qp::modify`] on the application's behalf (rdma_cm's moves), noted
@@ -1106,7 +1106,14 @@ impl Qp {
             rq_psn: t.remote.psn & 0xff_ffff,
             max_dest_rd_atomic: t.max_dest_rd_atomic,
             min_rnr_timer: t.min_rnr_timer,
-            ah_attr: AhAttr { dest: t.remote.gid, sgid_index: t.sgid_index, hop_limit: 64, traffic_class: 0, sl: 0 },
+            ah_attr: AhAttr {
+                dest: t.remote.gid,
+                sgid_index: t.sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+                sl: 0,
+                flow_label: 0,
+            },
             ..QpAttr::default()
         };
         self.step(QpState::Init, &a)

@@ -524,7 +524,8 @@ impl Scenario {
                 a.rq_psn = psn[other];
                 a.max_dest_rd_atomic = 16;
                 a.min_rnr_timer = 1;
-                a.ah_attr = AhAttr { dest: addr[other], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0 };
+                a.ah_attr =
+                    AhAttr { dest: addr[other], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
                 let rtr = M::STATE.0
                     | M::AV.0
                     | M::PATH_MTU.0

@@ -180,3 +180,52 @@ pub fn compare(
     }
     out
 }
+
+/// Checks that every RoCE packet of `pcap` left from the UDP source port
+/// Linux rxe gives it: a MAD from QP 1's (55410), a packet of a connection
+/// from the fold of its REQ's flow label, at both ends (the connection is
+/// found by the destination QPN: the REQ's or the REP's QP). Holds for the
+/// kernel's captures and for softroce's; returns a line per port seen.
+/// A QP is known by its host's address and its QPN (the REQ's sender's,
+/// the REP's sender's).
+pub fn check_source_ports(pcap: &Path) -> String {
+    let frames = read_file(pcap).unwrap_or_else(|e| panic!("{}: {e}", pcap.display()));
+    // (address, QPN) -> the flow label of the connection it belongs to.
+    let mut label = std::collections::HashMap::new();
+    let mut reqs = std::collections::HashMap::new();
+    for m in cm_mads(pcap) {
+        match m.mad.message {
+            CmMessage::Req(r) => {
+                label.insert((m.src, r.local_qpn), r.primary_path.flow_label);
+                reqs.insert(r.local_comm_id, r.primary_path.flow_label);
+            }
+            CmMessage::Rep(r) => {
+                if let Some(fl) = reqs.get(&r.remote_comm_id) {
+                    label.insert((m.src, r.local_qpn), *fl);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for f in &frames {
+        let Classified::Roce(d) = classify(f) else { continue };
+        let p = Packet::new_checked(d.payload).unwrap_or_else(|e| panic!("frame {}: {e}", f.number));
+        let q = p.bth().dest_qpn();
+        let want = if q == GSI_QPN {
+            roce_proto::qp::rxe_init_sport(GSI_QPN)
+        } else {
+            let fl = label
+                .get(&(d.dst.ip(), q))
+                .unwrap_or_else(|| panic!("frame {}: QP {q:#x} of {} is no connection's", f.number, d.dst.ip()));
+            roce_proto::qp::flow_label_to_udp_sport(*fl)
+        };
+        assert_eq!(d.src.port(), want, "frame {} from {} to QP {q:#x}", f.number, d.src);
+        *seen.entry((d.src.port(), q == GSI_QPN)).or_insert(0) += 1;
+    }
+    let mut out = String::new();
+    for ((port, mad), n) in seen {
+        let _ = writeln!(out, "  {n:4} packets from port {port} ({})", if mad { "QP 1, MADs" } else { "RC" });
+    }
+    out
+}
