@@ -13,6 +13,10 @@
 //!   teardown of the inherited objects), one opens the device itself (a
 //!   process of its own on the shared device: QPNs unlike the parent's, a
 //!   SEND of its own), and the parent's QPs go on working.
+//! - `mw.py`: memory windows bound as rdma-core's tests/test_mr.py binds
+//!   them (type 1 with `QP.bind_mw`, type 2 with an IBV_WR_BIND_MW
+//!   `SendWR`, window access LOCAL_WRITE | REMOTE_WRITE), WRITEs through
+//!   them by the peer, invalidation, and each bind rule's MW_BIND_ERR;
 //!
 //! Each run takes a loopback address of its own (`LoopbackLease`) and is
 //! killed after 60 s. Without /usr/bin/python3 or pyverbs the tests print
@@ -298,6 +302,31 @@ fn pyverbs_cmid_connects_synchronous_endpoints() {
             "ok client got the server's answer",
             "ok server got the client's message",
             "ok server exited 0",
+        ]),
+    );
+}
+
+/// Memory windows the way pyverbs' own tests use them. Before the fix the
+/// first bind completed with MW_BIND_ERR: the window's access held
+/// LOCAL_WRITE, which softroce refused and rxe ignores.
+#[test]
+fn memory_windows_bound_as_pyverbs_binds_them() {
+    if !pyverbs_available() {
+        return;
+    }
+    let env = Env::new("mw");
+    script(
+        &env,
+        "mw.py",
+        &lines(&[
+            "ok type 1 windows bound with QP.bind_mw over LOCAL_WRITE|MW_BIND regions, the rkey's low byte moved on",
+            "ok each peer WRITEs 1024 bytes through the other's type 1 window",
+            "ok after a zero-length rebind the peer's WRITE completes with REM_ACCESS_ERR",
+            "ok type 2 windows bound with IBV_WR_BIND_MW, used by the peer, LOCAL_INV makes them refuse",
+            "ok a SEND_WITH_INV from the peer invalidates a type 2 window (IBV_WC_WITH_INV, its key)",
+            "ok MW_BIND_ERR for: no MW_BIND, remote write without LOCAL_WRITE, outside the region, type 2 length 0, \
+             another PD, a bound type 2 window",
+            "ok ibv_bind_mw: EINVAL for a zero-based type 1 window and for a type 2 window",
         ]),
     );
 }
