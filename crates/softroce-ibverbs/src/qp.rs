@@ -1015,17 +1015,14 @@ unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, inf
 /// Starts a WR of `opcode`, which the QP must have been created for (its
 /// `send_ops_flags` bit), else the batch fails with EOPNOTSUPP; `f` fills
 /// it from the builder's scratch or says why not.
-fn begin_checked(
-    qp: *mut IbvQpEx,
-    opcode: WrOpcode,
-    f: impl FnOnce(&mut Pending, &mut Scratch) -> Result<(), c_int>,
-) {
+fn begin_checked(qp: *mut IbvQpEx, opcode: WrOpcode, f: impl FnOnce(&mut Pending, &mut Scratch) -> Result<(), c_int>) {
     guard("wr_*", || {
         // SAFETY: an extended QP made here.
         let (o, b) = unsafe { bld(qp) };
         let mut p = Pending::new(o.c.wr_id, opcode, o.c.wr_flags);
         p.sges = (b.scratch.sges.len(), 0);
-        let r = if o.c.comp_mask & send_op_bit(opcode) == 0 { Err(libc::EOPNOTSUPP) } else { f(&mut p, &mut b.scratch) };
+        let r =
+            if o.c.comp_mask & send_op_bit(opcode) == 0 { Err(libc::EOPNOTSUPP) } else { f(&mut p, &mut b.scratch) };
         if let Err(e) = r {
             trace_err("ibv_wr_*", &format_args!("{opcode:?} refused: errno {e}"));
             if b.err == 0 {

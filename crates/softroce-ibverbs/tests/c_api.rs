@@ -237,7 +237,7 @@ fn run_program(name: &str, checks: &[&str], xfail: &[(&str, &str)]) {
 }
 
 /// 1. The `ibv_wr_*` API on RC, UD and UC QPs from `ibv_create_qp_ex`, and
-/// the `send_ops_flags` each type takes.
+///    the `send_ops_flags` each type takes.
 #[test]
 fn wr_api() {
     run_program(
