@@ -293,6 +293,13 @@ fn cq_ex() {
     );
 }
 
+/// The extended CQ with each of the 128 sets of the `wc_flags` rxe supports,
+/// RC and UD, every requested field read back; and what rxe refuses.
+#[test]
+fn cq_ex_flags() {
+    run_program("cq_ex_flags", &["cq_ex_refusals", "cq_ex_every_wc_flags_rc", "cq_ex_every_wc_flags_ud"], &[]);
+}
+
 /// 3. `ibv_post_send` / `ibv_post_recv` lists with a bad WR.
 #[test]
 fn post_list() {
