@@ -82,7 +82,8 @@ pub struct MwBindInfo {
     pub addr: u64,
     /// Length in bytes.
     pub length: u64,
-    /// REMOTE_READ / REMOTE_WRITE / REMOTE_ATOMIC, optionally ZERO_BASED.
+    /// REMOTE_READ / REMOTE_WRITE / REMOTE_ATOMIC, optionally ZERO_BASED
+    /// (LOCAL_WRITE is accepted and grants nothing).
     pub access: AccessFlags,
 }
 
@@ -379,9 +380,14 @@ impl MrTable {
         let mw = self.mws[i].expect("index checked");
         let zero_based = info.access.contains(AccessFlags::ZERO_BASED);
         let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-        if info.access.0 & !(remote | AccessFlags::ZERO_BASED).0 != 0 {
+        // A window grants remote rights only (IBTA 10.6.7.2). LOCAL_WRITE in
+        // its access is accepted and has no effect, as with rxe (which keeps
+        // any bits) and mlx5 (which keeps the remote ones): pyverbs' own
+        // tests bind windows with LOCAL_WRITE | REMOTE_WRITE.
+        if info.access.0 & !(remote | AccessFlags::ZERO_BASED | AccessFlags::LOCAL_WRITE).0 != 0 {
             return Err(BindError::InvalidAccess(info.access.0));
         }
+        let info = &MwBindInfo { access: AccessFlags(info.access.0 & !AccessFlags::LOCAL_WRITE.0), ..*info };
         if mw.pd != pd {
             return Err(BindError::PdMismatch);
         }

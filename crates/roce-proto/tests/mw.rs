@@ -318,3 +318,36 @@ fn binding_a_bound_type2_window_or_outside_the_region_fails_with_mw_bind_err() {
     p.run(|_| true);
     assert_eq!(statuses(&mut p, B), [(9, WcStatus::MwBindErr, WcOpcode::BindMw)]);
 }
+
+/// pyverbs' tests (rdma-core tests/test_mr.py) bind windows granting
+/// LOCAL_WRITE | REMOTE_WRITE: the local bit is accepted and grants nothing
+/// (a window's rights are remote ones, IBTA 10.6.7.2; rxe and mlx5 take it),
+/// while a bit that means nothing for a window (MW_BIND) is MW_BIND_ERR.
+#[test]
+fn a_window_with_local_write_in_its_access_binds_and_grants_only_remote_rights() {
+    let mut p = Pair::new(Setup::default());
+    let access = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+    let key = bind_type2(&mut p, 0, 64, access);
+    let data = p.fill(A, 0, 64, 3);
+    let va = p.va(B, 0);
+    post_remote(&mut p, 1, WrOpcode::RdmaWrite, 64, va, key);
+    p.run(|_| true);
+    assert_eq!(statuses(&mut p, A), [(1, WcStatus::Success, WcOpcode::RdmaWrite)]);
+    assert_eq!(p.mem[B].get(0, 64), data);
+    // REMOTE_READ was not granted.
+    post_remote(&mut p, 2, WrOpcode::RdmaRead, 64, va, key);
+    p.run(|_| true);
+    assert_eq!(statuses(&mut p, A), [(2, WcStatus::RemAccessErr, WcOpcode::RdmaRead)]);
+
+    let mut p = Pair::new(Setup::default());
+    let mw = p.dev[B].alloc_mw(p.pd[B], MwType::Type2).unwrap();
+    let bad = MwBindInfo {
+        mr_key: p.key[B],
+        addr: p.va(B, 0),
+        length: 64,
+        access: AccessFlags(AccessFlags::MW_BIND.0 | AccessFlags::REMOTE_WRITE.0),
+    };
+    post_bind(&mut p, 9, mw, mw, bad);
+    p.run(|_| true);
+    assert_eq!(statuses(&mut p, B), [(9, WcStatus::MwBindErr, WcOpcode::BindMw)]);
+}

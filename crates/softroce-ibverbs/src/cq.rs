@@ -192,7 +192,16 @@ pub(crate) unsafe extern "C" fn create_cq_ex(context: *mut IbvContext, attr: *mu
         }
         // SAFETY: the caller passes a readable ibv_cq_init_attr_ex.
         let a = unsafe { &*attr };
-        if a.wc_flags & !WC_EX_SUPPORTED != 0 || a.comp_mask != 0 && a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+        // rxe's provider refuses other wc_flags; rdma-core other comp_mask
+        // bits (a parent domain, IBV_CQ_INIT_ATTR_MASK_PD, cannot exist
+        // here); rxe's kernel every creation flag the CQ command carries
+        // (IGNORE_OVERRUN). SINGLE_THREADED is a user-space hint; unknown
+        // flags, which rdma-core drops silently, are refused.
+        let flags = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 { a.flags } else { 0 };
+        if a.wc_flags & !WC_EX_SUPPORTED != 0
+            || a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+            || flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
+        {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }

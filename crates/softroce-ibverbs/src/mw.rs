@@ -120,6 +120,11 @@ pub(crate) unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind:
         }
         // SAFETY: an MW from alloc_mw; a readable ibv_mw_bind.
         let (o, b) = unsafe { (&mut *(mw as *mut MwObj), &*mw_bind) };
+        // A type 1 window is never zero based (o10-36.2.2); rxe's provider
+        // refuses it at the call, before posting anything.
+        if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+            return libc::EINVAL;
+        }
         let bind = match bind_of(mw, 0, &b.bind_info) {
             Ok(x) => x,
             Err(e) => return e,

@@ -185,10 +185,50 @@ const SEND_OPS_SUPPORTED: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_WRITE
     | IBV_QP_EX_WITH_FLUSH;
 
-/// The operations only RC carries: ATOMIC WRITE and FLUSH are RC
-/// operations (IBA 1.5 memory placement extensions; rxe's provider offers
-/// them on RC QPs only, and refuses them elsewhere with EOPNOTSUPP).
-const SEND_OPS_RC_ONLY: u64 = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_FLUSH;
+/// The `send_ops_flags` a UC QP takes: rxe's set (rdma-core 44
+/// `RXE_SUP_UC_QP_SEND_OPS_FLAGS`) without SEND_WITH_INV, which has no UC
+/// opcode on the wire (IBTA table 38: the invalidating SENDs are RC and
+/// XRC only), and with LOCAL_INV, which UC's `ibv_post_send` takes too (a
+/// local operation, like the window binds rxe allows there).
+const SEND_OPS_UC: u64 = IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_LOCAL_INV;
+
+/// The `send_ops_flags` a UD QP takes (rxe `RXE_SUP_UD_QP_SEND_OPS_FLAGS`).
+const SEND_OPS_UD: u64 = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
+/// The `send_ops_flags` QPs of type `t` take; others are EOPNOTSUPP, as
+/// rxe's `check_qp_init_attr` answers (ATOMIC WRITE and FLUSH, IBA 1.5's
+/// memory placement operations, are RC only).
+fn send_ops_allowed(t: u32) -> u64 {
+    match t {
+        IBV_QPT_RC => SEND_OPS_SUPPORTED,
+        IBV_QPT_UC => SEND_OPS_UC,
+        IBV_QPT_UD => SEND_OPS_UD,
+        _ => 0,
+    }
+}
+
+/// The `send_ops_flags` bit that lets the builder start a WR of `op`.
+fn send_op_bit(op: WrOpcode) -> u64 {
+    match op {
+        WrOpcode::RdmaWrite => IBV_QP_EX_WITH_RDMA_WRITE,
+        WrOpcode::RdmaWriteWithImm => IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+        WrOpcode::Send => IBV_QP_EX_WITH_SEND,
+        WrOpcode::SendWithImm => IBV_QP_EX_WITH_SEND_WITH_IMM,
+        WrOpcode::RdmaRead => IBV_QP_EX_WITH_RDMA_READ,
+        WrOpcode::AtomicCmpAndSwp => IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
+        WrOpcode::AtomicFetchAndAdd => IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+        WrOpcode::LocalInv => IBV_QP_EX_WITH_LOCAL_INV,
+        WrOpcode::BindMw => IBV_QP_EX_WITH_BIND_MW,
+        WrOpcode::SendWithInv => IBV_QP_EX_WITH_SEND_WITH_INV,
+        WrOpcode::AtomicWrite => IBV_QP_EX_WITH_ATOMIC_WRITE,
+        WrOpcode::Flush => IBV_QP_EX_WITH_FLUSH,
+    }
+}
 
 /// `verbs_context.create_qp_ex`: a PD is required; `send_ops_flags` turn
 /// on the `ibv_wr_*` builder.
@@ -214,8 +254,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(context: *mut IbvContext, attr: *mu
             return std::ptr::null_mut();
         }
         let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-        let rc = a.qp_type == IBV_QPT_RC;
-        if send_ops.is_some_and(|f| f & !SEND_OPS_SUPPORTED != 0 || (!rc && f & SEND_OPS_RC_ONLY != 0)) {
+        if send_ops.is_some_and(|f| f & !send_ops_allowed(a.qp_type) != 0) {
             set_errno(libc::EOPNOTSUPP);
             return std::ptr::null_mut();
         }
@@ -903,15 +942,14 @@ unsafe extern "C" fn wr_abort(qp: *mut IbvQpEx) {
 }
 
 /// Starts a WR of `opcode` with the QP's current `wr_id` and `wr_flags`.
+/// A QP not created with the operation's `send_ops_flags` bit fails the
+/// batch with EOPNOTSUPP (rxe leaves that builder NULL: a call would jump
+/// to address 0).
 fn begin(qp: *mut IbvQpEx, opcode: WrOpcode, f: impl FnOnce(&mut Pending)) {
-    guard("wr_*", || {
-        // SAFETY: an extended QP made here.
-        let (o, b) = unsafe { bld(qp) };
-        let mut p = Pending::new(o.c.wr_id, opcode, o.c.wr_flags);
-        p.sges = (b.scratch.sges.len(), 0);
-        f(&mut p);
-        b.wrs.push(p);
-    })
+    begin_checked(qp, opcode, |p, _| {
+        f(p);
+        Ok(())
+    });
 }
 
 /// Changes the WR being built.
@@ -976,21 +1014,17 @@ unsafe extern "C" fn wr_bind_mw(qp: *mut IbvQpEx, mw: *mut IbvMw, rkey: u32, inf
     }
 }
 
-/// Starts an IBA 1.5 WR (ATOMIC WRITE or FLUSH) that the QP must have
-/// been created for (`send_ops_flags` bit `op`), else the batch fails with
-/// EOPNOTSUPP; `f` fills it from the builder's scratch or says why not.
-fn begin_placement(
-    qp: *mut IbvQpEx,
-    opcode: WrOpcode,
-    op: u64,
-    f: impl FnOnce(&mut Pending, &mut Scratch) -> Result<(), c_int>,
-) {
+/// Starts a WR of `opcode`, which the QP must have been created for (its
+/// `send_ops_flags` bit), else the batch fails with EOPNOTSUPP; `f` fills
+/// it from the builder's scratch or says why not.
+fn begin_checked(qp: *mut IbvQpEx, opcode: WrOpcode, f: impl FnOnce(&mut Pending, &mut Scratch) -> Result<(), c_int>) {
     guard("wr_*", || {
         // SAFETY: an extended QP made here.
         let (o, b) = unsafe { bld(qp) };
         let mut p = Pending::new(o.c.wr_id, opcode, o.c.wr_flags);
         p.sges = (b.scratch.sges.len(), 0);
-        let r = if o.c.comp_mask & op == 0 { Err(libc::EOPNOTSUPP) } else { f(&mut p, &mut b.scratch) };
+        let r =
+            if o.c.comp_mask & send_op_bit(opcode) == 0 { Err(libc::EOPNOTSUPP) } else { f(&mut p, &mut b.scratch) };
         if let Err(e) = r {
             trace_err("ibv_wr_*", &format_args!("{opcode:?} refused: errno {e}"));
             if b.err == 0 {
@@ -1004,7 +1038,7 @@ fn begin_placement(
 /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (as
 /// rdma-core does); RC QPs made with `IBV_QP_EX_WITH_ATOMIC_WRITE` only.
 unsafe extern "C" fn wr_atomic_write(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) {
-    begin_placement(qp, WrOpcode::AtomicWrite, IBV_QP_EX_WITH_ATOMIC_WRITE, |p, s| {
+    begin_checked(qp, WrOpcode::AtomicWrite, |p, s| {
         (p.wr.rkey, p.wr.remote_addr) = (rkey, remote_addr);
         if atomic_wr.is_null() {
             return Err(libc::EINVAL);
@@ -1022,7 +1056,7 @@ unsafe extern "C" fn wr_atomic_write(qp: *mut IbvQpEx, rkey: u32, remote_addr: u
 /// the batch (EINVAL) rather than flush less than asked, and so do
 /// undefined placement types or selectivity levels.
 unsafe extern "C" fn wr_flush(qp: *mut IbvQpEx, rkey: u32, remote_addr: u64, len: usize, ty: u8, level: u8) {
-    begin_placement(qp, WrOpcode::Flush, IBV_QP_EX_WITH_FLUSH, |p, _| {
+    begin_checked(qp, WrOpcode::Flush, |p, _| {
         let len = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         let f = Flush { placement: ty, selectivity: level, len };
         (p.wr.rkey, p.wr.remote_addr, p.wr.flush) = (rkey, remote_addr, Some(f));

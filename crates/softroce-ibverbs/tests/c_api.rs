@@ -236,7 +236,8 @@ fn run_program(name: &str, checks: &[&str], xfail: &[(&str, &str)]) {
     );
 }
 
-/// 1. The `ibv_wr_*` API on RC and UD QPs from `ibv_create_qp_ex`.
+/// 1. The `ibv_wr_*` API on RC, UD and UC QPs from `ibv_create_qp_ex`, and
+///    the `send_ops_flags` each type takes.
 #[test]
 fn wr_api() {
     run_program(
@@ -261,6 +262,12 @@ fn wr_api() {
             "wr_ud_send_imm_inline",
             "wr_ud_missing_addr",
             "ud_ah_from_wc",
+            "wr_uc_send",
+            "wr_uc_send_imm",
+            "wr_uc_rdma_write",
+            "wr_uc_rdma_write_imm",
+            "wr_uc_op_not_asked_for",
+            "qp_ex_send_ops_by_type",
         ],
         &[],
     );
@@ -284,6 +291,13 @@ fn cq_ex() {
         ],
         &[],
     );
+}
+
+/// The extended CQ with each of the 128 sets of the `wc_flags` rxe supports,
+/// RC and UD, every requested field read back; and what rxe refuses.
+#[test]
+fn cq_ex_flags() {
+    run_program("cq_ex_flags", &["cq_ex_refusals", "cq_ex_every_wc_flags_rc", "cq_ex_every_wc_flags_ud"], &[]);
 }
 
 /// 3. `ibv_post_send` / `ibv_post_recv` lists with a bad WR.

@@ -13,6 +13,16 @@
 //!   teardown of the inherited objects), one opens the device itself (a
 //!   process of its own on the shared device: QPNs unlike the parent's, a
 //!   SEND of its own), and the parent's QPs go on working.
+//! - `mw.py`: memory windows bound as rdma-core's tests/test_mr.py binds
+//!   them (type 1 with `QP.bind_mw`, type 2 with an IBV_WR_BIND_MW
+//!   `SendWR`, window access LOCAL_WRITE | REMOTE_WRITE), WRITEs through
+//!   them by the peer, invalidation, and each bind rule's MW_BIND_ERR;
+//! - `verbs_change.py`: CQ creation bounds, `CQ.resize` with completions
+//!   in the CQ, `SRQ.modify` (max_wr), `MR.rereg` with each
+//!   `IBV_REREG_MR_CHANGE_*` flag and its errors, `PD.advise_mr` and
+//!   `odp_caps` (pyverbs 44 has no `CQ.modify`: tests/c/resize.c);
+//! - `qp_ex.py`: `QPEx` on RC, UC and UD, `wr_atomic_write`, and the
+//!   `send_ops_flags` each type refuses;
 //!
 //! Each run takes a loopback address of its own (`LoopbackLease`) and is
 //! killed after 60 s. Without /usr/bin/python3 or pyverbs the tests print
@@ -300,4 +310,87 @@ fn pyverbs_cmid_connects_synchronous_endpoints() {
             "ok server exited 0",
         ]),
     );
+}
+
+/// Memory windows the way pyverbs' own tests use them. Before the fix the
+/// first bind completed with MW_BIND_ERR: the window's access held
+/// LOCAL_WRITE, which softroce refused and rxe ignores.
+#[test]
+fn memory_windows_bound_as_pyverbs_binds_them() {
+    if !pyverbs_available() {
+        return;
+    }
+    let env = Env::new("mw");
+    script(
+        &env,
+        "mw.py",
+        &lines(&[
+            "ok type 1 windows bound with QP.bind_mw over LOCAL_WRITE|MW_BIND regions, the rkey's low byte moved on",
+            "ok each peer WRITEs 1024 bytes through the other's type 1 window",
+            "ok after a zero-length rebind the peer's WRITE completes with REM_ACCESS_ERR",
+            "ok type 2 windows bound with IBV_WR_BIND_MW, used by the peer, LOCAL_INV makes them refuse",
+            "ok a SEND_WITH_INV from the peer invalidates a type 2 window (IBV_WC_WITH_INV, its key)",
+            "ok MW_BIND_ERR for: no MW_BIND, remote write without LOCAL_WRITE, outside the region, type 2 length 0, \
+             another PD, a bound type 2 window",
+            "ok ibv_bind_mw: EINVAL for a zero-based type 1 window and for a type 2 window",
+        ]),
+    );
+}
+
+#[test]
+fn cq_bounds_resize_srq_modify_rereg_and_advise() {
+    if !pyverbs_available() {
+        return;
+    }
+    let env = Env::new("verbs-change");
+    script(
+        &env,
+        "verbs_change.py",
+        &lines(&[
+            "ok CQ and CQEX: EINVAL for cqe 0 or max_cqe + 1 (32768) and comp_vector 1; CQ(8).cqe is 2^k - 1",
+            "ok CQ.resize 8 -> 40 with 6 completions in it: cqe 15 -> 63, the 6 completions kept in order",
+            "ok CQ.resize 40 -> 12 with 12 completions: cqe 15, kept; EINVAL for 11 (below those held), 0 and \
+             max_cqe + 1",
+            "ok SRQ.modify max_wr 8 -> 20 with 5 WRs posted: query 20, 20 WRs fit, the 21st ENOMEM",
+            "ok SRQ.modify: EINVAL for max_wr 0, below the WRs posted, past max_srq_wr, and a limit past the size",
+            "ok 20 SENDs consume the 20 receives in the order posted, before and after the resize",
+            "ok MR.rereg CHANGE_ACCESS adds REMOTE_WRITE: keys unchanged, the peer's WRITE lands",
+            "ok MR.rereg CHANGE_TRANSLATION to a new 8 KiB buffer: keys unchanged, length 8192, WRITEs land there",
+            "ok MR.rereg: IBV_REREG_MR_ERR_INPUT (EINVAL) for an unknown flag, a translation without length, access \
+             without CHANGE_ACCESS; IBV_REREG_MR_ERR_CMD (EINVAL) for no flag and REMOTE_WRITE alone; region unchanged",
+            "ok MR.rereg CHANGE_PD: keys unchanged, QPs of the new PD WRITE, the old PD's get REM_ACCESS_ERR",
+            "ok PD.advise_mr PREFETCH, PREFETCH_WRITE (FLAG_FLUSH) and PREFETCH_NO_FAULT on ON_DEMAND regions: 0",
+            "ok PD.advise_mr: EINVAL for a region without ON_DEMAND, past it, an unknown key, no SGE, a flag, another \
+             PD; EPERM for PREFETCH_WRITE read-only; EOPNOTSUPP for advice 9",
+            "ok odp_caps: SUPPORT without IMPLICIT, RC SEND/RECV/WRITE/READ/ATOMIC/SRQ_RECV; a WRITE lands in an \
+             ON_DEMAND region",
+        ]),
+    );
+}
+
+#[test]
+fn extended_qps_of_each_type() {
+    if !pyverbs_available() {
+        return;
+    }
+    let env = Env::new("qp-ex");
+    let o = run(env.command(PYTHON, &["tests/py/qp_ex.py", DEVICE]));
+    assert_eq!(o.code, Some(0), "qp_ex.py failed:\n{o}");
+    assert!(o.stderr.is_empty(), "qp_ex.py wrote to stderr:\n{o}");
+    // Debian 12's pyverbs (rdma-core 44) has no QPEx.wr_flush; 45+ has.
+    let flush = if o.stdout.contains("has QPEx.wr_flush") {
+        "ok this pyverbs has QPEx.wr_flush (rdma-core 45+); tests/c/placement.c covers ibv_wr_flush"
+    } else {
+        "ok this pyverbs (rdma-core 44) has no QPEx.wr_flush; tests/c/placement.c covers ibv_wr_flush"
+    };
+    let want = [
+        "ok RC QPEx: send_imm (3000 bytes), rdma_write, rdma_read, atomic_fetch_add complete with their values",
+        "ok RC QPEx.wr_atomic_write: IBV_WC_ATOMIC_WRITE, byte_len 8, the 8 bytes in place",
+        "ok RC QPEx: an operation not in send_ops_flags fails wr_complete with EOPNOTSUPP, nothing posted",
+        flush,
+        "ok UC QPEx: send (2500 bytes) and rdma_write_imm complete with their bytes; wr_rdma_read EOPNOTSUPP",
+        "ok UD QPEx: send_imm with wr_set_ud_addr arrives (GRH + 512 bytes, imm, src_qp); no address: EINVAL",
+        "ok QPEx: EOPNOTSUPP for UD + RDMA_WRITE or ATOMIC_WRITE, UC + READ, FETCH_ADD or SEND_WITH_INV, RC + TSO",
+    ];
+    assert_eq!(o.stdout.lines().collect::<Vec<_>>(), want, "{o}");
 }

@@ -2,7 +2,8 @@
  * The ibv_wr_* work-request API (perftest's default path): QPs made with
  * ibv_create_qp_ex + IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, ibv_qp_to_qp_ex, and
  * every builder and setter reached through the ibv_qp_ex pointers, on an
- * RC pair and a UD pair of one device.
+ * RC pair, a UD pair and a UC pair of one device; which send_ops_flags
+ * each QP type takes.
  */
 #include "common.h"
 
@@ -616,6 +617,235 @@ static void check_ud(void)
 	REQUIRE(ibv_destroy_cq(ucq) == 0, "ibv_destroy_cq");
 }
 
+/* Each send_ops_flags bit alone on each QP type: what rxe's
+ * check_qp_init_attr takes (rdma-core 44), EOPNOTSUPP otherwise. softroce
+ * differs on UC: no SEND_WITH_INV (UC has no invalidating SEND opcode),
+ * LOCAL_INV allowed (UC's ibv_post_send takes it). */
+static void check_send_ops_by_type(void)
+{
+	static const struct {
+		enum ibv_qp_type type;
+		uint64_t allowed;
+	} types[] = {
+		{ IBV_QPT_RC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+				      IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+				      IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV |
+				      IBV_QP_EX_WITH_ATOMIC_WRITE | (1ull << 13) /* FLUSH (rdma-core 45) */ },
+		{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV },
+		{ IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM },
+		{ IBV_QPT_XRC_SEND, 0 },
+		{ IBV_QPT_RAW_PACKET, 0 },
+	};
+	struct ibv_qp_init_attr_ex a;
+	struct ibv_qp *qp;
+	size_t t;
+	int bit;
+
+	begin("qp_ex_send_ops_by_type");
+	for (t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		for (bit = 0; bit < 16; bit++) {
+			uint64_t f = 1ull << bit;
+			int want = (types[t].allowed & f) != 0;
+
+			memset(&a, 0, sizeof(a));
+			a.qp_type = types[t].type;
+			a.send_cq = scq;
+			a.recv_cq = rcq;
+			a.cap.max_send_wr = 4;
+			a.cap.max_recv_wr = 4;
+			a.cap.max_send_sge = 1;
+			a.cap.max_recv_sge = 1;
+			a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+			a.pd = d.pd;
+			a.send_ops_flags = f;
+			errno = 0;
+			qp = ibv_create_qp_ex(d.ctx, &a);
+			if (want) {
+				EXPECT(qp != NULL, "type %d ops %#" PRIx64 " refused: errno %d", types[t].type, f, errno);
+				EXPECT(!qp || ibv_qp_to_qp_ex(qp) != NULL, "type %d ops %#" PRIx64 ": no qp_ex",
+				       types[t].type, f);
+			} else {
+				EXPECT(qp == NULL && errno == EOPNOTSUPP, "type %d ops %#" PRIx64 ": %p errno %d",
+				       types[t].type, f, (void *)qp, errno);
+			}
+			if (qp)
+				EXPECT(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+		}
+	}
+	end();
+}
+
+/* RESET -> INIT -> RTR -> RTS for a UC QP towards `dest_qpn`. */
+static void connect_uc(struct ibv_qp *qp, uint32_t dest_qpn)
+{
+	struct ibv_qp_attr a;
+	int r;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	REQUIRE(r == 0, "UC modify to INIT: %d", r);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = dest_qpn & 0xffffff;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = d.gid;
+	a.ah_attr.grh.sgid_index = (uint8_t)d.gid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+	REQUIRE(r == 0, "UC modify to RTR: %d", r);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = qp->qp_num & 0xffffff;
+	r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	REQUIRE(r == 0, "UC modify to RTS: %d", r);
+}
+
+/* A UC pair made with UC's four data operations: each through the builder,
+ * with its completions and bytes; an operation the QP was not made for
+ * (READ, which UC has not at all, and LOCAL_INV, allowed but not asked
+ * for) fails the batch with EOPNOTSUPP and posts nothing. */
+static void check_uc(void)
+{
+	const uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
+			     IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+	struct ibv_cq *ucq;
+	struct ibv_qp *ua, *ub;
+	struct ibv_qp_ex *x;
+	struct ibv_wc wc;
+	uint64_t id;
+	int r;
+
+	ucq = ibv_create_cq(d.ctx, 16, NULL, NULL, 0);
+	REQUIRE(ucq != NULL, "ibv_create_cq");
+	ua = make_qp(&d, IBV_QPT_UC, scq, ucq, NULL, ops);
+	ub = make_qp(&d, IBV_QPT_UC, scq, ucq, NULL, ops);
+	x = ibv_qp_to_qp_ex(ua);
+	REQUIRE(x != NULL && ibv_qp_to_qp_ex(ub) != NULL, "ibv_qp_to_qp_ex of UC QPs");
+	connect_uc(ua, ub->qp_num);
+	connect_uc(ub, ua->qp_num);
+
+	begin("wr_uc_send");
+	fill(abuf, 3000, 21);
+	memset(bbuf, 0xee, 4096);
+	post_recv1(ub, 31, bmr, bbuf, 4096);
+	ibv_wr_start(x);
+	x->wr_id = 601;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 3000);
+	r = ibv_wr_complete(x);
+	EXPECT(r == 0, "ibv_wr_complete: %d", r);
+	if (send_wc(&wc))
+		EXPECT_WC(wc, 601, IBV_WC_SUCCESS, IBV_WC_SEND);
+	if (poll_n(ucq, 1, &wc, 3000) == 1) {
+		EXPECT_WC(wc, 31, IBV_WC_SUCCESS, IBV_WC_RECV);
+		EXPECT(wc.byte_len == 3000, "byte_len %u", wc.byte_len);
+		EXPECT(wc.src_qp == ua->qp_num && wc.qp_num == ub->qp_num, "src_qp %u qp_num %u", wc.src_qp, wc.qp_num);
+		EXPECT((wc.wc_flags & IBV_WC_WITH_IMM) == 0, "wc_flags %#x", wc.wc_flags);
+	} else {
+		EXPECT(0, "no UC receive completion");
+	}
+	EXPECT(memcmp(abuf, bbuf, 3000) == 0 && bbuf[3000] == 0xee, "payload differs");
+	end();
+
+	begin("wr_uc_send_imm");
+	fill(abuf, 40, 22);
+	post_recv1(ub, 32, bmr, bbuf, 4096);
+	ibv_wr_start(x);
+	x->wr_id = 602;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(x, htonl(0xc0ffee));
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 40);
+	r = ibv_wr_complete(x);
+	EXPECT(r == 0, "ibv_wr_complete: %d", r);
+	if (send_wc(&wc))
+		EXPECT_WC(wc, 602, IBV_WC_SUCCESS, IBV_WC_SEND);
+	if (poll_n(ucq, 1, &wc, 3000) == 1) {
+		EXPECT_WC(wc, 32, IBV_WC_SUCCESS, IBV_WC_RECV);
+		EXPECT(wc.byte_len == 40 && (wc.wc_flags & IBV_WC_WITH_IMM), "byte_len %u wc_flags %#x", wc.byte_len,
+		       wc.wc_flags);
+		EXPECT(wc.imm_data == htonl(0xc0ffee), "imm_data %#x", wc.imm_data);
+	} else {
+		EXPECT(0, "no UC receive completion");
+	}
+	EXPECT(memcmp(abuf, bbuf, 40) == 0, "payload differs");
+	end();
+
+	begin("wr_uc_rdma_write");
+	fill(abuf, 2500, 23);
+	memset(bbuf, 0, LEN);
+	ibv_wr_start(x);
+	x->wr_id = 603;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, bmr->rkey, (uintptr_t)(bbuf + 100));
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 2500);
+	r = ibv_wr_complete(x);
+	EXPECT(r == 0, "ibv_wr_complete: %d", r);
+	if (send_wc(&wc))
+		EXPECT_WC(wc, 603, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE);
+	/* UC has no ACK: the send completion says nothing about arrival. */
+	for (id = 0; id < 300 && memcmp(abuf, bbuf + 100, 2500) != 0; id++)
+		sleep_ms(10);
+	EXPECT(memcmp(abuf, bbuf + 100, 2500) == 0, "the WRITE did not land");
+	EXPECT(bbuf[99] == 0 && bbuf[2600] == 0, "bytes around the WRITE changed");
+	EXPECT(quiet_for(ucq, 20, &id), "a WRITE made a receive completion (wr_id %" PRIu64 ")", id);
+	end();
+
+	begin("wr_uc_rdma_write_imm");
+	fill(abuf, 64, 24);
+	post_recv1(ub, 34, bmr, bbuf + 4096, 16);
+	ibv_wr_start(x);
+	x->wr_id = 604;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write_imm(x, bmr->rkey, (uintptr_t)bbuf, htonl(0x5eed));
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 64);
+	r = ibv_wr_complete(x);
+	EXPECT(r == 0, "ibv_wr_complete: %d", r);
+	if (send_wc(&wc))
+		EXPECT_WC(wc, 604, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE);
+	if (poll_n(ucq, 1, &wc, 3000) == 1) {
+		EXPECT_WC(wc, 34, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM);
+		EXPECT(wc.byte_len == 64, "byte_len %u", wc.byte_len);
+		EXPECT(wc.imm_data == htonl(0x5eed), "imm_data %#x", wc.imm_data);
+	} else {
+		EXPECT(0, "no receive completion for WRITE_WITH_IMM");
+	}
+	EXPECT(memcmp(abuf, bbuf, 64) == 0, "payload differs");
+	end();
+
+	begin("wr_uc_op_not_asked_for");
+	post_recv1(ub, 35, bmr, bbuf, 4096);
+	ibv_wr_start(x);
+	x->wr_id = 605;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 8);
+	x->wr_id = 606;
+	ibv_wr_rdma_read(x, bmr->rkey, (uintptr_t)bbuf);
+	ibv_wr_set_sge(x, amr->lkey, (uintptr_t)abuf, 8);
+	r = ibv_wr_complete(x);
+	EXPECT(r == EOPNOTSUPP, "a READ on UC: ibv_wr_complete %d", r);
+	ibv_wr_start(x);
+	x->wr_id = 607;
+	ibv_wr_local_inv(x, bmr->rkey);
+	r = ibv_wr_complete(x);
+	EXPECT(r == EOPNOTSUPP, "LOCAL_INV not in send_ops_flags: ibv_wr_complete %d", r);
+	EXPECT(quiet_for(scq, 50, &id), "part of a refused batch was posted (wr_id %" PRIu64 ")", id);
+	EXPECT(quiet_for(ucq, 10, &id), "part of a refused batch was received (wr_id %" PRIu64 ")", id);
+	end();
+
+	REQUIRE(ibv_destroy_qp(ua) == 0 && ibv_destroy_qp(ub) == 0, "ibv_destroy_qp");
+	REQUIRE(ibv_destroy_cq(ucq) == 0, "ibv_destroy_cq");
+}
+
 int main(void)
 {
 	const uint64_t ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE |
@@ -651,6 +881,8 @@ int main(void)
 	check_abort();
 	check_overflow();
 	check_ud();
+	check_uc();
+	check_send_ops_by_type();
 
 	REQUIRE(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
 	REQUIRE(ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0, "ibv_dereg_mr");

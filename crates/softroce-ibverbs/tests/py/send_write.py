@@ -86,6 +86,38 @@ def ipv4_gid_index(ctx):
     raise Failure(f"no IPv4 RoCE v2 GID in {n} entries")
 
 
+def connect(qp, dest_qpn, gid, gid_index, access=ACCESS):
+    """Moves RC (or UC) QP `qp` to RTS towards QP `dest_qpn` through GID `gid`."""
+    a = QPAttr(qp_state=e.IBV_QPS_INIT)
+    a.pkey_index = 0
+    a.port_num = PORT
+    a.qp_access_flags = access
+    qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+    a = QPAttr(qp_state=e.IBV_QPS_RTR)
+    a.path_mtu = e.IBV_MTU_1024
+    a.dest_qp_num = dest_qpn
+    a.rq_psn = 0x1000 + dest_qpn
+    a.max_dest_rd_atomic = 1
+    a.min_rnr_timer = 1
+    gr = GlobalRoute(dgid=gid, sgid_index=gid_index, hop_limit=64)
+    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=PORT)
+    rc = qp.qp_type == e.IBV_QPT_RC
+    mask = e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+    if rc:
+        mask |= e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER
+    qp.modify(a, mask)
+    a = QPAttr(qp_state=e.IBV_QPS_RTS)
+    a.sq_psn = 0x1000 + qp.qp_num
+    a.timeout = 14
+    a.retry_cnt = 7
+    a.rnr_retry = 7
+    a.max_rd_atomic = 1
+    mask = e.IBV_QP_STATE | e.IBV_QP_SQ_PSN
+    if rc:
+        mask |= e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC
+    qp.modify(a, mask)
+
+
 class Pair:
     """One context, PD, CQ and MR per side, and two RC QPs connected to each other."""
 
@@ -106,44 +138,7 @@ class Pair:
         self.wr_id = 0
 
     def connect(self, qp, dest_qpn):
-        a = QPAttr(qp_state=e.IBV_QPS_INIT)
-        a.pkey_index = 0
-        a.port_num = PORT
-        a.qp_access_flags = ACCESS
-        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-        a = QPAttr(qp_state=e.IBV_QPS_RTR)
-        a.path_mtu = e.IBV_MTU_1024
-        a.dest_qp_num = dest_qpn
-        a.rq_psn = 0x1000 + dest_qpn
-        a.max_dest_rd_atomic = 1
-        a.min_rnr_timer = 1
-        gr = GlobalRoute(dgid=self.gid, sgid_index=self.gid_index, hop_limit=64)
-        a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=PORT)
-        qp.modify(
-            a,
-            e.IBV_QP_STATE
-            | e.IBV_QP_AV
-            | e.IBV_QP_PATH_MTU
-            | e.IBV_QP_DEST_QPN
-            | e.IBV_QP_RQ_PSN
-            | e.IBV_QP_MAX_DEST_RD_ATOMIC
-            | e.IBV_QP_MIN_RNR_TIMER,
-        )
-        a = QPAttr(qp_state=e.IBV_QPS_RTS)
-        a.sq_psn = 0x1000 + qp.qp_num
-        a.timeout = 14
-        a.retry_cnt = 7
-        a.rnr_retry = 7
-        a.max_rd_atomic = 1
-        qp.modify(
-            a,
-            e.IBV_QP_STATE
-            | e.IBV_QP_TIMEOUT
-            | e.IBV_QP_RETRY_CNT
-            | e.IBV_QP_RNR_RETRY
-            | e.IBV_QP_SQ_PSN
-            | e.IBV_QP_MAX_QP_RD_ATOMIC,
-        )
+        connect(qp, dest_qpn, self.gid, self.gid_index)
 
     def next_id(self):
         self.wr_id += 1
