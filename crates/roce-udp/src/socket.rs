@@ -295,6 +295,14 @@ impl Socket {
         len == 0 && src == self.local
     }
 
+    /// Ends receiving (`shutdown(SHUT_RD)`): a thread sleeping in
+    /// [`Socket::recv_wait`] wakes with nothing, and so does every later
+    /// receive once the queue is empty. The socket keeps its address until
+    /// it is closed.
+    pub fn shutdown_read(&self) -> io::Result<()> {
+        self.inner.shutdown(std::net::Shutdown::Read)
+    }
+
     /// Sends one datagram with one `sendto`, without blocking.
     pub fn send_to(&self, data: &[u8], dst: SocketAddr) -> io::Result<usize> {
         self.inner.send_to_with_flags(data, &SockAddr::from(dst), libc::MSG_DONTWAIT)

@@ -125,9 +125,12 @@ fn write_name(addr: &SocketAddr, out: &mut Name) -> libc::socklen_t {
 }
 
 /// Reads a C socket address the kernel wrote (`sockaddr_in` or `sockaddr_in6`).
+/// A name shorter than a family and a port (none at all: the kernel writes
+/// none for the empty read of a socket shut down) is `None`.
 fn read_name(b: &[u8]) -> Option<SocketAddr> {
-    let family = c_int::from(u16::from_ne_bytes([b[0], b[1]]));
-    let port = u16::from_be_bytes([b[2], b[3]]);
+    let [f0, f1, p0, p1, ..] = *b else { return None };
+    let family = c_int::from(u16::from_ne_bytes([f0, f1]));
+    let port = u16::from_be_bytes([p0, p1]);
     if family == libc::AF_INET && b.len() >= size_of::<libc::sockaddr_in>() {
         let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
         Some(SocketAddr::V4(SocketAddrV4::new(ip, port)))
@@ -550,6 +553,8 @@ mod tests {
             assert_eq!(read_name(&n.0[..len]), Some(a));
         }
         assert_eq!(read_name(&[0u8; 16]), None);
+        assert_eq!(read_name(&[]), None, "no name: a read of a socket shut down");
+        assert_eq!(read_name(&[2, 0, 0x12]), None);
     }
 
     #[test]

@@ -1299,8 +1299,9 @@ fn libfabric_fi_pingpong_over_verbs_msg_rxm_dgram_and_rxd() {
     shared(|| {
         for (prov, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm"), ("verbs", "dgram"), ("verbs;ofi_rxd", "rdm")] {
             // The verbs dgram endpoint (and rxd on it) addresses by GID,
-            // index 0 unless told: the IPv4 address's is 1 (README,
-            // "Devices").
+            // index 0 unless told, and loopback's index 0 is a made-up
+            // link-local address: the IPv4 address's is 1 (README,
+            // "Devices"; between hosts index 0 works, see the GID 0 test).
             let base =
                 ["env", "FI_UNIVERSE_SIZE=16", "FI_VERBS_GID_IDX=1", "fi_pingpong", "-p", prov, "-e", ep, "-I", "20"];
             let server: Vec<&str> = base.iter().copied().chain(["-B", PORT]).collect();
@@ -1540,6 +1541,68 @@ fn rc_pingpongs_complete_across_a_link_losing_five_percent() {
     // 4,000 messages' sends (205-245 measured). The link did lose packets.
     assert!(lost >= 80, "only {lost} RoCE sends lost");
     println!("{lost} RoCE packets lost on the way");
+}
+
+/// GID 0, the interface's link-local IPv6 address, reaches the peer as
+/// with kernel rxe: `ibv_rc_pingpong -g 0` and `ibv_ud_pingpong -g 0`
+/// between two network namespaces (each device receives on every address
+/// of its interface), and libfabric's verbs dgram endpoint with its
+/// default GID index (0) across the link.
+#[test]
+fn pingpongs_over_gid_0_the_link_local_address_between_two_namespaces() {
+    if !have("pingpong_gid0", &["ibv_rc_pingpong", "ibv_ud_pingpong"]) {
+        return;
+    }
+    let Some(h) = TwoHosts::new("gid0") else { return };
+    // The link-local addresses must be past duplicate address detection
+    // (about a second after the link came up) before a device can bind them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for ns in &h.ns {
+        loop {
+            let o = Command::new("ip").args(["-n", ns, "-6", "addr", "show", "dev", &h.iface]).output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            if out.contains("fe80") && !out.contains("tentative") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no link-local address in {ns}: {out}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let srv = h.addr[1];
+    for (tool, size) in [("ibv_rc_pingpong", "4096"), ("ibv_ud_pingpong", "1024")] {
+        let server = [tool, "-g", "0", "-s", size, "-n", "200", "-p", "18515"];
+        let client: Vec<&str> = server.iter().copied().chain([srv]).collect();
+        let (s, c) = shared(|| {
+            server_then_client((Some(&h.ns[1]), &server), (Some(&h.ns[0]), &client), |c| {
+                c.stderr.contains("Couldn't connect")
+            })
+        });
+        let size: u64 = size.parse().unwrap();
+        for d in [&s, &c] {
+            let p = parse_pingpong(d);
+            assert_eq!((p.bytes, p.iters), (2 * size * 200, 200), "{tool}: {p:?}\n{}", d.report());
+            let link_local = |g: &String| g.starts_with("fe80:");
+            assert!(p.local_gids.iter().chain(&p.remote_gids).all(link_local), "{p:?}\n{}", d.report());
+            assert!(!p.local_gids.is_empty() && p.local_gids != p.remote_gids, "{p:?}\n{}", d.report());
+            println!("{tool} -g 0 across the link: {} usec/iter", p.usec_per_iter);
+        }
+    }
+    // libfabric's verbs dgram endpoint addresses by GID 0 unless told.
+    if have("fi_pingpong_gid0", &["fi_pingpong"]) {
+        let only = |i: usize| format!("SOFTROCE_DEVICES=link={}", h.addr[i]);
+        let (only_a, only_b) = (only(0), only(1));
+        let base = ["FI_UNIVERSE_SIZE=16", "fi_pingpong", "-p", "verbs", "-e", "dgram", "-I", "20"];
+        let server: Vec<&str> = ["env", &only_b].into_iter().chain(base).chain(["-B", "9229"]).collect();
+        let client: Vec<&str> = ["env", &only_a].into_iter().chain(base).chain(["-P", "9229", srv]).collect();
+        let (s, c) = shared(|| {
+            server_then_client((Some(&h.ns[1]), &server), (Some(&h.ns[0]), &client), |c| {
+                c.stderr.contains("Connection refused")
+            })
+        });
+        for d in [&s, &c] {
+            check_fi_pingpong(d, "verbs", "dgram");
+        }
+    }
 }
 
 /// Only the rxm teardown crash of libfabric 1.17 passes for a success:

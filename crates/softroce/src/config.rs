@@ -70,8 +70,9 @@ pub struct DeviceInfo {
     pub interface: Option<String>,
     /// The GID table, as addresses (index = GID index).
     pub gids: Vec<IpAddr>,
-    /// Which GIDs are addresses of this host (others, like a link-local
-    /// address made up for loopback, are listed but cannot send).
+    /// Which GIDs are addresses of this host's interface, which the device
+    /// receives on and sends from (others, like a link-local address made
+    /// up for loopback, are listed but cannot be reached).
     pub bindable: Vec<bool>,
     /// The port's active MTU.
     pub active_mtu: Mtu,
@@ -209,10 +210,9 @@ fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
     let mut bindable = Vec::new();
     match same_if.iter().find(|a| is_link_local(a)) {
         Some(ll) => {
+            // Bound with the interface's index as its scope.
             gids.push(*ll);
-            // Binding a link-local address needs its scope; the device sends
-            // from its own address.
-            bindable.push(false);
+            bindable.push(true);
         }
         None => {
             let guid = roce_proto::devattr::node_guid(&[addr]);
@@ -227,7 +227,7 @@ fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
     for a in same_if {
         if matches!(a, IpAddr::V6(_)) && !is_link_local(&a) && !gids.contains(&a) && addr.is_ipv4() {
             gids.push(a);
-            bindable.push(false);
+            bindable.push(true);
         }
     }
     let mtu = interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
@@ -402,6 +402,7 @@ mod tests {
         assert_eq!(d.gids, want);
         assert_eq!(d.addr_gid_index(), 1, "the IPv4 GID is index 1, as with rxe");
         assert_eq!(d.interface.as_deref(), Some("eth0"));
+        assert_eq!(d.bindable, [true, true, true], "every GID is an address of eth0");
         // 127.0.0.2 is on loopback though not listed; GID 0 is made from the GUID.
         let d = device_for("lo2".into(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), &ifs);
         assert_eq!(d.interface.as_deref(), Some("lo"));

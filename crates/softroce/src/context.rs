@@ -185,7 +185,14 @@ impl Context {
             udp_src_port: (opts.src_ports == SrcPorts::Device || sock.local_port() != roce_udp::ROCE_PORT)
                 .then(|| sock.local_port()),
         });
-        let sources = Sources::new(sock.local_addr().ip(), sock.local_port());
+        let scope = crate::gids::scope_of(info);
+        let sources = Sources::new(sock.local_addr(), scope);
+        // The device's other addresses, on a shared device (a device on a
+        // port of its own is a test's or runs beside another RoCE stack).
+        let others = match sock.member() {
+            Some(_) => crate::gids::other_addrs(info, &config::devices().unwrap_or_default(), scope),
+            None => Vec::new(),
+        };
         let tap = match &opts.pcap {
             Some(p) => Some(Tap::create(p).map_err(|e| Error::Pcap { path: p.clone(), source: e })?),
             None => None,
@@ -210,10 +217,20 @@ impl Context {
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
             fatal: std::sync::OnceLock::new(),
             groups: Default::default(),
+            receivers: Default::default(),
             #[cfg(test)]
             panic_for_test: AtomicBool::new(false),
         });
         crate::fork::register(&shared);
+        for at in others {
+            let started = shared.receivers.lock().unwrap_or_else(|e| e.into_inner()).start(&shared, at);
+            let mut st = shared.lock();
+            match started {
+                Ok(sock) => st.sources.add_listener(at.ip(), sock),
+                // Another user's processes hold it: that GID stays unreachable.
+                Err(_) => st.stats.other_gid_errors += 1,
+            }
+        }
         let thread = match opts.progress {
             Progress::Thread => {
                 let s = shared.clone();

@@ -133,8 +133,17 @@ roce_proto::counter_struct! {
         /// QPs that send from the device's port because theirs could not
         /// be bound (see `sources.rs`), plus one if the whole device had to.
         pub src_port_fallbacks,
-        /// Source-port sockets open (a gauge, not a counter).
+        /// Source sockets open (a gauge, not a counter): per-QP ports, and
+        /// the device's other addresses.
         pub src_port_sockets,
+        /// Datagrams received on the device's other addresses (GID 0, the
+        /// link-local one; other IPv6 addresses of the interface).
+        pub other_gid_rx,
+        /// Receive errors on those sockets.
+        pub other_gid_errors,
+        /// Packets from a source GID no socket could send from (a made-up
+        /// link-local address of loopback), lost as on a wire.
+        pub tx_no_source,
     }
 }
 
@@ -226,6 +235,8 @@ pub(crate) struct Shared {
     pub(crate) fatal: std::sync::OnceLock<String>,
     /// The multicast groups the context's UD QPs receive.
     pub(crate) groups: crate::mcast::Groups,
+    /// The threads receiving on the device's other addresses.
+    pub(crate) receivers: Mutex<crate::gids::Receivers>,
     /// Tests only: the driver thread panics, holding the device lock.
     #[cfg(test)]
     pub(crate) panic_for_test: AtomicBool,
@@ -614,12 +625,17 @@ impl Shared {
     }
 
     /// A datagram that came another way than the device socket (a
-    /// multicast group's socket): to the engine, its completions to their
-    /// waiters, as a pass of the driver would.
-    pub(crate) fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8]) {
+    /// multicast group's socket, `multicast`, or one of the device's other
+    /// addresses): to the engine, its completions to their waiters, as a
+    /// pass of the driver would.
+    pub(crate) fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
         let mut st = self.lock();
         let now = Instant::now();
-        st.stats.mcast_rx += 1;
+        if multicast {
+            st.stats.mcast_rx += 1;
+        } else {
+            st.stats.other_gid_rx += 1;
+        }
         let made = st.dev.counters().completions;
         let State { dev, faults, tap, scratch, .. } = &mut *st;
         // A group's socket does not ask for the ECN field.
@@ -751,7 +767,6 @@ impl Shared {
             let mut trailer = [0u8; 8];
             trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
-            let dst = SocketAddr::new(t.dst, PORT);
             if let Some(m) = member
                 && t.dst == m.addr().ip()
                 && roce_wire::bth::dest_qpn_of(head) == Some(roce_proto::device::GSI_QPN)
@@ -770,15 +785,22 @@ impl Shared {
                 }
                 return true;
             }
-            if !sources.open(t.src_port) {
+            let Some(tag) = sources.tag(t.src, t.src_port) else {
                 // A QP the verbs did not prepare (see `Sources::prepare`)
                 // and a port that cannot be bound: lost as on a wire, and
-                // the device sends from its own port from now on.
-                unbound = true;
-                stats.tx_dropped += 1;
+                // the device sends from its own port from now on. From
+                // another address than the device's: that address cannot
+                // be sent from at all.
+                if t.src == self.sock.local_addr().ip() {
+                    unbound = true;
+                    stats.tx_dropped += 1;
+                } else {
+                    stats.tx_no_source += 1;
+                }
                 return true;
-            }
-            tx.set_source(t.src_port);
+            };
+            tx.set_source(tag);
+            let dst = sources.dst(t.dst, PORT);
             if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
                     // The kernel gives the k-th GSO segment IPv4 ID k: fix the

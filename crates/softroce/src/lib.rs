@@ -57,6 +57,7 @@ mod driver;
 mod error;
 pub mod faults;
 mod fork;
+mod gids;
 mod mcast;
 mod odp;
 mod port;

@@ -89,7 +89,7 @@ fn relay(sock: GroupSocket, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
         match sock.recv(&mut buf) {
             Ok(Some((n, from))) => {
                 let Some(s) = shared.upgrade() else { return };
-                s.deliver_datagram(from.ip(), from.port(), sock.group(), &buf[..n]);
+                s.deliver_datagram(from.ip(), from.port(), sock.group(), &buf[..n], true);
             }
             Ok(None) => {
                 if shared.strong_count() == 0 {

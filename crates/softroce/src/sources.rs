@@ -1,24 +1,27 @@
-//! The UDP source ports a context's QPs send from.
+//! The UDP source addresses and ports a context's QPs send from.
 //!
 //! Linux rxe sends each QP's packets from a port of its own (the engine
 //! picks it as rxe does: `roce_proto::qp::rxe_init_sport`, then
 //! `rdma_get_udp_sport` from the flow label or the QPN pair), so ECMP
 //! spreads QPs over paths and a receiver's GRO never merges two QPs'
-//! packets into one super-packet. A UDP socket sends from the one port it
-//! is bound to, and the ICRC covers that port, so each port in use gets a
-//! send-only socket: a member of the `SO_REUSEPORT` group of
+//! packets into one super-packet; and from the address of the GID the
+//! packet's source GID index names (GID 0, the link-local address, in
+//! `ibv_rc_pingpong -g 0`). A UDP socket sends from the one address and
+//! port it is bound to, and the ICRC covers both, so each pair in use gets
+//! a send-only socket: a member of the `SO_REUSEPORT` group of
 //! `addr:port` (other processes of the user may hold the same port for
 //! their own QPs). Nothing is sent to these ports; their receive buffers
 //! are the smallest the kernel allows.
 //!
-//! A port that cannot be bound (another program or user holds it, no file
-//! descriptors left) or past [`MAX_SOURCES`] ports: the QP sends from the
-//! device's own port, 4791, as softroce did before, counted in
+//! A pair that cannot be bound (another program or user holds the port,
+//! no file descriptors left) or past [`MAX_SOURCES`] sockets: the QP sends
+//! from the device's own port, 4791, counted in
 //! `DriverStats::src_port_fallbacks`. Receivers match only the destination
 //! port.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::sync::Arc;
 
 use roce_proto::Device;
 use roce_proto::verbs::QpState;
@@ -39,71 +42,138 @@ pub enum SrcPorts {
     Device,
 }
 
-/// The source sockets of one context.
+/// The source sockets of one context. A packet's socket is named by a
+/// tag (`SendBatch::set_source`): 0 is the device socket, others index
+/// `socks` plus one.
 #[derive(Debug)]
 pub(crate) struct Sources {
-    addr: IpAddr,
-    /// The device socket's port: packets from it need no socket here.
-    main: u16,
-    socks: HashMap<u16, Socket>,
-    /// Ports that could not be bound: not tried again.
-    refused: std::collections::HashSet<u16>,
+    /// The device socket's address and port: its packets need no socket here.
+    main: SocketAddr,
+    /// The scope (interface index) of link-local source addresses.
+    scope: u32,
+    tags: HashMap<(IpAddr, u16), u16>,
+    /// By tag less one; shared with a receiving thread for the device's
+    /// other addresses' sockets on 4791 ([`Sources::add_listener`]).
+    socks: Vec<Option<Arc<Socket>>>,
+    /// Pairs that could not be bound: not tried again.
+    refused: std::collections::HashSet<(IpAddr, u16)>,
 }
 
 impl Sources {
-    pub(crate) fn new(addr: IpAddr, main: u16) -> Sources {
-        Sources { addr, main, socks: HashMap::new(), refused: Default::default() }
+    pub(crate) fn new(main: SocketAddr, scope: u32) -> Sources {
+        Sources { main, scope, tags: HashMap::new(), socks: Vec::new(), refused: Default::default() }
     }
 
-    /// The socket `port`'s packets leave from (`main` for the device's).
-    pub(crate) fn socket<'a>(&'a self, main: &'a Socket, port: u16) -> Option<&'a Socket> {
-        if port == self.main { Some(main) } else { self.socks.get(&port) }
+    /// The socket of tag `tag` (`main` for 0).
+    pub(crate) fn socket<'a>(&'a self, main: &'a Socket, tag: u16) -> Option<&'a Socket> {
+        match tag {
+            0 => Some(main),
+            t => self.socks.get(usize::from(t) - 1)?.as_deref(),
+        }
     }
 
-    /// Whether `port` can be sent from, opening its socket if need be.
-    pub(crate) fn open(&mut self, port: u16) -> bool {
-        if port == self.main || self.socks.contains_key(&port) {
-            return true;
+    /// `sock`, which receives on another address of the device (port
+    /// 4791), also sends what leaves from there: a send-only socket on
+    /// that address and port would join its group and take a share of
+    /// what arrives.
+    pub(crate) fn add_listener(&mut self, addr: IpAddr, sock: Arc<Socket>) {
+        self.socks.push(Some(sock));
+        if let Ok(t) = u16::try_from(self.socks.len()) {
+            self.tags.insert((addr, self.main.port()), t);
         }
-        if self.socks.len() >= MAX_SOURCES || self.refused.contains(&port) {
-            return false;
+    }
+
+    /// The tag of the socket that sends from `addr:port`, opening it if
+    /// need be; `None` if it cannot be had.
+    pub(crate) fn tag(&mut self, addr: IpAddr, port: u16) -> Option<u16> {
+        if (addr, port) == (self.main.ip(), self.main.port()) {
+            return Some(0);
         }
-        match Socket::bind_source(SocketAddr::new(self.addr, port)) {
+        if let Some(t) = self.tags.get(&(addr, port)) {
+            return Some(*t);
+        }
+        if self.tags.len() >= MAX_SOURCES || self.refused.contains(&(addr, port)) {
+            return None;
+        }
+        let at = match addr {
+            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
+                SocketAddr::V6(SocketAddrV6::new(v, port, 0, self.scope))
+            }
+            a => SocketAddr::new(a, port),
+        };
+        match Socket::bind_source(at) {
             Ok(s) => {
-                self.socks.insert(port, s);
-                true
+                let s = Arc::new(s);
+                let slot = match self.socks.iter().position(Option::is_none) {
+                    Some(i) => {
+                        self.socks[i] = Some(s);
+                        i
+                    }
+                    None => {
+                        self.socks.push(Some(s));
+                        self.socks.len() - 1
+                    }
+                };
+                let t = u16::try_from(slot + 1).ok()?;
+                self.tags.insert((addr, port), t);
+                Some(t)
             }
             Err(_) => {
-                self.refused.insert(port);
-                false
+                self.refused.insert((addr, port));
+                None
             }
         }
     }
 
-    /// After QP `qpn` was made or moved: its port gets a socket, or the QP
-    /// sends from the device's port (returns true then).
+    /// After QP `qpn` was made or moved: the address and port it sends
+    /// from (its address vector's source GID for RC and UC, the device's
+    /// address for UD, whose AHs name theirs per WR) get a socket, or the
+    /// QP sends from the device's port (returns true then).
     pub(crate) fn prepare(&mut self, dev: &mut Device, qpn: u32) -> bool {
         if dev.config().udp_src_port.is_some() {
             return false; // One port for the whole device.
         }
         // A QP in RESET or INIT sends nothing, and RTR's address vector
         // moves an RC or UC QP's port: its socket waits for RTR.
-        let Some(port) =
-            dev.qp(qpn).filter(|q| !matches!(q.state(), QpState::Reset | QpState::Init)).map(|q| q.src_port)
-        else {
+        let Some(q) = dev.qp(qpn).filter(|q| !matches!(q.state(), QpState::Reset | QpState::Init)) else {
             return false;
         };
-        if self.socks.len() >= MAX_SOURCES && !self.socks.contains_key(&port) {
-            // Close the ports no QP sends from any more (destroyed QPs,
+        let addr = match q.qp_type() {
+            roce_proto::verbs::QpType::Ud => None,
+            _ => dev.config().gids.get(usize::from(q.attr.ah_attr.sgid_index)).copied(),
+        }
+        .unwrap_or(self.main.ip());
+        let port = q.src_port;
+        if self.tags.len() >= MAX_SOURCES && !self.tags.contains_key(&(addr, port)) {
+            // Close the sockets no QP sends from any more (destroyed QPs,
             // moved ones); the send batch is empty between passes.
             let used: std::collections::HashSet<u16> = dev.qps().map(|q| q.src_port).collect();
-            self.socks.retain(|p, _| used.contains(p));
+            let socks = &mut self.socks;
+            let main = self.main.port();
+            self.tags.retain(|(_, p), t| {
+                let keep = used.contains(p) || *p == main;
+                if !keep {
+                    socks[usize::from(*t) - 1] = None;
+                }
+                keep
+            });
         }
-        !self.open(port) && dev.set_qp_src_port(qpn, self.main).is_ok()
+        self.tag(addr, port).is_none() && dev.set_qp_src_port(qpn, self.main.port()).is_ok()
     }
 
-    /// Source sockets open.
+    /// Where a packet for `ip` goes: port `port`, and a link-local address's
+    /// scope.
+    pub(crate) fn dst(&self, ip: IpAddr, port: u16) -> SocketAddr {
+        match ip {
+            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
+                SocketAddr::V6(SocketAddrV6::new(v, port, 0, self.scope))
+            }
+            a => SocketAddr::new(a, port),
+        }
+    }
+
+    /// Source sockets open (the other addresses' receiving sockets too).
     pub(crate) fn len(&self) -> usize {
-        self.socks.len()
+        self.tags.len()
     }
 }

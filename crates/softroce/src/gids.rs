@@ -1,0 +1,157 @@
+//! Receiving on the device's other addresses: every GID that is an address
+//! of the device's interface, as Linux rxe receives whatever the interface
+//! receives on UDP 4791.
+//!
+//! The device socket is bound to the device's address (GID 1 for IPv4), so
+//! without this a peer that addresses GID 0, the interface's link-local
+//! IPv6 address (`ibv_rc_pingpong -g 0`, libfabric's default GID index),
+//! or another IPv6 address of the interface reached nobody. Each such
+//! address gets a socket on `addr:4791` (the link-local one with the
+//! interface's scope), a member of that address's `SO_REUSEPORT` group of
+//! the host's processes, and a thread that hands its datagrams on: to this
+//! process's engine when its QP is this process's, else, through the
+//! device's member table, to the process that owns it (the kernel spreads
+//! these groups' datagrams by their 4-tuple, as it has no steering program
+//! for them). The same socket sends what leaves from that address and
+//! port 4791 ([`crate::sources::Sources::add_listener`]).
+//!
+//! Loopback addresses (`::1`) are left out: every loopback device
+//! (127.0.0.x) lists them, and a datagram there could be for any of them.
+
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use roce_host::Route;
+use roce_udp::{RecvBatch, Socket};
+
+use crate::config::DeviceInfo;
+use crate::driver::Shared;
+
+/// How often a receiving thread looks whether its context is gone.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The addresses of `info` to receive on besides its own, each with the
+/// scope it binds with: its interface's addresses among its GIDs, but
+/// loopback ones and those another device of `all` binds as its own.
+pub(crate) fn other_addrs(info: &DeviceInfo, all: &[DeviceInfo], scope: u32) -> Vec<SocketAddr> {
+    info.gids
+        .iter()
+        .zip(&info.bindable)
+        .filter(|(g, b)| **b && **g != info.addr && !g.is_loopback())
+        .filter(|(g, _)| !all.iter().any(|d| d.addr == **g))
+        .map(|(g, _)| match g {
+            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
+                SocketAddr::V6(SocketAddrV6::new(*v, roce_udp::ROCE_PORT, 0, scope))
+            }
+            a => SocketAddr::new(*a, roce_udp::ROCE_PORT),
+        })
+        .collect()
+}
+
+/// The interface index of `info`'s interface (0 if unknown): the scope of
+/// its link-local addresses.
+pub(crate) fn scope_of(info: &DeviceInfo) -> u32 {
+    info.interface.as_deref().and_then(|i| nix::net::if_::if_nametoindex(i).ok()).unwrap_or(0)
+}
+
+/// Stops the receiving threads of a context when dropped: each is woken
+/// at once and closes its socket, which leaves its address's group (the
+/// kernel would go on handing it a share of the datagrams meanwhile, lost
+/// with it: libfabric opens and closes a context per device while it
+/// probes, just before its traffic starts). Not joined, since the last
+/// reference to the context may be a thread's own.
+#[derive(Debug, Default)]
+pub(crate) struct Receivers(Vec<(Arc<AtomicBool>, Arc<Socket>)>);
+
+impl Drop for Receivers {
+    fn drop(&mut self) {
+        for (stop, sock) in &self.0 {
+            stop.store(true, Ordering::Release);
+            let _ = sock.shutdown_read();
+        }
+    }
+}
+
+impl Receivers {
+    /// Binds `at` and starts its thread; the socket is returned for sending.
+    pub(crate) fn start(&mut self, shared: &Arc<Shared>, at: SocketAddr) -> std::io::Result<Arc<Socket>> {
+        let sock = Arc::new(Socket::bind_shared(at).map_err(std::io::Error::other)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st, weak) = (sock.clone(), stop.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new().name(format!("softroce {}", at.ip())).spawn(move || relay(&s, &weak, &st))?;
+        self.0.push((stop, sock.clone()));
+        Ok(sock)
+    }
+}
+
+/// Hands every datagram of `sock` on until told to stop or the context is gone.
+fn relay(sock: &Socket, shared: &Weak<Shared>, stop: &AtomicBool) {
+    let mut rx = RecvBatch::new(64);
+    while !stop.load(Ordering::Acquire) {
+        match sock.recv_wait(&mut rx, POLL) {
+            Ok(0) => {
+                if shared.strong_count() == 0 {
+                    return;
+                }
+            }
+            Ok(_) => {
+                let Some(s) = shared.upgrade() else { return };
+                for seg in rx.segments() {
+                    match s.sock.member().map(|m| (m, m.route_packet(seg.data))) {
+                        // Another process's QP (or a MAD it should see):
+                        // through the device's group to its seat.
+                        Some((m, Some(r))) if r != Route::Mine => {
+                            m.pass_on(&s.sock, seg.src, seg.src_port, seg.dst, seg.data, 0);
+                        }
+                        _ => s.deliver_datagram(seg.src, seg.src_port, seg.dst, seg.data, false),
+                    }
+                }
+            }
+            Err(_) => {
+                // Counted, and tried again (what was lost is retransmitted,
+                // or lost as on the wire for UD).
+                let Some(s) = shared.upgrade() else { return };
+                s.lock().stats.other_gid_errors += 1;
+                drop(s);
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(name: &str, addr: &str, gids: &[(&str, bool)]) -> DeviceInfo {
+        DeviceInfo {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+            interface: Some("eth1".into()),
+            gids: gids.iter().map(|(g, _)| g.parse().unwrap()).collect(),
+            bindable: gids.iter().map(|(_, b)| *b).collect(),
+            active_mtu: roce_proto::Mtu::Mtu1024,
+        }
+    }
+
+    #[test]
+    fn the_other_addresses_are_the_interfaces_own_but_loopback_and_other_devices() {
+        let d = dev(
+            "sr0",
+            "10.0.0.2",
+            &[("fe80::1", true), ("10.0.0.2", true), ("2001:db8::2", true), ("fd00::9", true), ("::1", true)],
+        );
+        let other = dev("sr1", "fd00::9", &[("fd00::9", true)]);
+        let got = other_addrs(&d, &[d.clone(), other], 7);
+        let want: Vec<SocketAddr> = vec![
+            SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().unwrap(), 4791, 0, 7)),
+            "[2001:db8::2]:4791".parse().unwrap(),
+        ];
+        assert_eq!(got, want);
+        // A made-up link-local address (loopback's) is no address to bind.
+        let lo = dev("lo2", "127.0.0.2", &[("fe80::200:7fff:fe00:2", false), ("127.0.0.2", true), ("::1", true)]);
+        assert!(other_addrs(&lo, &[], 1).is_empty());
+    }
+}
