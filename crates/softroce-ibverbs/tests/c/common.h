@@ -125,6 +125,19 @@ static inline void sleep_ms(long ms)
 		;
 }
 
+/* Waits until ibv_start_poll finds a completion on the extended CQ `cq` or
+ * `ms` passed; returns its result (0: a completion, polling started). */
+static inline int start_poll_wait(struct ibv_cq_ex *cq, int ms)
+{
+	struct ibv_poll_cq_attr attr = { 0 };
+	long long deadline = now_ms() + ms;
+	int r;
+
+	while ((r = ibv_start_poll(cq, &attr)) == ENOENT && now_ms() < deadline)
+		sleep_ms(1);
+	return r;
+}
+
 /* Polls `cq` until `n` completions arrived or `ms` passed; returns how many
  * arrived (or a negative ibv_poll_cq result). */
 static inline int poll_n(struct ibv_cq *cq, int n, struct ibv_wc *wc, int ms)

@@ -22,18 +22,6 @@ static struct ibv_cq_ex *make_cq_ex(int cqe, uint64_t wc_flags)
 	return ibv_create_cq_ex(d.ctx, &a);
 }
 
-/* Waits until start_poll finds a completion (returns its result). */
-static int start_poll_wait(struct ibv_cq_ex *cq, int ms)
-{
-	struct ibv_poll_cq_attr attr = { 0 };
-	long long deadline = now_ms() + ms;
-	int r;
-
-	while ((r = ibv_start_poll(cq, &attr)) == ENOENT && now_ms() < deadline)
-		sleep_ms(1);
-	return r;
-}
-
 int main(void)
 {
 	struct ibv_cq_ex *scq, *rcq, *bad;

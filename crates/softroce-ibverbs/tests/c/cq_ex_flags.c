@@ -34,17 +34,6 @@ static struct ibv_cq_ex *cq_ex(uint64_t wc_flags, uint32_t comp_mask, uint32_t f
 	return ibv_create_cq_ex(d.ctx, &a);
 }
 
-static int start_poll_wait(struct ibv_cq_ex *cq, int ms)
-{
-	struct ibv_poll_cq_attr attr = { 0 };
-	long long deadline = now_ms() + ms;
-	int r;
-
-	while ((r = ibv_start_poll(cq, &attr)) == ENOENT && now_ms() < deadline)
-		sleep_ms(1);
-	return r;
-}
-
 /* Two QPs of `type` on scq/rcq, connected (RC) or ready (UD). */
 static void pair(enum ibv_qp_type type, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_qp **a, struct ibv_qp **b)
 {
