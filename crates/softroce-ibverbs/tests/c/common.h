@@ -184,6 +184,45 @@ struct dev {
 	struct ibv_port_attr port;
 };
 
+/* An AH to the device's own IPv4 GID (UD datagrams to this host). */
+static inline struct ibv_ah *self_ah(const struct dev *d)
+{
+	struct ibv_ah_attr a;
+	struct ibv_ah *ah;
+
+	memset(&a, 0, sizeof(a));
+	a.is_global = 1;
+	a.grh.dgid = d->gid;
+	a.grh.sgid_index = (uint8_t)d->gid_index;
+	a.grh.hop_limit = 64;
+	a.port_num = 1;
+	ah = ibv_create_ah(d->pd, &a);
+	REQUIRE(ah != NULL, "ibv_create_ah: errno %d", errno);
+	return ah;
+}
+
+/* `ibv_create_qp_ex` of a `type` QP of depth 4 on `pd` asking for the
+ * send operations `ops`; errno says why when it returns NULL. */
+static inline struct ibv_qp *create_qp_ops(struct ibv_context *ctx, struct ibv_pd *pd, enum ibv_qp_type type,
+					   struct ibv_cq *scq, struct ibv_cq *rcq, uint64_t ops)
+{
+	struct ibv_qp_init_attr_ex a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_type = type;
+	a.send_cq = scq;
+	a.recv_cq = rcq;
+	a.cap.max_send_wr = 4;
+	a.cap.max_recv_wr = 4;
+	a.cap.max_send_sge = 1;
+	a.cap.max_recv_sge = 1;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	a.pd = pd;
+	a.send_ops_flags = ops;
+	errno = 0;
+	return ibv_create_qp_ex(ctx, &a);
+}
+
 /* The GID index of the device's IPv4 address (rxe's layout: index 1). */
 #define IPV4_GID_INDEX 1
 

@@ -241,14 +241,7 @@ int main(void)
 	amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
 	bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS);
 	REQUIRE(amr && bmr, "ibv_reg_mr: errno %d", errno);
-	memset(&ah_attr, 0, sizeof(ah_attr));
-	ah_attr.is_global = 1;
-	ah_attr.grh.dgid = d.gid;
-	ah_attr.grh.sgid_index = (uint8_t)d.gid_index;
-	ah_attr.grh.hop_limit = 64;
-	ah_attr.port_num = 1;
-	ah = ibv_create_ah(d.pd, &ah_attr);
-	REQUIRE(ah != NULL, "ibv_create_ah: errno %d", errno);
+	ah = self_ah(&d);
 
 	check_refusals();
 

@@ -216,7 +216,6 @@ static void check_reg_access(void)
 
 static void check_create_ops(void)
 {
-	struct ibv_qp_init_attr_ex a;
 	struct ibv_qp *qp;
 	static const struct {
 		enum ibv_qp_type type;
@@ -231,19 +230,7 @@ static void check_create_ops(void)
 
 	begin("create_qp_ex_placement_ops");
 	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-		memset(&a, 0, sizeof(a));
-		a.qp_type = refused[i].type;
-		a.send_cq = scq;
-		a.recv_cq = rcq;
-		a.cap.max_send_wr = 4;
-		a.cap.max_recv_wr = 4;
-		a.cap.max_send_sge = 1;
-		a.cap.max_recv_sge = 1;
-		a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-		a.pd = d.pd;
-		a.send_ops_flags = refused[i].ops;
-		errno = 0;
-		qp = ibv_create_qp_ex(d.ctx, &a);
+		qp = create_qp_ops(d.ctx, d.pd, refused[i].type, scq, rcq, refused[i].ops);
 		EXPECT(qp == NULL && errno == EOPNOTSUPP, "type %d ops %#" PRIx64 ": %p errno %d", refused[i].type,
 		       refused[i].ops, (void *)qp, errno);
 		if (qp)

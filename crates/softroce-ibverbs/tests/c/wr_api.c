@@ -482,14 +482,7 @@ static void check_ud(void)
 	REQUIRE(xua && xub, "ibv_qp_to_qp_ex of UD QPs");
 	ready_ud(ua, qkey);
 	ready_ud(ub, qkey);
-	memset(&ah_attr, 0, sizeof(ah_attr));
-	ah_attr.is_global = 1;
-	ah_attr.grh.dgid = d.gid;
-	ah_attr.grh.sgid_index = (uint8_t)d.gid_index;
-	ah_attr.grh.hop_limit = 64;
-	ah_attr.port_num = 1;
-	ah = ibv_create_ah(d.pd, &ah_attr);
-	REQUIRE(ah != NULL, "ibv_create_ah: errno %d", errno);
+	ah = self_ah(&d);
 
 	begin("wr_ud_send");
 	fill(abuf, 64, 12);
@@ -638,7 +631,6 @@ static void check_send_ops_by_type(void)
 		{ IBV_QPT_XRC_SEND, 0 },
 		{ IBV_QPT_RAW_PACKET, 0 },
 	};
-	struct ibv_qp_init_attr_ex a;
 	struct ibv_qp *qp;
 	size_t t;
 	int bit;
@@ -649,19 +641,7 @@ static void check_send_ops_by_type(void)
 			uint64_t f = 1ull << bit;
 			int want = (types[t].allowed & f) != 0;
 
-			memset(&a, 0, sizeof(a));
-			a.qp_type = types[t].type;
-			a.send_cq = scq;
-			a.recv_cq = rcq;
-			a.cap.max_send_wr = 4;
-			a.cap.max_recv_wr = 4;
-			a.cap.max_send_sge = 1;
-			a.cap.max_recv_sge = 1;
-			a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-			a.pd = d.pd;
-			a.send_ops_flags = f;
-			errno = 0;
-			qp = ibv_create_qp_ex(d.ctx, &a);
+			qp = create_qp_ops(d.ctx, d.pd, types[t].type, scq, rcq, f);
 			if (want) {
 				EXPECT(qp != NULL, "type %d ops %#" PRIx64 " refused: errno %d", types[t].type, f, errno);
 				EXPECT(!qp || ibv_qp_to_qp_ex(qp) != NULL, "type %d ops %#" PRIx64 ": no qp_ex",
