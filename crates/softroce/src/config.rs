@@ -181,6 +181,15 @@ fn is_link_local(a: &IpAddr) -> bool {
     matches!(a, IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80)
 }
 
+/// `ip:port` as a socket address, a link-local address with `scope` (its
+/// interface's index), which binding it or sending to it needs.
+pub(crate) fn scoped(ip: IpAddr, port: u16, scope: u32) -> std::net::SocketAddr {
+    match ip {
+        IpAddr::V6(v) if is_link_local(&ip) => std::net::SocketAddr::V6(std::net::SocketAddrV6::new(v, port, 0, scope)),
+        a => std::net::SocketAddr::new(a, port),
+    }
+}
+
 /// The `fe80::` address of an EUI-64 GUID (what rxe's GID 0 is for a MAC).
 fn link_local_of(guid: u64) -> Ipv6Addr {
     let g = guid.to_be_bytes();

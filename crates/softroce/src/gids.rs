@@ -18,7 +18,7 @@
 //! Loopback addresses (`::1`) are left out: every loopback device
 //! (127.0.0.x) lists them, and a datagram there could be for any of them.
 
-use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -41,12 +41,7 @@ pub(crate) fn other_addrs(info: &DeviceInfo, all: &[DeviceInfo], scope: u32) -> 
         .zip(&info.bindable)
         .filter(|(g, b)| **b && **g != info.addr && !g.is_loopback())
         .filter(|(g, _)| !all.iter().any(|d| d.addr == **g))
-        .map(|(g, _)| match g {
-            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
-                SocketAddr::V6(SocketAddrV6::new(*v, roce_udp::ROCE_PORT, 0, scope))
-            }
-            a => SocketAddr::new(*a, roce_udp::ROCE_PORT),
-        })
+        .map(|(g, _)| crate::config::scoped(*g, roce_udp::ROCE_PORT, scope))
         .collect()
 }
 
@@ -124,6 +119,7 @@ fn relay(sock: &Socket, shared: &Weak<Shared>, stop: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddrV6;
 
     fn dev(name: &str, addr: &str, gids: &[(&str, bool)]) -> DeviceInfo {
         DeviceInfo {

@@ -675,15 +675,15 @@ impl CmId {
     fn ud_param(&self, qp_num: u32, qkey: u32) -> UdParam {
         let st = self.st();
         let (src, dst) = (st.src.unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)), st.dst);
+        let flow_label = dst.map_or(0, |d| cma::flow_label(src.port(), d.port()));
         let ah = dst.map(|d| crate::AhAttr {
             dest: d.ip(),
             sgid_index: st.dev.as_ref().map_or(0, |dev| dev.info.addr_gid_index() as u8),
             hop_limit: cma::HOP_LIMIT,
             traffic_class: st.tos,
             sl: 0,
-            flow_label: dst.map_or(0, |d| cma::flow_label(src.port(), d.port())),
+            flow_label,
         });
-        let flow_label = dst.map_or(0, |d| cma::flow_label(src.port(), d.port()));
         UdParam { ah, flow_label, qp_num, qkey }
     }
 

@@ -20,7 +20,7 @@
 //! port.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use roce_proto::Device;
@@ -103,13 +103,7 @@ impl Sources {
         if self.tags.len() >= MAX_SOURCES || self.refused.contains(&(addr, port)) {
             return None;
         }
-        let at = match addr {
-            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
-                SocketAddr::V6(SocketAddrV6::new(v, port, 0, self.scope))
-            }
-            a => SocketAddr::new(a, port),
-        };
-        match Socket::bind_source(at) {
+        match Socket::bind_source(crate::config::scoped(addr, port, self.scope)) {
             Ok(s) => {
                 let s = Arc::new(s);
                 let slot = match self.socks.iter().position(Option::is_none) {
@@ -173,12 +167,7 @@ impl Sources {
     /// Where a packet for `ip` goes: port `port`, and a link-local address's
     /// scope.
     pub(crate) fn dst(&self, ip: IpAddr, port: u16) -> SocketAddr {
-        match ip {
-            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => {
-                SocketAddr::V6(SocketAddrV6::new(v, port, 0, self.scope))
-            }
-            a => SocketAddr::new(a, port),
-        }
+        crate::config::scoped(ip, port, self.scope)
     }
 
     /// Source sockets open (the other addresses' receiving sockets too).
