@@ -77,4 +77,4 @@ pub use group::{GroupSocket, multicast_if};
 pub use recv::{Datagram, Datagrams, Packets, RECV_SLOT, RecvBatch, RecvStats, Segment, Segments};
 pub use send::{BatchFull, Failure, Flushed, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, Queued, SendBatch, SendStats};
 pub use socket::{BindError, BufferSizes, ROCE_PORT, SockFilter, Socket, WANTED_BUFFER};
-pub use wait::{Interest, MAX_WAIT_FDS, Waker, Wakeup, wait};
+pub use wait::{Interest, MAX_WAIT_FDS, Waker, Wakeup, wait, wait_precise};

@@ -532,6 +532,19 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> io::Result<us
     cvt(rc).map(|k| k as usize)
 }
 
+/// poll(2) with a timeout to the nanosecond (ppoll, no signal mask change).
+pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        // Below 10^9: fits every c_long.
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` as in `poll`; `ts` is a valid timespec read during the
+    // call; a null signal mask leaves the thread's mask unchanged.
+    let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    cvt(rc).map(|k| k as usize)
+}
+
 /// A new non-blocking, close-on-exec eventfd with counter 0.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.

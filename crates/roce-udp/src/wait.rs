@@ -101,6 +101,27 @@ pub fn wait(
     waker: Option<&Waker>,
     timeout: Option<Duration>,
 ) -> io::Result<Wakeup> {
+    wait_with(fds, waker, timeout, false)
+}
+
+/// [`wait`] with the timeout kept to the microsecond (ppoll(2)), for a
+/// deadline that is short by design and cannot recur at once, such as the
+/// end of a grace the caller grows while it keeps finding it too short.
+/// The thread's timer slack still applies (see `prctl(PR_SET_TIMERSLACK)`).
+pub fn wait_precise(
+    fds: &[(BorrowedFd<'_>, Interest)],
+    waker: Option<&Waker>,
+    timeout: Duration,
+) -> io::Result<Wakeup> {
+    wait_with(fds, waker, Some(timeout), true)
+}
+
+fn wait_with(
+    fds: &[(BorrowedFd<'_>, Interest)],
+    waker: Option<&Waker>,
+    timeout: Option<Duration>,
+    precise: bool,
+) -> io::Result<Wakeup> {
     if fds.len() > MAX_WAIT_FDS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("wait: more than {MAX_WAIT_FDS} descriptors")));
     }
@@ -116,15 +137,16 @@ pub fn wait(
     let used = n + usize::from(waker.is_some());
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
-        let ms = match (timeout, deadline) {
-            (None, _) => -1,
-            (Some(_), None) => i32::MAX,
-            (Some(_), Some(d)) => {
-                let left = d.saturating_duration_since(Instant::now());
-                i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let r = match (timeout, left) {
+            (Some(_), Some(left)) if precise => sys::ppoll(&mut pfds[..used], left),
+            (None, _) => sys::poll(&mut pfds[..used], -1),
+            (Some(_), None) => sys::poll(&mut pfds[..used], i32::MAX),
+            (Some(_), Some(left)) => {
+                sys::poll(&mut pfds[..used], i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX))
             }
         };
-        match sys::poll(&mut pfds[..used], ms) {
+        match r {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
             Ok(0) => return Ok(Wakeup { timed_out: true, ..Wakeup::default() }),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{bind, collect, packet};
-use roce_udp::{BindError, Interest, ROCE_PORT, RecvBatch, SendBatch, Socket, Waker, wait};
+use roce_udp::{BindError, Interest, ROCE_PORT, RecvBatch, SendBatch, Socket, Waker, wait, wait_precise};
 
 #[test]
 fn binding_an_address_that_is_not_local_says_so() {
@@ -81,6 +81,27 @@ fn wait_on_an_idle_socket_times_out() {
     // A socket with room to send is writable at once.
     let r = wait(&[(sock.as_fd(), Interest::WRITABLE)], None, Some(Duration::from_secs(5))).unwrap();
     assert!(r.writable(0) && !r.timed_out, "{r:?}");
+}
+
+/// `wait` rounds a timeout up to whole milliseconds; `wait_precise` keeps
+/// it: fifty 50-us waits end long before fifty milliseconds (the bound
+/// leaves each wake-up 800 us of scheduling delay).
+#[test]
+fn wait_precise_keeps_a_sub_millisecond_timeout() {
+    let sock = bind("127.0.0.26");
+    let waker = Waker::new().unwrap();
+    let start = Instant::now();
+    for _ in 0..50 {
+        let r = wait_precise(&[(sock.as_fd(), Interest::READABLE)], Some(&waker), Duration::from_micros(50)).unwrap();
+        assert!(r.timed_out && !r.woken && !r.readable(0), "{r:?}");
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_micros(50 * 50) && took < Duration::from_millis(40), "{took:?}");
+    // A datagram still ends it at once.
+    let peer = bind("127.0.0.27");
+    peer.send_to(b"x", sock.local_addr()).unwrap();
+    let r = wait_precise(&[(sock.as_fd(), Interest::READABLE)], Some(&waker), Duration::from_secs(5)).unwrap();
+    assert!(r.readable(0) && !r.timed_out, "{r:?}");
 }
 
 #[test]

@@ -776,9 +776,30 @@ fn ib_send_lat() {
     lat_test("ib_send_lat", Some(64), true);
 }
 
+/// `ib_write_lat` spins on memory between its verbs calls: each side's
+/// driver thread places the peer's WRITEs, and its grace to the busy poller
+/// has come down from 1 ms (`docs/data-path.md` section 6). Both say so at
+/// exit with `SOFTROCE_STATS=1`.
 #[test]
 fn ib_write_lat() {
-    lat_test("ib_write_lat", Some(64), true);
+    if !have("ib_write_lat", &["ibv_devinfo", "ib_write_lat"]) {
+        return;
+    }
+    let (s, c) = perftest_env(&["SOFTROCE_STATS=1"], "ib_write_lat", Some(64));
+    check_lat(&c, 64);
+    check_lat(&s, 64);
+    for d in [&s, &c] {
+        let line = d.stderr.lines().find(|l| l.contains(") closed: ") && l.contains(" rcvd_pkts="));
+        let line = line.unwrap_or_else(|| panic!("no SOFTROCE_STATS line\n{}", d.report()));
+        let field = |name: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        assert!(field("rcvd_pkts") >= PERF_ITERS, "{line}");
+        assert!(field("driver_passes") > 0, "{line}");
+        assert!(field("app_grace_us") <= 250, "the grace came down from 1000 us: {line}");
+    }
 }
 
 #[test]

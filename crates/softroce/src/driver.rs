@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
-use roce_udp::{Interest, RecvBatch, SendBatch, Waker, wait};
+use roce_udp::{Interest, RecvBatch, SendBatch, Waker, wait, wait_precise};
 use roce_wire::Ecn;
 use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
@@ -81,11 +81,16 @@ const BLIND_TICK: Duration = Duration::from_millis(1);
 /// and a driver thread polling the socket meanwhile would wake with every
 /// packet only to find the waiter had it, then fight it for the lock.
 const WAITER_GRACE: Duration = Duration::from_millis(2);
-/// How long the driver thread stays off the socket after a busy-polling
-/// application thread's last empty poll: such a loop polls again within
-/// microseconds, and an event loop's last poll before it sleeps (on a CQ
-/// it has not armed) costs its next packet at most this.
-const APP_POLL_GRACE: Duration = Duration::from_micros(100);
+/// The longest the driver thread stays off the socket after a busy-polling
+/// application thread's last call (see [`AppGrace`]), and the first grace
+/// it gives: such a loop polls again within microseconds, and an event
+/// loop's last poll before it sleeps (on a CQ it has not armed) costs its
+/// next packet at most this.
+pub(crate) const APP_GRACE_MAX: Duration = Duration::from_millis(1);
+/// The shortest: an application that spins on memory between its verbs
+/// calls (`ib_write_lat`, a flag at the end of an RDMA WRITE) has its
+/// packets handled this long after its last call.
+const APP_GRACE_MIN: Duration = Duration::from_micros(5);
 /// How long deferred packets may wait for a post to take them along before
 /// the driver thread sends them (a ping-pong replies within microseconds).
 const OWED_GRACE: Duration = Duration::from_micros(200);
@@ -144,6 +149,9 @@ roce_proto::counter_struct! {
         /// Packets from a source GID no socket could send from (a made-up
         /// link-local address of loopback), lost as on a wire.
         pub tx_no_source,
+        /// The driver thread's grace to a busy-polling application, in us
+        /// (a gauge: see `AppGrace`; 0 without a driver thread).
+        pub app_grace_us,
     }
 }
 
@@ -220,11 +228,14 @@ pub(crate) struct Shared {
     /// thread last looked, in ns since `epoch` (`u64::MAX`: none): the
     /// driver runs it when due, also while a waiter keeps it off the socket.
     pub(crate) timer_at: std::sync::atomic::AtomicU64,
-    /// When an application thread last polled an empty CQ (a progress pass
-    /// of its own, see [`Shared::note_app_poll`]), in ns since `epoch` plus
-    /// one (0: never): a busy-polling application drives progress as a
-    /// waiter does, and the driver thread stays off the socket meanwhile.
+    /// When a busy-polling application thread last called a verb (polled a
+    /// CQ, or posted, see [`Shared::note_app_poll`]), in ns since `epoch`
+    /// plus one (0: never, or it armed a CQ since): such an application
+    /// drives progress as a waiter does, and the driver thread stays off
+    /// the socket meanwhile.
     pub(crate) app_polled: std::sync::atomic::AtomicU64,
+    /// The driver thread's current [`AppGrace`], in us (for `driver_stats`).
+    pub(crate) app_grace_us: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
@@ -310,6 +321,7 @@ impl Shared {
             self.wake_waiters_if_made(st.dev.counters().completions, made);
             let next = st.dev.poll_timeout();
             drop(st);
+            self.note_app_post();
             self.nudge_driver(next);
         }
         r
@@ -465,14 +477,14 @@ impl Shared {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
-    /// Records that an application thread just made a progress pass of its
-    /// own on an empty CQ that is not armed (`ibv_poll_cq` in a busy loop,
-    /// as perftest and UCX poll): for `APP_POLL_GRACE` the driver thread
-    /// leaves the socket to it, as to a waiter. Otherwise both wake with
-    /// every packet and the driver thread takes the core the peer's threads
-    /// need (on two cores: a busy poller, its driver thread and the
-    /// receiver's). Measured: UCX `put_bw` 64 KiB 1,983-2,233 MB/s against
-    /// 1,175-1,895 before.
+    /// Records that an application thread just polled a CQ that is not
+    /// armed (`ibv_poll_cq` in a busy loop, as perftest and UCX poll; an
+    /// empty poll made a progress pass of its own): for a grace after its
+    /// last call ([`AppGrace`]) the driver thread leaves the socket to it,
+    /// as to a waiter. Otherwise both wake with every packet and the driver
+    /// thread takes the core the peer's threads need (on two cores: a busy
+    /// poller, its driver thread and the receiver's). Measured: UCX
+    /// `put_bw` 64 KiB 1,983-2,233 MB/s against 1,175-1,895 before.
     pub(crate) fn note_app_poll(&self) {
         self.app_polled.store(self.nanos(Instant::now()) + 1, Ordering::Release);
     }
@@ -486,12 +498,12 @@ impl Shared {
         }
     }
 
-    /// Until when the driver thread leaves the socket to a busy-polling
-    /// application thread (`APP_POLL_GRACE` after its last empty poll).
-    fn app_polls_until(&self) -> Option<Instant> {
-        match self.app_polled.load(Ordering::Acquire) {
-            0 => None,
-            at => Some(self.epoch + Duration::from_nanos(at - 1) + APP_POLL_GRACE),
+    /// A verb that posts work: if an application thread busy-polls this
+    /// context, it is still at work in verbs (a post may take longer than
+    /// the grace the driver thread gives it).
+    fn note_app_post(&self) {
+        if self.mode == Progress::Thread && self.app_polled.load(Ordering::Acquire) != 0 {
+            self.note_app_poll();
         }
     }
 
@@ -878,6 +890,8 @@ impl Shared {
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
         let mut next: Option<Instant> = None;
+        // A busy poller's grace, and its last call this thread saw.
+        let (mut grace, mut seen_call) = (AppGrace::new(), 0u64);
         // When this thread last saw the waiters go (`WAITER_GRACE`).
         let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
@@ -907,7 +921,15 @@ impl Shared {
             } else if std::mem::take(&mut was_waiting) {
                 no_waiter_since = Some(now);
             }
-            let app_until = self.app_polls_until().filter(|&t| now < t);
+            let call = self.app_polled.load(Ordering::Acquire);
+            if call != 0 && call != seen_call {
+                if seen_call != 0 {
+                    grace.app_was_active();
+                }
+                seen_call = call;
+            }
+            let app_until =
+                (call != 0).then(|| self.epoch + Duration::from_nanos(call - 1) + grace.get()).filter(|&t| now < t);
             let blind =
                 waiting || no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE) || app_until.is_some();
             let due = next.is_some_and(|t| t <= now);
@@ -916,10 +938,14 @@ impl Shared {
             if !blind || due || owed.is_some_and(|d| d >= OWED_GRACE) {
                 let mut st = self.lock();
                 st.stats.driver_passes += 1;
+                let got = st.stats.rx_packets;
                 next = match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 };
+                if !blind && call != 0 && st.stats.rx_packets != got {
+                    grace.app_left_packets();
+                }
             } else if let Some(owed) = owed {
                 // Look again when the deferred packets would be due.
                 recheck = Some(now + (OWED_GRACE - owed));
@@ -930,6 +956,7 @@ impl Shared {
                 // an application thread waits).
                 m.upkeep(&self.sock);
             }
+            self.app_grace_us.store(u64::try_from(grace.get().as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
             // Wake at least every TICK: a timer armed meanwhile by a verb on
             // another thread that is due later than that needs no wake-up
             // call (see `nudge_driver`), so posting stays free of syscalls.
@@ -937,12 +964,61 @@ impl Shared {
             // A busy poller that stops polling hands the socket back at once.
             let until = [next, recheck, app_until].into_iter().flatten().fold(tick, Instant::min);
             self.driver_deadline.store(self.nanos(until), Ordering::Release);
-            let timeout = Some(until.saturating_duration_since(Instant::now()));
+            let timeout = until.saturating_duration_since(Instant::now());
             let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =
                 if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };
-            let _ = wait(fds, Some(&self.waker), timeout);
+            // The end of a busy poller's grace is kept to the microsecond
+            // (other deadlines round up to milliseconds): it is short by
+            // design, and grows while the poller keeps polling.
+            let _ = if app_until == Some(until) {
+                wait_precise(fds, Some(&self.waker), timeout)
+            } else {
+                wait(fds, Some(&self.waker), Some(timeout))
+            };
             self.waker.reset();
         }
+    }
+}
+
+/// How long the driver thread leaves the socket to a busy-polling
+/// application after its last verbs call, learned from what it finds.
+///
+/// A loop that polls its CQ (UCX, perftest's bandwidth tests, a ping-pong)
+/// calls again within microseconds: every time the driver thread looks and
+/// the application has called since, the grace doubles (up to
+/// [`APP_GRACE_MAX`], the driver then wakes about once a millisecond and
+/// never fights the poller for packets). One that spins on memory between
+/// its calls (`ib_write_lat`, NCCL-style flags) leaves the peer's packets
+/// to the driver thread: each time a pass of the driver thread outside the
+/// grace receives packets, the grace quarters (down to
+/// [`APP_GRACE_MIN`]), so such packets are placed within microseconds of
+/// arrival, as kernel rxe places them in softirq context.
+///
+/// | the driver thread finds | grace |
+/// |---|---|
+/// | the application called since it last looked | x 2, at most 1 ms |
+/// | packets, in a pass past the grace | / 4, at least 5 us |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AppGrace(Duration);
+
+impl AppGrace {
+    fn new() -> AppGrace {
+        AppGrace(APP_GRACE_MAX)
+    }
+
+    fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The application called a verb since the driver thread last looked.
+    fn app_was_active(&mut self) {
+        self.0 = (self.0 * 2).min(APP_GRACE_MAX);
+    }
+
+    /// A pass of the driver thread past the grace received packets the
+    /// application left.
+    fn app_left_packets(&mut self) {
+        self.0 = (self.0 / 4).max(APP_GRACE_MIN);
     }
 }
 
@@ -1013,8 +1089,39 @@ fn ingest(
 
 #[cfg(test)]
 mod tests {
-    use super::is_whole_request;
+    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_whole_request};
     use roce_wire::Opcode;
+    use std::time::Duration;
+
+    /// The grace table: from 1 ms, packets left to the driver thread bring
+    /// it to 5 us in five passes (1 ms / 4^5 is below 5 us); a poller back
+    /// at work doubles it to 1 ms again, never past either bound; one
+    /// doubling per turn against one quartering stays at the floor.
+    #[test]
+    fn the_grace_quarters_on_packets_left_and_doubles_while_the_application_polls() {
+        let mut g = AppGrace::new();
+        assert_eq!(g.get(), APP_GRACE_MAX);
+        g.app_was_active();
+        assert_eq!(g.get(), APP_GRACE_MAX);
+        let mut seen = vec![];
+        for _ in 0..6 {
+            g.app_left_packets();
+            seen.push(g.get().as_micros());
+        }
+        assert_eq!(seen, [250, 62, 15, 5, 5, 5]);
+        assert_eq!(g.get(), APP_GRACE_MIN);
+        for _ in 0..3 {
+            g.app_was_active();
+            g.app_left_packets();
+        }
+        assert_eq!(g.get(), APP_GRACE_MIN, "an ib_write_lat turn: one of each");
+        let mut n = 0;
+        while g.get() < APP_GRACE_MAX {
+            g.app_was_active();
+            n += 1;
+        }
+        assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
+    }
 
     #[test]
     fn only_a_one_packet_request_is_a_whole_request() {

@@ -62,6 +62,7 @@ mod mcast;
 mod odp;
 mod port;
 pub mod rdma_cm;
+mod sched;
 mod sg;
 mod sources;
 pub mod tap;

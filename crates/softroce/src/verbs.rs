@@ -534,8 +534,16 @@ impl Cq {
     fn poll_as(&self, out: &mut [Wc], caller_waits: bool) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let mut st = s.lock();
+        // A poll of an armed CQ is an event loop's last look before it
+        // sleeps on the channel, not a busy poll.
+        let busy = !caller_waits && s.mode == crate::driver::Progress::Thread && !st.dev.cq_armed(self.0.handle);
         let n = st.dev.poll_cq(self.0.handle, out)?;
         if n > 0 {
+            drop(st);
+            if busy {
+                s.note_app_poll();
+                spun_empty(false);
+            }
             return Ok(n);
         }
         // Completions made before a failure are still polled; an empty CQ
@@ -543,12 +551,10 @@ impl Cq {
         s.live()?;
         let next = s.progress_for_app(&mut st, caller_waits)?;
         let n = st.dev.poll_cq(self.0.handle, out)?;
-        // A poll of an armed CQ is an event loop's last look before it
-        // sleeps on the channel, not a busy poll.
-        let busy = !caller_waits && s.mode == crate::driver::Progress::Thread && !st.dev.cq_armed(self.0.handle);
         drop(st);
         if busy {
             s.note_app_poll();
+            spun_empty(n == 0);
         }
         s.nudge_driver(next);
         Ok(n)
@@ -1169,4 +1175,38 @@ impl Qp {
         let q = self.0.qpn;
         self.ctx().shared().with_live_dev(false, |d| d.post_recv(q, wr))
     }
+}
+
+/// How long a thread's busy polls find nothing before each further empty
+/// poll gives up the CPU ([`spun_empty`]).
+const SPIN_BEFORE_YIELD: std::time::Duration = std::time::Duration::from_micros(50);
+
+thread_local! {
+    /// When this thread's busy polls last started finding nothing.
+    static EMPTY_SINCE: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// A busy poll of this thread found completions (`empty` false) or none.
+/// After [`SPIN_BEFORE_YIELD`] of empty polls, each one yields the CPU
+/// (`sched_yield`, which returns at once when nothing else is runnable
+/// there). What the poller waits for may need another thread queued on its
+/// CPU: a peer's driver thread that must place the poller's WRITE and send
+/// its ACK while the peer's application spins on memory (`ib_write_lat`),
+/// and this VM's kernel lets a spinner run out its tick (4 ms) before a
+/// woken thread gets the CPU. Measured (`ib_write_lat`, two processes on
+/// two CPUs): average 280-370 us and p99 2.0-3.5 ms without, 60-72 us and
+/// 1.7 ms with; bandwidth and ping-pong latency unchanged.
+fn spun_empty(empty: bool) {
+    EMPTY_SINCE.with(|c| {
+        if !empty {
+            c.set(None);
+            return;
+        }
+        let now = std::time::Instant::now();
+        match c.get() {
+            None => c.set(Some(now)),
+            Some(t) if now.duration_since(t) > SPIN_BEFORE_YIELD => std::thread::yield_now(),
+            Some(_) => {}
+        }
+    });
 }

@@ -626,6 +626,64 @@ fn in_a_ping_pong_of_busy_pollers_the_driver_threads_stay_out_of_the_way() {
     assert!(passes.0 + passes.1 < TURNS / 200, "the driver threads made {passes:?} passes in {TURNS} turns");
 }
 
+/// One side of `ib_write_lat`'s loop: `me` WRITEs turn `i` into `peer`'s
+/// first 8 bytes, busy-polls its CQ for that WRITE, and spins on its own
+/// first 8 bytes until the peer's turn `i` arrives there (no verbs call
+/// meanwhile: the driver thread has to place it). `first`: this side
+/// writes before it waits.
+fn write_lat_side(me: &End, peer: &End, turns: u64, first: bool) {
+    let arrived = |i: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut got = [0u8; 8];
+        loop {
+            me.mr.read(0, &mut got).unwrap();
+            if u64::from_le_bytes(got) == i {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "turn {i} within 20 s");
+            std::hint::spin_loop();
+        }
+    };
+    let src = [me.mr.sge(64, 8)];
+    for i in 1..=turns {
+        if !first {
+            arrived(i);
+        }
+        me.mr.write(64, &i.to_le_bytes()).unwrap();
+        let mut wr = SendWr::new(i, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&src));
+        (wr.remote_addr, wr.rkey) = (peer.mr.addr(), peer.mr.rkey());
+        me.qp.post_send(&wr).unwrap();
+        assert_eq!(busy_poll_one(me).status, WcStatus::Success);
+        if first {
+            arrived(i);
+        }
+    }
+}
+
+#[test]
+fn an_application_spinning_on_memory_gets_its_packets_placed_and_a_poller_its_socket_back() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
+    // Between its verbs calls, `ib_write_lat` spins on memory: the driver
+    // thread, which stays off the socket while a busy poller may come back
+    // for its packets, learns that this one does not and shrinks its grace
+    // from a millisecond to microseconds (before: about 1.1 ms a turn). A
+    // ping-pong of busy pollers then gives it back its millisecond.
+    let (la, lb) = leases();
+    let (x, y) = pair(&la, &lb, Progress::Thread);
+    const TURNS: u64 = 300;
+    let max = x.ctx.driver_stats().app_grace_us;
+    std::thread::scope(|s| {
+        s.spawn(|| write_lat_side(&y, &x, TURNS, false));
+        write_lat_side(&x, &y, TURNS, true);
+    });
+    let grace = (x.ctx.driver_stats().app_grace_us, y.ctx.driver_stats().app_grace_us);
+    assert_eq!(max, 1000, "a driver thread starts with a millisecond");
+    assert!(grace.0 <= 100 && grace.1 <= 100, "graces {grace:?} us after {TURNS} turns spent spinning on memory");
+    ping_pong(&x, &y, 2000, busy_poll_one);
+    let grace = (x.ctx.driver_stats().app_grace_us, y.ctx.driver_stats().app_grace_us);
+    assert_eq!(grace, (1000, 1000), "graces back to a millisecond for busy pollers");
+}
+
 #[test]
 fn a_packet_gathered_from_many_sges_carries_them_in_order() {
     let _shared = beside_others();
