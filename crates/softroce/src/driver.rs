@@ -91,6 +91,13 @@ pub(crate) const APP_GRACE_MAX: Duration = Duration::from_millis(1);
 /// calls (`ib_write_lat`, a flag at the end of an RDMA WRITE) has its
 /// packets handled this long after its last call.
 const APP_GRACE_MIN: Duration = Duration::from_micros(5);
+/// An application that has not called a verb for this long is passive: its
+/// peer's requests are the driver thread's alone, which then spins a while
+/// after each (`Options::driver_spin`). Far above any busy poller's pause,
+/// so that the driver thread never spins beside one (measured: beside
+/// `ib_write_lat`'s, whose calls can be 2-4 ms apart when a thread waits for
+/// a CPU, a 1 ms bound made its average 280-350 us instead of 70).
+const PASSIVE_AFTER: Duration = Duration::from_millis(100);
 /// How long deferred packets may wait for a post to take them along before
 /// the driver thread sends them (a ping-pong replies within microseconds).
 const OWED_GRACE: Duration = Duration::from_micros(200);
@@ -152,6 +159,9 @@ roce_proto::counter_struct! {
         /// The driver thread's grace to a busy-polling application, in us
         /// (a gauge: see `AppGrace`; 0 without a driver thread).
         pub app_grace_us,
+        /// Turns the driver thread polled on after a pass of a passive side
+        /// (`Options::driver_spin`).
+        pub driver_spins,
     }
 }
 
@@ -236,9 +246,14 @@ pub(crate) struct Shared {
     pub(crate) app_polled: std::sync::atomic::AtomicU64,
     /// The driver thread's current [`AppGrace`], in us (for `driver_stats`).
     pub(crate) app_grace_us: std::sync::atomic::AtomicU64,
+    /// Turns the driver thread spun on a passive side (for `driver_stats`).
+    pub(crate) driver_spins: std::sync::atomic::AtomicU64,
     pub(crate) epoch: Instant,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
+    /// How long the driver thread of a passive side polls on after a pass
+    /// that received packets (`Options::driver_spin`).
+    pub(crate) driver_spin: Duration,
     /// The process may run on more than one CPU: a post's packet may leave
     /// ahead of the deferred ones (see [`Shared::transmit`]).
     pub(crate) reply_first: bool,
@@ -892,6 +907,8 @@ impl Shared {
         let mut next: Option<Instant> = None;
         // A busy poller's grace, and its last call this thread saw.
         let (mut grace, mut seen_call) = (AppGrace::new(), 0u64);
+        // Until when a passive side's driver thread polls on (`driver_spin`).
+        let mut spin_until: Option<Instant> = None;
         // When this thread last saw the waiters go (`WAITER_GRACE`).
         let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
         while !self.stop.load(Ordering::Acquire) {
@@ -946,6 +963,13 @@ impl Shared {
                 if !blind && call != 0 && st.stats.rx_packets != got {
                     grace.app_left_packets();
                 }
+                // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
+                // target, a perftest server) keeps polling a while.
+                let passive = call == 0
+                    || now.saturating_duration_since(self.epoch + Duration::from_nanos(call - 1)) > PASSIVE_AFTER;
+                if !blind && passive && st.stats.rx_packets != got && !self.driver_spin.is_zero() {
+                    spin_until = Some(Instant::now() + self.driver_spin);
+                }
             } else if let Some(owed) = owed {
                 // Look again when the deferred packets would be due.
                 recheck = Some(now + (OWED_GRACE - owed));
@@ -964,6 +988,14 @@ impl Shared {
             // A busy poller that stops polling hands the socket back at once.
             let until = [next, recheck, app_until].into_iter().flatten().fold(tick, Instant::min);
             self.driver_deadline.store(self.nanos(until), Ordering::Release);
+            // Spinning, the next packet of a ping-pong (a READ, an atomic)
+            // is taken without a wake-up; each turn lets any other thread
+            // runnable on this CPU go first.
+            if !blind && spin_until.is_some_and(|t| Instant::now() < t) {
+                self.driver_spins.fetch_add(1, Ordering::Relaxed);
+                std::thread::yield_now();
+                continue;
+            }
             let timeout = until.saturating_duration_since(Instant::now());
             let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =
                 if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };

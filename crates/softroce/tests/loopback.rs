@@ -58,10 +58,14 @@ fn pair(a: &LoopbackLease, b: &LoopbackLease, progress: Progress) -> (End, End) 
 }
 
 fn pair_with(a: &LoopbackLease, b: &LoopbackLease, progress: Progress, caps: impl Fn(&mut QpInit)) -> (End, End) {
+    pair_opts(a, b, Options { progress, ..Options::default() }, caps)
+}
+
+fn pair_opts(a: &LoopbackLease, b: &LoopbackLease, opts: Options, caps: impl Fn(&mut QpInit)) -> (End, End) {
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let mk = |l: &LoopbackLease| {
-        let opts = Options { progress, ..Options::default() };
+        let opts = opts.clone();
         let ctx = Context::open_with(&device(&format!("t{}", last(l)), l), opts).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(256, None).unwrap();
@@ -682,6 +686,49 @@ fn an_application_spinning_on_memory_gets_its_packets_placed_and_a_poller_its_so
     ping_pong(&x, &y, 2000, busy_poll_one);
     let grace = (x.ctx.driver_stats().app_grace_us, y.ctx.driver_stats().app_grace_us);
     assert_eq!(grace, (1000, 1000), "graces back to a millisecond for busy pollers");
+}
+
+/// `x` busy-polls `turns` 8-byte READs of `y`'s memory, one at a time, each
+/// checked; `y`'s application calls no verb meanwhile.
+fn read_turns(x: &End, y: &End, turns: u64) {
+    y.mr.write(4096, &pattern(4096, 7)).unwrap();
+    let dst = [x.mr.sge(0, 8)];
+    for i in 0..turns {
+        let off = (i * 8) % 4096;
+        let mut wr = SendWr::new(i, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&dst));
+        (wr.remote_addr, wr.rkey) = (y.mr.addr() + 4096 + off, y.mr.rkey());
+        x.qp.post_send(&wr).unwrap();
+        assert_eq!(busy_poll_one(x).status, WcStatus::Success);
+        let mut got = [0u8; 8];
+        x.mr.read(0, &mut got).unwrap();
+        assert_eq!(got[..], pattern(4096, 7)[off as usize..off as usize + 8]);
+    }
+}
+
+#[test]
+fn a_passive_targets_driver_thread_polls_on_after_a_request_only_when_told() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
+    // A READ target whose application does nothing (as `ib_read_lat`'s
+    // server): with a driver spin its thread takes the next READ while it
+    // polls on, without a wake-up; without one (the `Default`) it sleeps.
+    const TURNS: u64 = 300;
+    for spin in [Duration::ZERO, Duration::from_micros(50)] {
+        let (la, lb) = leases();
+        let opts = Options { progress: Progress::Thread, driver_spin: spin, ..Options::default() };
+        let (x, y) = pair_opts(&la, &lb, opts, |_| {});
+        let before = y.ctx.driver_stats();
+        read_turns(&x, &y, TURNS);
+        let after = y.ctx.driver_stats();
+        let (spins, passes) = (after.driver_spins - before.driver_spins, after.driver_passes - before.driver_passes);
+        assert!(passes >= TURNS, "y's driver thread answered every READ: {passes} passes");
+        if spin.is_zero() {
+            assert_eq!(spins, 0);
+        } else {
+            assert!(spins > 0, "y's driver thread polled on after READs");
+        }
+        // x busy-polls: its driver thread never spins beside it.
+        assert_eq!(x.ctx.driver_stats().driver_spins, 0);
+    }
 }
 
 #[test]
