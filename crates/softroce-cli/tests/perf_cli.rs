@@ -172,6 +172,42 @@ fn with_a_baseline_the_rounds_add_up_to_the_iterations_asked_for() {
     assert!(iters > 100, "{out}");
 }
 
+/// Each latency test between a server and a client process on one shared
+/// device, polling (perftest's default) and sleeping (`-e`): the client
+/// prints its row, and a READ or atomic server, which has nothing to do,
+/// stays until its client is done (it used to leave at once, and its
+/// client's READs failed with RETRY_EXC_ERR).
+#[test]
+fn the_latency_tests_run_between_two_processes_polling_or_sleeping() {
+    let env = [("SOFTROCE_DEVICES", "softroce_lo=127.0.0.1")];
+    for test in ["send-lat", "write-lat", "read-lat", "atomic-lat"] {
+        for events in [false, true] {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+            let mut args = vec!["perf", test, "-n", "300", "-p", &port];
+            if events {
+                args.push("-e");
+            }
+            let server = Command::new(env!("CARGO_BIN_EXE_softroce"))
+                .args(&args)
+                .envs(env)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            args.push("127.0.0.1");
+            let client = Command::new(env!("CARGO_BIN_EXE_softroce")).args(&args).envs(env).output().unwrap();
+            let server = server.wait_with_output().unwrap();
+            let text = |o: &std::process::Output| {
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+            };
+            assert!(client.status.success(), "{test} -e {events}: client\n{}", text(&client));
+            assert!(server.status.success(), "{test} -e {events}: server\n{}", text(&server));
+            let out = String::from_utf8_lossy(&client.stdout);
+            assert_eq!(rows(&out)[0][1], "300", "{test} -e {events}\n{out}");
+        }
+    }
+}
+
 /// `softroce perf-sharing --quick`: eight `softroce perf` processes in all
 /// (a pair on two addresses, a pair on one shared device, four pairs on
 /// it); every figure is measured, and each ratio is the shared figure over

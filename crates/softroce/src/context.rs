@@ -342,12 +342,19 @@ impl Context {
         self.shared().lock().faults.as_ref().map(|f| f.stats)
     }
 
-    /// Makes progress now (needed only with [`Progress::Inline`]).
+    /// Makes progress now (needed only with [`Progress::Inline`]; with a
+    /// driver thread, a loop of these is a busy poller, which the driver
+    /// thread leaves the socket to, as to `Cq::poll`).
     pub fn progress(&self) -> Result<(), Error> {
         let s = self.shared();
         s.live()?;
         let mut st = s.lock();
-        s.progress(&mut st)?;
+        let next = s.progress_for_app(&mut st, false)?;
+        drop(st);
+        if s.mode == Progress::Thread {
+            s.note_app_poll();
+        }
+        s.nudge_driver(next);
         Ok(())
     }
 

@@ -5,7 +5,8 @@
 //! all: what the machine itself can do. Bandwidth is timed as softroce's
 //! is (perftest's way): by the sender, from its first send until it learns
 //! that the last packet arrived. Latency is a UDP ping-pong of equally
-//! sized datagrams with blocking receives.
+//! sized datagrams, its receives polling as softroce's latency tests poll
+//! (or blocking, as they sleep with `-e`).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -189,19 +190,22 @@ fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
 }
 
 /// One-way latencies (round trip / 2, or the round trip when `round_trip`)
-/// in microseconds of a UDP ping-pong: `req` bytes out, `resp` bytes back,
-/// blocking receives.
-pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<Vec<f64>, PerfError> {
+/// in microseconds of a UDP ping-pong: `req` bytes out, `resp` bytes back;
+/// receives that poll without pause (`busy`, as softroce's latency tests
+/// poll their CQs) or block.
+pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool, busy: bool) -> Result<Vec<f64>, PerfError> {
     let a = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 4), 0))?;
     let b = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 5), 0))?;
     let (a_addr, b_addr) = (a.local_addr()?, b.local_addr()?);
-    a.set_read_timeout(Some(Duration::from_secs(5)))?;
-    b.set_read_timeout(Some(Duration::from_secs(5)))?;
+    for s in [&a, &b] {
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.set_nonblocking(busy)?;
+    }
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = vec![0u8; 65536];
         let out = vec![0u8; resp];
         for _ in 0..iters + 10 {
-            b.recv(&mut buf)?;
+            recv(&b, &mut buf)?;
             b.send_to(&out, a_addr)?;
         }
         Ok(())
@@ -212,7 +216,7 @@ pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<Ve
     for i in 0..iters + 10 {
         let t = Instant::now();
         a.send_to(&out, b_addr)?;
-        a.recv(&mut buf)?;
+        recv(&a, &mut buf)?;
         if i >= 10 {
             let us = t.elapsed().as_secs_f64() * 1e6;
             samples.push(if round_trip { us } else { us / 2.0 });
@@ -220,6 +224,20 @@ pub fn lat(req: usize, resp: usize, iters: usize, round_trip: bool) -> Result<Ve
     }
     echo.join().map_err(|_| PerfError::Baseline("echo thread panicked".into()))??;
     Ok(samples)
+}
+
+/// One datagram: a blocking receive (5 s timeout), or on a non-blocking
+/// socket, receives retried without pause for up to 5 s.
+fn recv(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match sock.recv(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::hint::spin_loop();
+            }
+            r => return r,
+        }
+    }
 }
 
 /// RoCEv2 sizes of a latency test's request and response datagrams.

@@ -156,6 +156,13 @@ pub struct PerfArgs {
     /// Print the counters (rxe names) at the end.
     #[arg(long)]
     stats: bool,
+    /// Latency tests sleep until completions come (in `Cq::wait`, and for
+    /// WRITE between looks at memory) instead of polling without pause,
+    /// perftest's default; the baseline's ping-pong blocks in `recv` then
+    /// too, else it polls. Bandwidth tests always wait: the other core is
+    /// the peer's.
+    #[arg(short = 'e', long = "events")]
+    events: bool,
 }
 
 /// Resolved settings of a run.
@@ -171,6 +178,8 @@ pub struct Settings {
     pub qp_timeout: u8,
     pub mtu: Option<softroce::Mtu>,
     pub duration: Option<Duration>,
+    /// Latency tests sleep for completions (`-e`) instead of polling.
+    pub events: bool,
 }
 
 impl Settings {
@@ -238,6 +247,7 @@ impl PerfArgs {
             qp_timeout: self.qp_timeout,
             mtu,
             duration: self.duration.map(Duration::from_secs),
+            events: self.events,
         })
     }
 
@@ -368,7 +378,13 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
                     lat_done += sr.iters;
                     if args.baseline {
                         let (req, resp) = baseline::lat_sizes(s.op, size);
-                        base.extend(baseline::lat(req, resp, sr.iters, matches!(s.op, Op::Read | Op::Atomic))?);
+                        base.extend(baseline::lat(
+                            req,
+                            resp,
+                            sr.iters,
+                            matches!(s.op, Op::Read | Op::Atomic),
+                            !s.events,
+                        )?);
                     }
                 }
                 let row = LatRow::from_samples(size, samples);
@@ -513,6 +529,9 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
         } else {
             let samples = rdma::lat_run(&me, s, &peer, size, client, lat_done)?;
             lat_done += s.iters;
+            // A READ or atomic server has nothing to do but stay until its
+            // client is done (it used to leave at once: RETRY_EXC_ERR).
+            sync(&mut stream)?;
             if client {
                 println!("{}", report::lat_line(&LatRow::from_samples(size, samples), None));
             }

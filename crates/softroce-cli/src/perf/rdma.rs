@@ -333,9 +333,22 @@ pub fn lat_run(
     let half = e.mr.len() / 2;
     let sge = [e.mr.sge(0, size as u32)];
     let rsge = [e.mr.sge(half, (e.mr.len() - half) as u32)];
+    // perftest polls without pause unless told `-e`.
+    let next = |wc: &mut [Wc; 64]| -> Result<usize, PerfError> {
+        if s.events {
+            return Ok(e.cq.wait(&mut wc[..1], Duration::from_secs(10))?);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = e.cq.poll(&mut wc[..1])?;
+            if n > 0 || Instant::now() > deadline {
+                return Ok(n);
+            }
+        }
+    };
     let wait_for = |kind: WcOpcode, wc: &mut [Wc; 64]| -> Result<(), PerfError> {
         loop {
-            let n = e.cq.wait(&mut wc[..1], Duration::from_secs(10))?;
+            let n = next(wc)?;
             if n == 0 {
                 return Err(PerfError::Completion("no completion within 10 s".into()));
             }
@@ -378,8 +391,8 @@ pub fn lat_run(
                 let mut wr = SendWr::new(i as u64, WrOpcode::RdmaWrite, flags, Payload::Sges(&sge));
                 (wr.remote_addr, wr.rkey) = (peer.addr + half as u64, peer.rkey);
                 // perftest spins on the last byte; here the thread also
-                // receives the WRITE itself, sleeping on the socket between
-                // looks rather than fighting the device for its lock.
+                // receives the WRITE itself (with `-e` sleeping on the
+                // socket between looks).
                 let await_tag = |buf: &mut [u8; 1]| -> Result<(), PerfError> {
                     let deadline = Instant::now() + Duration::from_secs(10);
                     loop {
@@ -390,7 +403,11 @@ pub fn lat_run(
                         if Instant::now() > deadline {
                             return Err(PerfError::Completion("the peer's WRITE did not arrive".into()));
                         }
-                        e.ctx.progress_wait(Duration::from_millis(10))?;
+                        if s.events {
+                            e.ctx.progress_wait(Duration::from_millis(10))?;
+                        } else {
+                            e.ctx.progress()?;
+                        }
                     }
                 };
                 if client {
