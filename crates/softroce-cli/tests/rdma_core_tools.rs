@@ -789,22 +789,38 @@ fn ib_write_lat() {
     check_lat(&c, 64);
     check_lat(&s, 64);
     for d in [&s, &c] {
-        let line = d.stderr.lines().find(|l| l.contains(") closed: ") && l.contains(" rcvd_pkts="));
-        let line = line.unwrap_or_else(|| panic!("no SOFTROCE_STATS line\n{}", d.report()));
-        let field = |name: &str| -> u64 {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
-                .unwrap_or_else(|| panic!("no {name} in {line}"))
-        };
-        assert!(field("rcvd_pkts") >= PERF_ITERS, "{line}");
-        assert!(field("driver_passes") > 0, "{line}");
-        assert!(field("app_grace_us") <= 250, "the grace came down from 1000 us: {line}");
+        assert!(stats_field(d, "rcvd_pkts") >= PERF_ITERS, "{}", d.report());
+        assert!(stats_field(d, "driver_passes") > 0, "{}", d.report());
+        let grace = stats_field(d, "app_grace_us");
+        assert!(grace > 0 && grace <= 250, "the grace came down from 1000 us\n{}", d.report());
     }
 }
 
+/// The `SOFTROCE_STATS` line's `name=value` field (0 when left out).
+fn stats_field(d: &Done, name: &str) -> u64 {
+    let line = d.stderr.lines().find(|l| l.contains(") closed: ") && l.contains(" rcvd_pkts="));
+    let line = line.unwrap_or_else(|| panic!("no SOFTROCE_STATS line\n{}", d.report()));
+    line.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
+}
+
+/// `ib_read_lat`'s server calls no verb while its client READs: its driver
+/// thread answers each READ and polls on a while after it
+/// (`SOFTROCE_DRIVER_SPIN_US`, 50 us unless set; 0 turns it off).
 #[test]
 fn ib_read_lat() {
-    lat_test("ib_read_lat", Some(64), false);
+    if !have("ib_read_lat", &["ibv_devinfo", "ib_read_lat"]) {
+        return;
+    }
+    for (spin, spins) in [(None, true), (Some("SOFTROCE_DRIVER_SPIN_US=0"), false)] {
+        let env: Vec<&str> = ["SOFTROCE_STATS=1"].into_iter().chain(spin).collect();
+        let (s, c) = perftest_env(&env, "ib_read_lat", Some(64));
+        check_lat(&c, 64);
+        assert!(s.stdout.contains(" remote address: LID"), "{}", s.report());
+        assert!(table_row(&s.stdout, &LAT_HEADER).is_none(), "{}", s.report());
+        assert!(stats_field(&s, "rcvd_pkts") >= PERF_ITERS, "{}", s.report());
+        assert_eq!(stats_field(&s, "driver_spins") > 0, spins, "{env:?}: the server's driver thread\n{}", s.report());
+        assert_eq!(stats_field(&c, "driver_spins"), 0, "the client polls\n{}", c.report());
+    }
 }
 
 #[test]
