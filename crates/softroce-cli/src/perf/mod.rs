@@ -157,10 +157,9 @@ pub struct PerfArgs {
     #[arg(long)]
     stats: bool,
     /// Latency tests sleep until completions come (in `Cq::wait`, and for
-    /// WRITE between looks at memory) instead of polling without pause,
-    /// perftest's default; the baseline's ping-pong blocks in `recv` then
-    /// too, else it polls. Bandwidth tests always wait: the other core is
-    /// the peer's.
+    /// WRITE between looks at memory); without it they poll without pause,
+    /// as perftest's do. The baseline's ping-pong blocks in `recv` or polls
+    /// to match. Bandwidth tests always wait: the other core is the peer's.
     #[arg(short = 'e', long = "events")]
     events: bool,
 }
