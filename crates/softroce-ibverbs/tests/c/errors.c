@@ -201,6 +201,22 @@ static void check_queries(void)
 	end();
 }
 
+/* An RC pair on one CQ for the window tests: A's buffer registered with
+ * every access, B's with binding windows too; A's QP made for the
+ * extended send ops `ops_a`, B's for `ops_b`, both connected. */
+static void mw_pair(uint64_t ops_a, uint64_t ops_b, uint8_t *abuf, uint8_t *bbuf, struct ibv_cq **cq,
+		    struct ibv_mr **amr, struct ibv_mr **bmr, struct ibv_qp **qa, struct ibv_qp **qb)
+{
+	*cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
+	REQUIRE(*cq, "ibv_create_cq");
+	*amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
+	*bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
+	REQUIRE(*amr && *bmr, "ibv_reg_mr: errno %d", errno);
+	*qa = make_qp(&d, IBV_QPT_RC, *cq, *cq, NULL, ops_a);
+	*qb = make_qp(&d, IBV_QPT_RC, *cq, *cq, NULL, ops_b);
+	connect_pair(&d, *qa, *qb);
+}
+
 /* Memory windows on an RC pair: A writes into B's memory. */
 static void check_mw(void)
 {
@@ -218,17 +234,10 @@ static void check_mw(void)
 	uint32_t key2, key1;
 	int n, r;
 
-	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
-	REQUIRE(cq, "ibv_create_cq");
-	amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
-	bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
-	REQUIRE(amr && bmr, "ibv_reg_mr: errno %d", errno);
-	qa = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, ops);
-	qb = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, ops);
+	mw_pair(ops, ops, abuf, bbuf, &cq, &amr, &bmr, &qa, &qb);
 	xa = ibv_qp_to_qp_ex(qa);
 	xb = ibv_qp_to_qp_ex(qb);
 	REQUIRE(xa && xb, "ibv_qp_to_qp_ex");
-	connect_pair(&d, qa, qb);
 
 	begin("alloc_mw_bad_type");
 	errno = 0;
@@ -367,17 +376,10 @@ static void check_mw_rebind(void)
 	uint32_t key;
 	int n, r, round;
 
-	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
-	REQUIRE(cq, "ibv_create_cq");
-	amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
-	bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
-	REQUIRE(amr && bmr, "ibv_reg_mr: errno %d", errno);
-	qa = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, ops);
-	qb = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, ops);
+	mw_pair(ops, ops, abuf, bbuf, &cq, &amr, &bmr, &qa, &qb);
 	xa = ibv_qp_to_qp_ex(qa);
 	xb = ibv_qp_to_qp_ex(qb);
 	REQUIRE(xa && xb, "ibv_qp_to_qp_ex");
-	connect_pair(&d, qa, qb);
 	mw = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
 	REQUIRE(mw, "ibv_alloc_mw");
 
@@ -461,16 +463,9 @@ static void check_mw_send_inv(void)
 	uint32_t key;
 	int n, r;
 
-	cq = ibv_create_cq(d.ctx, 64, NULL, NULL, 0);
-	REQUIRE(cq, "ibv_create_cq");
-	amr = ibv_reg_mr(d.pd, abuf, LEN, ALL_ACCESS);
-	bmr = ibv_reg_mr(d.pd, bbuf, LEN, ALL_ACCESS | IBV_ACCESS_MW_BIND);
-	REQUIRE(amr && bmr, "ibv_reg_mr: errno %d", errno);
-	qa = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, ops);
-	qb = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
+	mw_pair(ops, 0, abuf, bbuf, &cq, &amr, &bmr, &qa, &qb);
 	xa = ibv_qp_to_qp_ex(qa);
 	REQUIRE(xa, "ibv_qp_to_qp_ex");
-	connect_pair(&d, qa, qb);
 	mw = ibv_alloc_mw(d.pd, IBV_MW_TYPE_2);
 	REQUIRE(mw, "ibv_alloc_mw");
 
