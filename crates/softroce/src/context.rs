@@ -130,9 +130,7 @@ impl Drop for Owner {
             let _ = t.flush();
         }
         if std::env::var_os("SOFTROCE_STATS").is_some_and(|v| !v.is_empty() && v != "0") {
-            let mut driver = st.stats;
-            driver.app_grace_us = self.shared.app_grace_us.load(Ordering::Relaxed);
-            driver.driver_spins = self.shared.driver_spins.load(Ordering::Relaxed);
+            let driver = self.shared.driver_stats(&st);
             eprint!("{}", stats_report(&self.shared.info.name, self.pid, st.dev.counters(), &driver));
         }
     }
@@ -244,7 +242,7 @@ impl Context {
             timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             app_polled: std::sync::atomic::AtomicU64::new(0),
             app_grace_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
-                crate::driver::APP_GRACE_MAX.as_micros() as u64
+                crate::driver::AppGrace::new().micros()
             } else {
                 0
             }),
@@ -325,10 +323,8 @@ impl Context {
 
     /// The driver's counters.
     pub fn driver_stats(&self) -> DriverStats {
-        let mut s = self.shared().lock().stats;
-        s.app_grace_us = self.shared().app_grace_us.load(Ordering::Relaxed);
-        s.driver_spins = self.shared().driver_spins.load(Ordering::Relaxed);
-        s
+        let s = self.shared();
+        s.driver_stats(&s.lock())
     }
 
     /// What `SOFTROCE_FAULTS` injected so far (`None` without faults).

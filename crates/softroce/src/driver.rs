@@ -86,7 +86,7 @@ const WAITER_GRACE: Duration = Duration::from_millis(2);
 /// it gives: such a loop polls again within microseconds, and an event
 /// loop's last poll before it sleeps (on a CQ it has not armed) costs its
 /// next packet at most this.
-pub(crate) const APP_GRACE_MAX: Duration = Duration::from_millis(1);
+const APP_GRACE_MAX: Duration = Duration::from_millis(1);
 /// The shortest: an application that spins on memory between its verbs
 /// calls (`ib_write_lat`, a flag at the end of an RDMA WRITE) has its
 /// packets handled this long after its last call.
@@ -510,6 +510,16 @@ impl Shared {
     pub(crate) fn end_app_poll(&self) {
         if self.app_polled.swap(0, Ordering::AcqRel) != 0 {
             let _ = self.waker.wake();
+        }
+    }
+
+    /// The driver's counters, with the gauges the driver thread keeps
+    /// outside the lock.
+    pub(crate) fn driver_stats(&self, st: &State) -> DriverStats {
+        DriverStats {
+            app_grace_us: self.app_grace_us.load(Ordering::Relaxed),
+            driver_spins: self.driver_spins.load(Ordering::Relaxed),
+            ..st.stats
         }
     }
 
@@ -945,8 +955,8 @@ impl Shared {
                 }
                 seen_call = call;
             }
-            let app_until =
-                (call != 0).then(|| self.epoch + Duration::from_nanos(call - 1) + grace.get()).filter(|&t| now < t);
+            let last_call = (call != 0).then(|| self.epoch + Duration::from_nanos(call - 1));
+            let app_until = last_call.map(|t| t + grace.get()).filter(|&t| now < t);
             let blind =
                 waiting || no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE) || app_until.is_some();
             let due = next.is_some_and(|t| t <= now);
@@ -960,13 +970,12 @@ impl Shared {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 };
-                if !blind && call != 0 && st.stats.rx_packets != got {
+                if !blind && last_call.is_some() && st.stats.rx_packets != got {
                     grace.app_left_packets();
                 }
                 // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
                 // target, a perftest server) keeps polling a while.
-                let passive = call == 0
-                    || now.saturating_duration_since(self.epoch + Duration::from_nanos(call - 1)) > PASSIVE_AFTER;
+                let passive = last_call.is_none_or(|t| now.saturating_duration_since(t) > PASSIVE_AFTER);
                 if !blind && passive && st.stats.rx_packets != got && !self.driver_spin.is_zero() {
                     spin_until = Some(Instant::now() + self.driver_spin);
                 }
@@ -980,7 +989,7 @@ impl Shared {
                 // an application thread waits).
                 m.upkeep(&self.sock);
             }
-            self.app_grace_us.store(u64::try_from(grace.get().as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            self.app_grace_us.store(grace.micros(), Ordering::Relaxed);
             // Wake at least every TICK: a timer armed meanwhile by a verb on
             // another thread that is due later than that needs no wake-up
             // call (see `nudge_driver`), so posting stays free of syscalls.
@@ -1031,15 +1040,20 @@ impl Shared {
 /// | the application called since it last looked | x 2, at most 1 ms |
 /// | packets, in a pass past the grace | / 4, at least 5 us |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct AppGrace(Duration);
+pub(crate) struct AppGrace(Duration);
 
 impl AppGrace {
-    fn new() -> AppGrace {
+    pub(crate) fn new() -> AppGrace {
         AppGrace(APP_GRACE_MAX)
     }
 
     fn get(self) -> Duration {
         self.0
+    }
+
+    /// The grace in us, as `DriverStats::app_grace_us` shows it.
+    pub(crate) fn micros(self) -> u64 {
+        u64::try_from(self.0.as_micros()).unwrap_or(u64::MAX)
     }
 
     /// The application called a verb since the driver thread last looked.

@@ -74,43 +74,33 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
         return Err(PerfError::Usage("ucx_perftest is not installed (Debian: ucx-utils)".into()));
     }
     let div = if args.quick { 10 } else { 1 };
+    // UCT put_bw 64 KiB zero-copy over rc_verbs against write-bw 64 KiB.
+    let put_bw = |label, ucx, perf_args, target| Case {
+        label,
+        ucx,
+        ucx_env: &[],
+        perf: ("write-bw", 65536),
+        perf_args,
+        iters: 20_000 / div,
+        latency: false,
+        target,
+    };
+    const PUT_BW: &[&str] = &["-x", "rc_verbs", "-d", "softroce_lo:1", "-t", "put_bw", "-D", "zcopy", "-s", "65536"];
     let cases = [
-        Case {
-            label: "UCT put_bw zcopy 64 KiB / write-bw",
-            ucx: &["-x", "rc_verbs", "-d", "softroce_lo:1", "-t", "put_bw", "-D", "zcopy", "-s", "65536"],
-            ucx_env: &[],
-            perf: ("write-bw", 65536),
-            perf_args: &[],
-            iters: 20_000 / div,
-            latency: false,
-            target: Some(0.9),
-        },
+        // As ucx_perftest runs it: one zero-copy put outstanding (`-O`
+        // unset), each a 64 KiB WRITE's round trip.
+        put_bw("UCT put_bw zcopy 64 KiB / write-bw", PUT_BW, &[], Some(0.9)),
         // The same depth on both sides: one WRITE outstanding, its round
         // trip each time (softroce perf's server, as perftest's, leaves
         // the work to softroce's driver thread; UCX's polls).
-        Case {
-            label: "UCT put_bw zcopy 64 KiB / write-bw -t 1",
-            ucx: &["-x", "rc_verbs", "-d", "softroce_lo:1", "-t", "put_bw", "-D", "zcopy", "-s", "65536"],
-            ucx_env: &[],
-            perf: ("write-bw", 65536),
-            perf_args: &["-t", "1"],
-            iters: 20_000 / div,
-            latency: false,
-            target: None,
-        },
-        // ucx_perftest keeps one zero-copy put outstanding unless told
-        // (`-O`): the row above is a 64 KiB WRITE's round trip, this one
-        // keeps as many in flight as write-bw does (perftest's tx depth).
-        Case {
-            label: "UCT put_bw zcopy 64 KiB -O 128 / write-bw",
-            ucx: &["-x", "rc_verbs", "-d", "softroce_lo:1", "-t", "put_bw", "-D", "zcopy", "-s", "65536", "-O", "128"],
-            ucx_env: &[],
-            perf: ("write-bw", 65536),
-            perf_args: &[],
-            iters: 20_000 / div,
-            latency: false,
-            target: Some(0.9),
-        },
+        put_bw("UCT put_bw zcopy 64 KiB / write-bw -t 1", PUT_BW, &["-t", "1"], None),
+        // As many puts in flight as write-bw keeps WRITEs (perftest's tx depth).
+        put_bw(
+            "UCT put_bw zcopy 64 KiB -O 128 / write-bw",
+            &["-x", "rc_verbs", "-d", "softroce_lo:1", "-t", "put_bw", "-D", "zcopy", "-s", "65536", "-O", "128"],
+            &[],
+            Some(0.9),
+        ),
         Case {
             label: "UCP tag_lat 8 B / send-lat",
             ucx: &["-t", "tag_lat", "-s", "8"],
