@@ -116,6 +116,9 @@ roce_proto::counter_struct! {
     pub struct DriverStats {
         /// Packets received and handed to the engine.
         pub rx_packets,
+        /// Of those, requests (what a responder answers: a passive side's
+        /// driver thread polls on after them, see `Options::driver_spin`).
+        pub rx_requests,
         /// Packets sent.
         pub tx_packets,
         /// UDP messages sent (a GSO send counts once).
@@ -729,6 +732,7 @@ impl Shared {
                 continue;
             }
             stats.rx_packets += 1;
+            stats.rx_requests += u64::from(is_request(data));
             ingest(dev, faults, tap, scratch, now, Arrival { src, src_port, dst, ecn, data })?;
         }
         if let Some(m) = member
@@ -965,7 +969,7 @@ impl Shared {
             if !blind || due || owed.is_some_and(|d| d >= OWED_GRACE) {
                 let mut st = self.lock();
                 st.stats.driver_passes += 1;
-                let got = st.stats.rx_packets;
+                let (got, requests) = (st.stats.rx_packets, st.stats.rx_requests);
                 next = match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
@@ -976,7 +980,9 @@ impl Shared {
                 // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
                 // target, a perftest server) keeps polling a while.
                 let passive = last_call.is_none_or(|t| now.saturating_duration_since(t) > PASSIVE_AFTER);
-                if !blind && passive && st.stats.rx_packets != got && !self.driver_spin.is_zero() {
+                // Only after requests: a response or ACK answers what this
+                // side posted, and no request of a ping-pong follows it.
+                if !blind && passive && st.stats.rx_requests != requests && !self.driver_spin.is_zero() {
                     spin_until = Some(Instant::now() + self.driver_spin);
                 }
             } else if let Some(owed) = owed {
@@ -1068,12 +1074,20 @@ impl AppGrace {
     }
 }
 
+/// The opcode of `head` (from the BTH on), if it is a request's.
+fn request_opcode(head: &[u8]) -> Option<&'static roce_wire::OpcodeInfo> {
+    head.first().and_then(|&op| roce_wire::Opcode(op).info()).filter(|i| i.direction() == roce_wire::Direction::Request)
+}
+
+/// Whether `head` (from the BTH on) is a request packet.
+fn is_request(head: &[u8]) -> bool {
+    request_opcode(head).is_some()
+}
+
 /// Whether `head` (from the BTH on) starts a request that is a whole
 /// message: a ping-pong's turn.
 fn is_whole_request(head: &[u8]) -> bool {
-    head.first()
-        .and_then(|&op| roce_wire::Opcode(op).info())
-        .is_some_and(|i| i.direction() == roce_wire::Direction::Request && i.starts_message() && i.ends_message())
+    request_opcode(head).is_some_and(|i| i.starts_message() && i.ends_message())
 }
 
 /// One received packet, as it reached the driver.
@@ -1135,7 +1149,7 @@ fn ingest(
 
 #[cfg(test)]
 mod tests {
-    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_whole_request};
+    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_request, is_whole_request};
     use roce_wire::Opcode;
     use std::time::Duration;
 
@@ -1167,6 +1181,17 @@ mod tests {
             n += 1;
         }
         assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
+    }
+
+    #[test]
+    fn requests_are_told_from_responses_and_acks() {
+        for op in [Opcode::RC_SEND_MIDDLE, Opcode::RC_RDMA_READ_REQUEST, Opcode::RC_FETCH_ADD, Opcode::UD_SEND_ONLY] {
+            assert!(is_request(&[op.0, 0, 0, 0]), "{op:?}");
+        }
+        for op in [Opcode::RC_ACKNOWLEDGE, Opcode::RC_RDMA_READ_RESPONSE_ONLY, Opcode::RC_ATOMIC_ACKNOWLEDGE] {
+            assert!(!is_request(&[op.0, 0, 0, 0]), "{op:?}");
+        }
+        assert!(!is_request(&[]), "no header");
     }
 
     #[test]
