@@ -5,8 +5,8 @@
 //! all: what the machine itself can do. Bandwidth is timed as softroce's
 //! is (perftest's way): by the sender, from its first send until it learns
 //! that the last packet arrived. Latency is a UDP ping-pong of equally
-//! sized datagrams, its receives polling as softroce's latency tests poll
-//! (or blocking, as they sleep with `-e`).
+//! sized datagrams. Both wait as softroce's tests wait: polling without
+//! pause (as perftest polls its CQs), or blocking, as they sleep with `-e`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
@@ -63,8 +63,9 @@ impl std::ops::AddAssign for Moved {
 /// sender, from its first send until it learns that the last packet
 /// arrived (the receiver's count, the RDMA ACK's part). The receiver is
 /// waiting before the clock starts, so nothing queued before it looked
-/// counts as received in no time.
-pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, PerfError> {
+/// counts as received in no time. `busy`: both ends poll their sockets
+/// without pause when they find nothing (else they sleep in `poll`).
+pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Result<Moved, PerfError> {
     let rx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
     let tx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
     let rx = Socket::bind_addr(SocketAddr::new(rx_addr, 0))?;
@@ -92,7 +93,9 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, P
                     rx.send_to(&count.to_le_bytes(), tx_back)?;
                     since_ack = 0;
                 }
-                wait(&[(rx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(5)))?;
+                if !busy {
+                    wait(&[(rx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(5)))?;
+                }
                 continue;
             }
             for seg in batch.segments() {
@@ -158,7 +161,7 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize) -> Result<Moved, P
         } else if stalled_since.elapsed() > Duration::from_millis(5) {
             acked = sent;
             stalled_since = Instant::now();
-        } else {
+        } else if !busy {
             wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
         }
     }
@@ -266,12 +269,15 @@ mod tests {
 
     #[test]
     fn the_bandwidth_baseline_counts_what_the_receiver_confirmed_over_the_senders_time() {
-        let started = Instant::now();
-        let m = bw(65536, 4096, 300, 128).unwrap();
-        let wall = started.elapsed().as_secs_f64();
-        assert_eq!(m.bytes, 300.0 * 65536.0);
-        // Timed inside the call, from the first send to the last
-        // confirmation: a positive span no longer than the call itself.
-        assert!(m.secs > 0.0 && m.secs <= wall, "{m:?} in {wall} s");
+        // Polling and sleeping alike.
+        for busy in [true, false] {
+            let started = Instant::now();
+            let m = bw(65536, 4096, 300, 128, busy).unwrap();
+            let wall = started.elapsed().as_secs_f64();
+            assert_eq!(m.bytes, 300.0 * 65536.0, "busy {busy}");
+            // Timed inside the call, from the first send to the last
+            // confirmation: a positive span no longer than the call itself.
+            assert!(m.secs > 0.0 && m.secs <= wall, "busy {busy}: {m:?} in {wall} s");
+        }
     }
 }

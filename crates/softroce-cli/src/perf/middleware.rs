@@ -91,8 +91,7 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
         // unset), each a 64 KiB WRITE's round trip.
         put_bw("UCT put_bw zcopy 64 KiB / write-bw", PUT_BW, &[], Some(0.9)),
         // The same depth on both sides: one WRITE outstanding, its round
-        // trip each time (softroce perf's server, as perftest's, leaves
-        // the work to softroce's driver thread; UCX's polls).
+        // trip each time, both clients polling for it.
         put_bw("UCT put_bw zcopy 64 KiB / write-bw -t 1", PUT_BW, &["-t", "1"], None),
         // As many puts in flight as write-bw keeps WRITEs (perftest's tx depth).
         put_bw(

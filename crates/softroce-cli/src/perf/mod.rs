@@ -156,10 +156,11 @@ pub struct PerfArgs {
     /// Print the counters (rxe names) at the end.
     #[arg(long)]
     stats: bool,
-    /// Latency tests sleep until completions come (in `Cq::wait`, and for
-    /// WRITE between looks at memory); without it they poll without pause,
-    /// as perftest's do. The baseline's ping-pong blocks in `recv` or polls
-    /// to match. Bandwidth tests always wait: the other core is the peer's.
+    /// Sleep until completions come (in `Cq::wait`, and for write-lat
+    /// between looks at memory); without it every test polls without pause,
+    /// as perftest's do (softroce yields the CPU after 50 us of empty polls,
+    /// so a peer on the same core still runs). The baseline blocks in its
+    /// sockets or polls them to match.
     #[arg(short = 'e', long = "events")]
     events: bool,
 }
@@ -177,7 +178,7 @@ pub struct Settings {
     pub qp_timeout: u8,
     pub mtu: Option<softroce::Mtu>,
     pub duration: Option<Duration>,
-    /// Latency tests sleep for completions (`-e`) instead of polling.
+    /// Tests sleep for completions (`-e`) instead of polling.
     pub events: bool,
 }
 
@@ -354,7 +355,7 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
                         // The same messages as softroce moved (fewer with -D:
                         // the baseline is the faster, and a fraction suffices).
                         let msgs = if s.duration.is_some() { part.iters.min(sr.iters.max(200)) } else { part.iters };
-                        *m += baseline::bw(size, mtu, msgs.max(1), s.tx_depth)?;
+                        *m += baseline::bw(size, mtu, msgs.max(1), s.tx_depth, !s.events)?;
                     }
                     parts.push(part);
                 }
@@ -425,16 +426,22 @@ fn bw_round(
     tty: bool,
     outstanding: &mut [usize],
 ) -> Result<BwRow, PerfError> {
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    // The SENDs per QP the client saw complete, once it is done (none if
+    // it failed): the receiver takes exactly those.
+    let client_done = std::sync::Mutex::new(None::<Vec<usize>>);
     let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
     if s.op == Op::Send {
         rdma::bw_prepost(b, s, size, per_qp, outstanding)?;
     }
+    let failed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| -> Result<BwRow, PerfError> {
         let recv = (s.op == Op::Send).then(|| {
-            let stop = &stop;
+            let (client_done, failed) = (&client_done, &failed);
             sc.spawn(move || {
-                rdma::bw_receiver(b, s, size, per_qp, &|| stop.load(std::sync::atomic::Ordering::Relaxed), outstanding)
+                let done = || client_done.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let r = rdma::bw_receiver(b, s, size, per_qp, &done, outstanding);
+                failed.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
+                r
             })
         });
         let mut progress = |bytes: u64, t: Duration| {
@@ -446,15 +453,17 @@ fn bw_round(
                 );
             }
         };
-        let r = rdma::bw_client(a, s, rb, size, &mut progress);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let r = rdma::bw_client(a, s, rb, size, &mut progress, &|| failed.load(std::sync::atomic::Ordering::Relaxed));
+        let done = r.as_ref().map_or_else(|_| vec![0; a.qps.len()], |(_, d)| d.clone());
+        *client_done.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
         if let Some(h) = recv {
+            // The receiver's error first: the client's is its consequence.
             h.join().map_err(|_| PerfError::Usage("receiver thread panicked".into()))??;
         }
         if tty && s.duration.is_some() {
             eprintln!();
         }
-        r
+        r.map(|(row, _)| row)
     })
 }
 
@@ -516,12 +525,12 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
         sync(&mut stream)?;
         if args.test.is_bw() {
             if client {
-                let row = rdma::bw_client(&me, s, &peer, size, &mut |_, _| {})?;
+                let (row, _) = rdma::bw_client(&me, s, &peer, size, &mut |_, _| {}, &|| false)?;
                 println!("{}", report::bw_line(&row, args.report_gbits, None));
                 sync(&mut stream)?;
             } else {
                 if s.op == Op::Send {
-                    rdma::bw_receiver(&me, s, size, s.iters, &|| false, &mut outstanding)?;
+                    rdma::bw_receiver(&me, s, size, s.iters, &|| None, &mut outstanding)?;
                 }
                 sync(&mut stream)?;
             }

@@ -145,7 +145,8 @@ pub fn bw_client(
     peer: &Remote,
     size: usize,
     progress: &mut dyn FnMut(u64, Duration),
-) -> Result<BwRow, PerfError> {
+    peer_failed: &dyn Fn() -> bool,
+) -> Result<(BwRow, Vec<usize>), PerfError> {
     let op = s.op;
     let opcode = match op {
         Op::Send => WrOpcode::Send,
@@ -196,9 +197,12 @@ pub fn bw_client(
         if total_done >= iters.saturating_mul(e.qps.len()) || (stop && posted == done) {
             break;
         }
-        // Waiting (not spinning) leaves the other core to the peer, and the
-        // waiting thread receives the completions' packets itself.
-        let n = e.cq.wait(&mut wc, Duration::from_millis(100))?;
+        if peer_failed() {
+            // The receiving end (a thread of this process) gave up: what is
+            // left would never complete.
+            return Err(PerfError::Exchange("the receiving end failed".into()));
+        }
+        let n = next_completions(e, s, &mut wc)?;
         for w in &wc[..n] {
             check(w)?;
             let q = (w.wr_id >> 48) as usize;
@@ -246,7 +250,9 @@ pub fn bw_client(
     }
     let secs = t0.elapsed().as_secs_f64();
     let avg = (total_done * size) as f64 / secs;
-    Ok(BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs, secs })
+    let row =
+        BwRow { bytes: size, iters: total_done, peak: peak.max(avg), avg, msg_rate: total_done as f64 / secs, secs };
+    Ok((row, done))
 }
 
 /// Posts the receives a SEND bandwidth test starts with (see
@@ -282,12 +288,36 @@ fn top_up(e: &End, s: &Settings, sge: &[Sge], q: usize, left: usize, outstanding
 /// says so), and never more than it will still get. `outstanding` counts
 /// each QP's posted receives across calls: a run that stopped early leaves
 /// some for the next.
+/// The next completions of a bandwidth test, up to 100 ms: polled without
+/// pause, as perftest does unless told `-e` (the polling thread receives
+/// the completions' packets itself; softroce yields its CPU after 50 us of
+/// empty polls), or waited for on the channel with `-e`.
+fn next_completions(e: &End, s: &Settings, wc: &mut [Wc; 64]) -> Result<usize, PerfError> {
+    if s.events {
+        return Ok(e.cq.wait(wc, Duration::from_millis(100))?);
+    }
+    let deadline = Instant::now() + Duration::from_millis(100);
+    loop {
+        let n = e.cq.poll(wc)?;
+        if n > 0 || Instant::now() > deadline {
+            return Ok(n);
+        }
+    }
+}
+
+/// The receiving end of a SEND bandwidth test: takes `per_qp` receives'
+/// completions on each QP, or once `client_done` gives the SENDs the
+/// client saw complete per QP (its run ended: `-D`, or an error, when it
+/// gives none), exactly those. A receiver that left at the client's end
+/// instead would leave completions of this round in the CQ, and the next
+/// round would count them as its own, stop short, and post no more
+/// receives: its client's last SENDs would meet RNR NAKs forever.
 pub fn bw_receiver(
     e: &End,
     s: &Settings,
     size: usize,
     per_qp: usize,
-    stop: &dyn Fn() -> bool,
+    client_done: &dyn Fn() -> Option<Vec<usize>>,
     outstanding: &mut [usize],
 ) -> Result<usize, PerfError> {
     let sge = [e.mr.sge(0, size as u32)];
@@ -295,8 +325,24 @@ pub fn bw_receiver(
     let mut wc = empty_wc();
     // Posted already by the caller, as a rule.
     bw_prepost(e, s, size, per_qp, outstanding)?;
-    while got.iter().any(|&g| g < per_qp) && !stop() {
-        let n = e.cq.wait(&mut wc, Duration::from_millis(50))?;
+    // A completed SEND's receive completion is already in the CQ: once the
+    // client is done, what is missing comes at once or never.
+    let mut drain_deadline = None;
+    loop {
+        let want = client_done();
+        let target = |q: usize| want.as_ref().map_or(per_qp, |w| w.get(q).copied().unwrap_or(0));
+        if got.iter().enumerate().all(|(q, &g)| g >= target(q)) {
+            break;
+        }
+        if want.is_some() {
+            let d = *drain_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(5));
+            if Instant::now() > d {
+                return Err(PerfError::Exchange(format!(
+                    "the client completed {want:?} SENDs per QP, the receiver saw {got:?}"
+                )));
+            }
+        }
+        let n = next_completions(e, s, &mut wc)?;
         for w in &wc[..n] {
             check(w)?;
             let q = w.wr_id as usize;
