@@ -139,6 +139,10 @@ roce_proto::counter_struct! {
         pub passes,
         /// The passes of those made by the driver thread.
         pub driver_passes,
+        /// The passes of those made by a thread waiting in `Cq::wait` (it
+        /// slept in the socket, or beside a thread that did, and received
+        /// for the whole device).
+        pub waiter_passes,
         /// Wake-up datagrams a thread sent to end another's sleep in the socket.
         pub wake_ups,
         /// Passes of a waiting application thread that returned its
@@ -457,6 +461,7 @@ impl Shared {
         let before = st.stats.rx_packets;
         let made = st.dev.counters().completions;
         st.stats.passes += 1;
+        st.stats.waiter_passes += 1;
         self.progress_pass_with(&mut st, defer, pre)?;
         self.wake_others_if_made(st.dev.counters().completions, made, true);
         let got = st.stats.rx_packets != before;

@@ -180,3 +180,50 @@ fn a_req_to_a_port_nobody_listens_on_is_rejected_over_the_wire() {
     assert_eq!(s.cm.stats().0.no_listener, 1);
     assert!(s.cm.wait_event(Duration::from_millis(50)).is_none(), "the server's consumer hears nothing");
 }
+
+/// The CM's thread sleeps on its CQ's channel, not in `Cq::wait`: a thread
+/// in `Cq::wait` receives for the whole device, and the CM's, always
+/// waiting, used to take every packet of the application's QPs while the
+/// application busy-polled (each packet then waited for the CM thread's
+/// wake-up). In a busy-polled ping-pong beside an open CM, no thread makes
+/// a waiter's pass: the pollers receive their packets themselves (before:
+/// 600 on each side in 300 turns, the CM thread's, one for every packet).
+#[test]
+fn the_cms_thread_leaves_the_applications_packets_to_its_poller() {
+    let (c, s) = (end(None, 31), end(None, 32));
+    let (c_addr, s_addr) = (c.cm.local_addr(), s.cm.local_addr());
+    connect_qp(&c, 100, s_addr, s.qp.qpn(), 200);
+    connect_qp(&s, 200, c_addr, c.qp.qpn(), 100);
+    let busy_wc = |cq: &Cq| -> Wc {
+        let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
+        let deadline = std::time::Instant::now() + WAIT;
+        while cq.poll(&mut wc).unwrap() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no completion");
+        }
+        assert_eq!(wc[0].status, WcStatus::Success);
+        wc[0]
+    };
+    const TURNS: u64 = 300;
+    let before = (c.ctx.driver_stats().waiter_passes, s.ctx.driver_stats().waiter_passes);
+    let (c_rx, s_rx) = (c.ctx.driver_stats().rx_packets, s.ctx.driver_stats().rx_packets);
+    for i in 0..TURNS {
+        for (from, to) in [(&c, &s), (&s, &c)] {
+            to.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[to.mr.sge(0, 64)] }).unwrap();
+            from.mr.write(1024, &i.to_le_bytes()).unwrap();
+            let sge = [from.mr.sge(1024, 8)];
+            from.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+            let w = busy_wc(&to.cq);
+            assert_eq!((w.opcode, w.byte_len), (WcOpcode::Recv, 8));
+            assert_eq!(to.mr.to_vec(0, 8).unwrap(), i.to_le_bytes());
+            assert_eq!(busy_wc(&from.cq).opcode, WcOpcode::Send);
+        }
+    }
+    let (c_st, s_st) = (c.ctx.driver_stats(), s.ctx.driver_stats());
+    // Each side received a SEND and an ACK a turn.
+    assert!(c_st.rx_packets - c_rx >= 2 * TURNS && s_st.rx_packets - s_rx >= 2 * TURNS);
+    assert_eq!(
+        (c_st.waiter_passes - before.0, s_st.waiter_passes - before.1),
+        (0, 0),
+        "waiters' passes, client and server"
+    );
+}
