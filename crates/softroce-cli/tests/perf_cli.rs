@@ -208,6 +208,36 @@ fn the_latency_tests_run_between_two_processes_polling_or_sleeping() {
     }
 }
 
+/// `send-bw -D` between a server and a client process: the client runs for
+/// the time and tells the server how many SENDs completed on each QP; the
+/// server's receiver takes exactly those (it used to stop at `-n`'s
+/// default, and the client's later SENDs met RNR NAKs forever).
+#[test]
+fn send_bw_for_a_time_between_two_processes_ends_with_the_clients_count() {
+    let env = [("SOFTROCE_DEVICES", "softroce_lo=127.0.0.1")];
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let mut args = vec!["perf", "send-bw", "-D", "1", "-q", "2", "-s", "4096", "-p", &port];
+    let server = Command::new(env!("CARGO_BIN_EXE_softroce"))
+        .args(&args)
+        .arg("--stats")
+        .envs(env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    args.push("127.0.0.1");
+    let client = Command::new(env!("CARGO_BIN_EXE_softroce")).args(&args).envs(env).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (c_out, s_out) = (String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&server.stdout));
+    assert!(client.status.success(), "client\n{c_out}{}", String::from_utf8_lossy(&client.stderr));
+    assert!(server.status.success(), "server\n{s_out}{}", String::from_utf8_lossy(&server.stderr));
+    let iters: u64 = rows(&c_out)[0][1].parse().unwrap();
+    assert!(iters > 1000, "{c_out}");
+    let recvs =
+        s_out.lines().find_map(|l| l.trim().strip_prefix("rdma_recvs")).map(|v| v.trim().parse::<u64>().unwrap());
+    assert_eq!(recvs, Some(iters), "the server received what the client completed\n{s_out}");
+}
+
 /// `softroce perf-sharing --quick`: eight `softroce perf` processes in all
 /// (a pair on two addresses, a pair on one shared device, four pairs on
 /// it); every figure is measured, and each ratio is the shared figure over

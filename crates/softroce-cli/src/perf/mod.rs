@@ -438,8 +438,8 @@ fn bw_round(
         let recv = (s.op == Op::Send).then(|| {
             let (client_done, failed) = (&client_done, &failed);
             sc.spawn(move || {
-                let done = || client_done.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let r = rdma::bw_receiver(b, s, size, per_qp, &done, outstanding);
+                let mut done = || Ok(client_done.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                let r = rdma::bw_receiver(b, s, size, per_qp, &mut done, outstanding);
                 failed.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
                 r
             })
@@ -517,20 +517,30 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
     );
     let mut outstanding = vec![0usize; s.qps];
     let mut lat_done = 0usize;
+    // With -D the client runs for a time and tells how many SENDs it made.
+    let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
     for &size in sizes {
         if args.test.is_bw() && !client && s.op == Op::Send {
-            rdma::bw_prepost(&me, s, size, s.iters, &mut outstanding)?;
+            rdma::bw_prepost(&me, s, size, per_qp, &mut outstanding)?;
         }
         // Both sides are ready for this size before traffic starts.
         sync(&mut stream)?;
         if args.test.is_bw() {
             if client {
-                let (row, _) = rdma::bw_client(&me, s, &peer, size, &mut |_, _| {}, &|| false)?;
+                let (row, done) = rdma::bw_client(&me, s, &peer, size, &mut |_, _| {}, &|| false)?;
                 println!("{}", report::bw_line(&row, args.report_gbits, None));
+                if s.op == Op::Send && s.duration.is_some() {
+                    rdma::send_counts(&mut stream, &done)?;
+                }
                 sync(&mut stream)?;
             } else {
                 if s.op == Op::Send {
-                    rdma::bw_receiver(&me, s, size, s.iters, &|| None, &mut outstanding)?;
+                    if s.duration.is_some() {
+                        let mut counts = rdma::PeerCounts::new(&mut stream, s.qps)?;
+                        rdma::bw_receiver(&me, s, size, per_qp, &mut || counts.poll(), &mut outstanding)?;
+                    } else {
+                        rdma::bw_receiver(&me, s, size, per_qp, &mut || Ok(None), &mut outstanding)?;
+                    }
                 }
                 sync(&mut stream)?;
             }

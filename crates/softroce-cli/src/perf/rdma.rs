@@ -122,6 +122,66 @@ fn read_line(stream: &mut TcpStream) -> Result<String, PerfError> {
     }
 }
 
+/// Client of a SEND test run for a time (`-D`): tells the server how many
+/// SENDs completed on each QP, which its receiver then takes exactly.
+pub fn send_counts(stream: &mut TcpStream, done: &[usize]) -> Result<(), PerfError> {
+    let line: Vec<String> = done.iter().map(usize::to_string).collect();
+    stream.write_all(format!("{}\n", line.join(" ")).as_bytes())?;
+    Ok(())
+}
+
+/// Server of a SEND test run for a time: the client's counts (see
+/// [`send_counts`]) once they came, looking at the stream without
+/// blocking at most once a millisecond (the receiver polls its CQ
+/// meanwhile). `qps` counts are expected.
+pub struct PeerCounts<'a> {
+    stream: &'a mut TcpStream,
+    qps: usize,
+    got: Vec<u8>,
+    next_look: Instant,
+}
+
+impl<'a> PeerCounts<'a> {
+    pub fn new(stream: &'a mut TcpStream, qps: usize) -> Result<PeerCounts<'a>, PerfError> {
+        stream.set_nonblocking(true)?;
+        Ok(PeerCounts { stream, qps, got: Vec::new(), next_look: Instant::now() })
+    }
+
+    /// The counts, once the whole line came.
+    pub fn poll(&mut self) -> Result<Option<Vec<usize>>, PerfError> {
+        let now = Instant::now();
+        if now < self.next_look {
+            return Ok(None);
+        }
+        self.next_look = now + Duration::from_millis(1);
+        // One byte at a time: what follows the line (the sync) stays unread.
+        let mut b = [0u8; 1];
+        loop {
+            match self.stream.read(&mut b) {
+                Ok(0) => return Err(PerfError::Exchange("the client closed the connection".into())),
+                Ok(_) if b[0] == b'\n' => break,
+                Ok(_) if self.got.len() >= MAX_LINE => {
+                    return Err(PerfError::Exchange(format!("no end of line in {MAX_LINE} bytes")));
+                }
+                Ok(_) => self.got.push(b[0]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.stream.set_nonblocking(false)?;
+        let bad = || PerfError::Exchange(format!("bad SEND counts: {:?}", String::from_utf8_lossy(&self.got)));
+        let counts: Vec<usize> = std::str::from_utf8(&self.got)
+            .map_err(|_| bad())?
+            .split_whitespace()
+            .map(|w| w.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        if counts.len() != self.qps {
+            return Err(bad());
+        }
+        Ok(Some(counts))
+    }
+}
+
 /// Server: accept one client on `port`.
 pub fn accept(port: u16) -> Result<TcpStream, PerfError> {
     let l = TcpListener::bind(("0.0.0.0", port))?;
@@ -317,7 +377,7 @@ pub fn bw_receiver(
     s: &Settings,
     size: usize,
     per_qp: usize,
-    client_done: &dyn Fn() -> Option<Vec<usize>>,
+    client_done: &mut dyn FnMut() -> Result<Option<Vec<usize>>, PerfError>,
     outstanding: &mut [usize],
 ) -> Result<usize, PerfError> {
     let sge = [e.mr.sge(0, size as u32)];
@@ -329,7 +389,7 @@ pub fn bw_receiver(
     // client is done, what is missing comes at once or never.
     let mut drain_deadline = None;
     loop {
-        let want = client_done();
+        let want = client_done()?;
         let target = |q: usize| want.as_ref().map_or(per_qp, |w| w.get(q).copied().unwrap_or(0));
         if got.iter().enumerate().all(|(q, &g)| g >= target(q)) {
             break;
