@@ -610,6 +610,13 @@ impl Cq {
     /// arrives or another thread made completions, and makes progress
     /// itself when it wakes: no hand-over between threads on the way to the
     /// application. Timers meanwhile are the driver thread's.
+    ///
+    /// While it sleeps it receives for the whole context: a thread that
+    /// busy-polls another CQ of the context then gets its packets through
+    /// this one's wake-ups. A thread that waits for rare completions beside
+    /// a busy poller (a control queue, the CM's QP 1) sleeps on a
+    /// [`CompChannel`] instead ([`Cq::req_notify`], then
+    /// [`CompChannel::get_event`]), as [`crate::cm::CmService`]'s does.
     pub fn wait(&self, out: &mut [Wc], timeout: Duration) -> Result<usize, Error> {
         let s = self.0.ctx.shared();
         let deadline = std::time::Instant::now() + timeout;
