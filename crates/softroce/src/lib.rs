@@ -71,7 +71,7 @@ mod verbs;
 #[cfg(feature = "tokio")]
 pub use async_cq::AsyncCq;
 pub use config::DeviceInfo;
-pub use context::{Context, Options, WeakContext, devices};
+pub use context::{Context, DEFAULT_DRIVER_SPIN, Options, WeakContext, devices};
 pub use driver::{DriverStats, Progress};
 pub use error::Error;
 pub use faults::{FaultSpec, FaultStats};
