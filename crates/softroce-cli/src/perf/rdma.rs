@@ -343,11 +343,6 @@ fn top_up(e: &End, s: &Settings, sge: &[Sge], q: usize, left: usize, outstanding
     Ok(())
 }
 
-/// The responder side of a SEND bandwidth test: keeps up to `rx_depth`
-/// receives posted per QP until each QP got `per_qp` messages (or `stop`
-/// says so), and never more than it will still get. `outstanding` counts
-/// each QP's posted receives across calls: a run that stopped early leaves
-/// some for the next.
 /// The next completions of a bandwidth test, up to 100 ms: polled without
 /// pause, as perftest does unless told `-e` (the polling thread receives
 /// the completions' packets itself; softroce yields its CPU after 50 us of
@@ -365,13 +360,16 @@ fn next_completions(e: &End, s: &Settings, wc: &mut [Wc; 64]) -> Result<usize, P
     }
 }
 
-/// The receiving end of a SEND bandwidth test: takes `per_qp` receives'
-/// completions on each QP, or once `client_done` gives the SENDs the
-/// client saw complete per QP (its run ended: `-D`, or an error, when it
-/// gives none), exactly those. A receiver that left at the client's end
-/// instead would leave completions of this round in the CQ, and the next
-/// round would count them as its own, stop short, and post no more
+/// The responder side of a SEND bandwidth test: keeps up to `rx_depth`
+/// receives posted per QP, never more than it will still get, and takes
+/// `per_qp` completions on each QP, or, once `client_done` gives the SENDs
+/// the client saw complete per QP (its run ended: `-D`, or an error, when
+/// it gives zeros), exactly those. A receiver that left at the client's
+/// end instead would leave completions of this round in the CQ, and the
+/// next round would count them as its own, stop short, and post no more
 /// receives: its client's last SENDs would meet RNR NAKs forever.
+/// `outstanding` counts each QP's posted receives across calls: a round
+/// that stopped early leaves some for the next.
 pub fn bw_receiver(
     e: &End,
     s: &Settings,
