@@ -426,7 +426,7 @@ fn bw_round(
     tty: bool,
     outstanding: &mut [usize],
 ) -> Result<BwRow, PerfError> {
-    // The SENDs per QP the client saw complete, once it is done (none if
+    // The SENDs per QP the client saw complete, once it is done (zeros if
     // it failed): the receiver takes exactly those.
     let client_done = std::sync::Mutex::new(None::<Vec<usize>>);
     let per_qp = if s.duration.is_some() { usize::MAX } else { s.iters };
