@@ -179,27 +179,13 @@ fn with_a_baseline_the_rounds_add_up_to_the_iterations_asked_for() {
 /// client's READs failed with RETRY_EXC_ERR).
 #[test]
 fn the_latency_tests_run_between_two_processes_polling_or_sleeping() {
-    let env = [("SOFTROCE_DEVICES", "softroce_lo=127.0.0.1")];
     for test in ["send-lat", "write-lat", "read-lat", "atomic-lat"] {
         for events in [false, true] {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-            let mut args = vec!["perf", test, "-n", "300", "-p", &port];
+            let mut args = vec!["perf", test, "-n", "300"];
             if events {
                 args.push("-e");
             }
-            let server = Command::new(env!("CARGO_BIN_EXE_softroce"))
-                .args(&args)
-                .envs(env)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            args.push("127.0.0.1");
-            let client = Command::new(env!("CARGO_BIN_EXE_softroce")).args(&args).envs(env).output().unwrap();
-            let server = server.wait_with_output().unwrap();
-            let text = |o: &std::process::Output| {
-                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-            };
+            let (client, server) = server_and_client(&args, &[]);
             assert!(client.status.success(), "{test} -e {events}: client\n{}", text(&client));
             assert!(server.status.success(), "{test} -e {events}: server\n{}", text(&server));
             let out = String::from_utf8_lossy(&client.stdout);
@@ -208,18 +194,16 @@ fn the_latency_tests_run_between_two_processes_polling_or_sleeping() {
     }
 }
 
-/// `send-bw -D` between a server and a client process: the client runs for
-/// the time and tells the server how many SENDs completed on each QP; the
-/// server's receiver takes exactly those (it used to stop at `-n`'s
-/// default, and the client's later SENDs met RNR NAKs forever).
-#[test]
-fn send_bw_for_a_time_between_two_processes_ends_with_the_clients_count() {
+/// `softroce perf ARGS` as a server (with `server_only` besides) and as its
+/// client, two processes on the host's shared loopback device and a free
+/// TCP port: the client's output, then the server's.
+fn server_and_client(args: &[&str], server_only: &[&str]) -> (std::process::Output, std::process::Output) {
     let env = [("SOFTROCE_DEVICES", "softroce_lo=127.0.0.1")];
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let mut args = vec!["perf", "send-bw", "-D", "1", "-q", "2", "-s", "4096", "-p", &port];
+    let mut args: Vec<&str> = args.iter().copied().chain(["-p", &port]).collect();
     let server = Command::new(env!("CARGO_BIN_EXE_softroce"))
         .args(&args)
-        .arg("--stats")
+        .args(server_only)
         .envs(env)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -227,10 +211,24 @@ fn send_bw_for_a_time_between_two_processes_ends_with_the_clients_count() {
         .unwrap();
     args.push("127.0.0.1");
     let client = Command::new(env!("CARGO_BIN_EXE_softroce")).args(&args).envs(env).output().unwrap();
-    let server = server.wait_with_output().unwrap();
+    (client, server.wait_with_output().unwrap())
+}
+
+/// A process's stdout and stderr, for a failure's message.
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// `send-bw -D` between a server and a client process: the client runs for
+/// the time and tells the server how many SENDs completed on each QP; the
+/// server's receiver takes exactly those (it used to stop at `-n`'s
+/// default, and the client's later SENDs met RNR NAKs forever).
+#[test]
+fn send_bw_for_a_time_between_two_processes_ends_with_the_clients_count() {
+    let (client, server) = server_and_client(&["perf", "send-bw", "-D", "1", "-q", "2", "-s", "4096"], &["--stats"]);
+    assert!(client.status.success(), "client\n{}", text(&client));
+    assert!(server.status.success(), "server\n{}", text(&server));
     let (c_out, s_out) = (String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&server.stdout));
-    assert!(client.status.success(), "client\n{c_out}{}", String::from_utf8_lossy(&client.stderr));
-    assert!(server.status.success(), "server\n{s_out}{}", String::from_utf8_lossy(&server.stderr));
     let iters: u64 = rows(&c_out)[0][1].parse().unwrap();
     assert!(iters > 1000, "{c_out}");
     let recvs =
