@@ -93,7 +93,11 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
                     rx.send_to(&count.to_le_bytes(), tx_back)?;
                     since_ack = 0;
                 }
-                if !busy {
+                if busy {
+                    // As softroce's pollers: the CPU goes to whatever else
+                    // is runnable on it (the sender, on a loaded machine).
+                    std::thread::yield_now();
+                } else {
                     wait(&[(rx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(5)))?;
                 }
                 continue;
@@ -161,7 +165,12 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
         } else if stalled_since.elapsed() > Duration::from_millis(5) {
             acked = sent;
             stalled_since = Instant::now();
-        } else if !busy {
+        } else if busy {
+            // A sender spinning on a full window would starve a receiver
+            // that shares its CPU, which then drops what the socket cannot
+            // hold after the stall above opened the window.
+            std::thread::yield_now();
+        } else {
             wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
         }
     }
