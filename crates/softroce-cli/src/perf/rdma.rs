@@ -262,7 +262,7 @@ pub fn bw_client(
             // left would never complete.
             return Err(PerfError::Exchange("the receiving end failed".into()));
         }
-        let n = next_completions(e, s, &mut wc)?;
+        let n = next_completions(e, s, &mut wc, Duration::from_millis(100))?;
         for w in &wc[..n] {
             check(w)?;
             let q = (w.wr_id >> 48) as usize;
@@ -343,15 +343,15 @@ fn top_up(e: &End, s: &Settings, sge: &[Sge], q: usize, left: usize, outstanding
     Ok(())
 }
 
-/// The next completions of a bandwidth test, up to 100 ms: polled without
-/// pause, as perftest does unless told `-e` (the polling thread receives
-/// the completions' packets itself; softroce yields its CPU after 50 us of
-/// empty polls), or waited for on the channel with `-e`.
-fn next_completions(e: &End, s: &Settings, wc: &mut [Wc; 64]) -> Result<usize, PerfError> {
+/// Up to `wc.len()` completions, within `timeout` (0 when none came):
+/// polled without pause, as perftest does unless told `-e` (the polling
+/// thread receives the completions' packets itself; softroce yields its CPU
+/// after 50 us of empty polls), or waited for in `Cq::wait` with `-e`.
+fn next_completions(e: &End, s: &Settings, wc: &mut [Wc], timeout: Duration) -> Result<usize, PerfError> {
     if s.events {
-        return Ok(e.cq.wait(wc, Duration::from_millis(100))?);
+        return Ok(e.cq.wait(wc, timeout)?);
     }
-    let deadline = Instant::now() + Duration::from_millis(100);
+    let deadline = Instant::now() + timeout;
     loop {
         let n = e.cq.poll(wc)?;
         if n > 0 || Instant::now() > deadline {
@@ -400,7 +400,7 @@ pub fn bw_receiver(
                 )));
             }
         }
-        let n = next_completions(e, s, &mut wc)?;
+        let n = next_completions(e, s, &mut wc, Duration::from_millis(100))?;
         for w in &wc[..n] {
             check(w)?;
             let q = w.wr_id as usize;
@@ -437,19 +437,8 @@ pub fn lat_run(
     let half = e.mr.len() / 2;
     let sge = [e.mr.sge(0, size as u32)];
     let rsge = [e.mr.sge(half, (e.mr.len() - half) as u32)];
-    // perftest polls without pause unless told `-e`.
-    let next = |wc: &mut [Wc; 64]| -> Result<usize, PerfError> {
-        if s.events {
-            return Ok(e.cq.wait(&mut wc[..1], Duration::from_secs(10))?);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let n = e.cq.poll(&mut wc[..1])?;
-            if n > 0 || Instant::now() > deadline {
-                return Ok(n);
-            }
-        }
-    };
+    // One completion at a time, as perftest takes them.
+    let next = |wc: &mut [Wc; 64]| next_completions(e, s, &mut wc[..1], Duration::from_secs(10));
     let wait_for = |kind: WcOpcode, wc: &mut [Wc; 64]| -> Result<(), PerfError> {
         loop {
             let n = next(wc)?;
