@@ -1,5 +1,5 @@
 //! CRC-32 on a 4096-byte buffer: roce-crc32 vs crc32fast vs a plain memcpy of
-//! the same bytes, plus a size sweep used to pick `SIMD_THRESHOLD`.
+//! the same bytes, plus a size sweep used to pick `SIMD_THRESHOLD` and `WIDE_THRESHOLD`.
 #![allow(missing_docs)]
 
 use std::hint::black_box;
@@ -34,7 +34,7 @@ fn bench_4096(c: &mut Criterion) {
     let dst = &mut dst_part[..LEN];
     assert_eq!(roce_crc32::checksum(src), crc32fast::hash(src));
 
-    let mut g = c.benchmark_group(format!("crc32-4096 [{}]", roce_crc32::backend()));
+    let mut g = c.benchmark_group(format!("crc32-4096 [{}]", roce_crc32::backend_for(LEN)));
     g.throughput(Throughput::Bytes(LEN as u64));
     g.bench_function("roce_crc32::checksum", |b| b.iter(|| roce_crc32::checksum(black_box(src))));
     g.bench_function("crc32fast::hash", |b| b.iter(|| crc32fast::hash(black_box(src))));
@@ -50,7 +50,7 @@ fn bench_sizes(c: &mut Criterion) {
     let arena = arena();
     let mut g = c.benchmark_group("crc32-sizes");
     g.measurement_time(std::time::Duration::from_secs(1)).warm_up_time(std::time::Duration::from_millis(300));
-    for len in [64usize, 128, 192, 256, 512, 1024, 1500, 9000] {
+    for len in [64usize, 128, 192, 256, 512, 1024, 1500, 2048, 3072, 4096, 9000] {
         // Unaligned start, as packet payloads usually are.
         let data = &arena.0[3..3 + len];
         g.throughput(Throughput::Bytes(len as u64));

@@ -72,6 +72,20 @@ impl Vpclmul {
     }
 }
 
+/// Whether `crc32fast` runs its 512-bit kernel here (it checks `avx512f`
+/// and `vpclmulqdq`, with the SSE features every such CPU has). Cached.
+#[inline]
+pub(crate) fn crc32fast_has_avx512() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("vpclmulqdq")
+            && is_x86_feature_detected!("pclmulqdq")
+            && is_x86_feature_detected!("sse4.1")
+            && is_x86_feature_detected!("ssse3")
+    })
+}
+
 /// Unaligned 32-byte load.
 // SAFETY: a safe `#[target_feature]` fn: callable without `unsafe` only from
 // code compiled with avx2 (here: `update_vpclmul`, entered after detection).
