@@ -289,6 +289,17 @@ impl<'a> SendBatch<'a> {
         Some(&mut self.b.arena[p.trail..p.trail + p.trail_len])
     }
 
+    /// Ends the open GSO run if its packets are longer than `len`: a packet
+    /// of `len` bytes queued next starts a run of its own instead of
+    /// joining that one as its shorter last packet. For a caller that knows
+    /// more packets of this length follow.
+    pub fn end_run_if_longer(&mut self, len: usize) {
+        let unsent = self.b.msgs.len() > self.b.next_msg;
+        if let Some(m) = self.b.msgs.last_mut().filter(|m| unsent && m.segment > len) {
+            m.closed = true;
+        }
+    }
+
     /// Copies `bytes` into the arena; returns where.
     fn copy_in(&mut self, bytes: &[u8]) -> Result<usize, BatchFull> {
         if !self.has_room(bytes.len()) {
@@ -558,6 +569,34 @@ pub(crate) mod tests {
         assert_eq!(idx, [0, 1, 2, 3, 0, 0, 0, 0, 0]);
         assert_eq!(runs(&b), [(0, 4), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]);
         assert_eq!(b.len(), 9);
+    }
+
+    #[test]
+    fn a_run_ended_for_shorter_packets_leaves_them_a_run_of_their_own() {
+        let a: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut b = SendBatch::new(256, 1 << 20);
+        b.push(a, &[1; 116]).unwrap();
+        // Equal or longer than the run: nothing to end.
+        b.end_run_if_longer(116);
+        b.push(a, &[1; 116]).unwrap();
+        b.end_run_if_longer(200);
+        b.push(a, &[1; 116]).unwrap();
+        // Shorter: the three 100-byte packets form the next run.
+        b.end_run_if_longer(100);
+        let idx: Vec<u16> = (0..3).map(|_| b.push(a, &[2; 100]).unwrap().gso_index).collect();
+        assert_eq!(idx, [0, 1, 2]);
+        assert_eq!(runs(&b), [(0, 3), (3, 3)]);
+        // Without it, the first shorter packet ends the run it joins.
+        let mut c = SendBatch::new(256, 1 << 20);
+        for n in [116, 100, 100, 100] {
+            c.push(a, &vec![1; n]).unwrap();
+        }
+        assert_eq!(runs(&c), [(0, 2), (2, 2)]);
+        // Sent messages are not touched: the next packet starts a run anyway.
+        let mut d = SendBatch::new(256, 1 << 20);
+        d.end_run_if_longer(1);
+        d.push(a, &[1; 50]).unwrap();
+        assert_eq!(runs(&d), [(0, 1)]);
     }
 
     #[test]

@@ -846,6 +846,11 @@ impl Shared {
                 return true;
             };
             tx.set_source(tag);
+            if is_middle(head) {
+                // A FIRST is longer than its MIDDLEs (RETH, AETH): let the
+                // MIDDLEs run together rather than end the FIRST's run.
+                tx.end_run_if_longer(t.len);
+            }
             let dst = sources.dst(t.dst, PORT);
             if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
@@ -1087,6 +1092,25 @@ fn request_opcode(head: &[u8]) -> Option<&'static roce_wire::OpcodeInfo> {
 /// Whether `head` (from the BTH on) is a request packet.
 fn is_request(head: &[u8]) -> bool {
     request_opcode(head).is_some()
+}
+
+/// Whether `head` (from the BTH on) is a MIDDLE packet (SEND, RDMA WRITE
+/// or READ response): one of a message's full-MTU packets between its
+/// FIRST and its LAST.
+///
+/// The driver sends them in a GSO run of their own, not joined to the
+/// FIRST's. An RDMA WRITE's FIRST is 16 bytes longer than its MIDDLEs
+/// (RETH), a READ response's 4 (AETH); joined, a 64 KiB WRITE leaves as
+/// [FIRST, MIDDLE] and [13 MIDDLEs, LAST]; apart, as [FIRST] and [14
+/// MIDDLEs, LAST]: as many sends, and measured faster (2026-12-04, 2 CPUs,
+/// the build before and after in turn, MiB/s: `write-bw --loopback`
+/// 4,173-4,889 against 4,608-5,168; UCX `put_bw -O 128` between two
+/// processes 3,606-4,082 against 4,293-4,536; `read-bw` and `send-bw`
+/// unchanged; the kernel's `__ip_append_data` took half the samples per
+/// WRITE). A two-packet message has no MIDDLE and still leaves as one GSO
+/// send.
+fn is_middle(head: &[u8]) -> bool {
+    head.first().and_then(|&op| roce_wire::Opcode(op).info()).is_some_and(|i| i.position == roce_wire::Position::Middle)
 }
 
 /// Whether `head` (from the BTH on) starts a request that is a whole
