@@ -690,9 +690,22 @@ fn an_application_spinning_on_memory_gets_its_packets_placed_and_a_poller_its_so
         turns += 100;
     }
     // Two busy pollers on two CPUs leave their driver threads a CPU about
-    // once a scheduler tick (4 ms here): 20,000 turns give them dozens.
-    ping_pong(&x, &y, 20_000, busy_poll_one);
-    assert_eq!(graces(), (1000, 1000), "graces back to a millisecond for busy pollers");
+    // once a scheduler tick (4 ms here): 20,000 turns usually give them
+    // dozens, but a loaded machine may give one of them none (seen once in
+    // CI: graces (5, 1000) after 20,000 turns). As in the first phase, the
+    // ping-pong goes on in rounds until both have learned, within 20 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut turns = 0;
+    while graces() != (1000, 1000) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "graces back to a millisecond for busy pollers: {:?} us after {turns} turns",
+            graces()
+        );
+        ping_pong(&x, &y, 20_000, busy_poll_one);
+        turns += 20_000;
+    }
+    eprintln!("graces back to a millisecond after {turns} turns");
 }
 
 /// `x` busy-polls `turns` 8-byte READs of `y`'s memory, one at a time, each
