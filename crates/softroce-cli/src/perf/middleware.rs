@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::sharing::{free_tcp_port, median};
-use super::{PerfError, report::RULE};
+use super::{
+    PerfError,
+    report::{RULE, judged_ratio},
+};
 
 /// `softroce perf-middleware` options.
 #[derive(Debug, Args)]
@@ -132,7 +135,7 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
     println!(" {:<52} {:>12} {:>14} {:>8}   target", "figure (median of the rounds)", "UCX", "softroce perf", "ratio");
     for (case, [u, p]) in cases.iter().zip(&got) {
         let (u, p) = (median(u), median(p));
-        let ratio = if p > 0.0 { u / p } else { 0.0 };
+        let ratio = judged_ratio(if p > 0.0 { u / p } else { 0.0 }, case.latency);
         let unit = if case.latency { "usec, typical" } else { "MiB/sec" };
         let target = match case.target {
             None => "(same depth)".to_string(),
@@ -141,7 +144,7 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
                 format!("{bound} {t:.2}x {}", if met { "met" } else { "MISSED" })
             }
         };
-        println!(" {:<52} {u:>12.2} {p:>14.2} {ratio:>7.2}x   {target}", format!("{} [{unit}]", case.label));
+        println!(" {:<52} {u:>12.2} {p:>14.2} {ratio:>7.3}x   {target}", format!("{} [{unit}]", case.label));
     }
     println!("{RULE}");
     Ok(())

@@ -139,6 +139,18 @@ pub fn lat_line(r: &LatRow, baseline: Option<f64>) -> String {
     s
 }
 
+/// A ratio to print beside a target and judge against it: to 0.001,
+/// rounded toward missing the target (down for an `at least` target, up
+/// for `at most`), so that the verdict agrees with the figure shown (0.896
+/// printed as 0.90x beside MISSED read as a contradiction). Print it with
+/// `{:.3}`.
+pub fn judged_ratio(exact: f64, at_most: bool) -> f64 {
+    let thousandths = exact * 1000.0;
+    // A hair of slack: 0.9 / 1.0 must stay 0.900, not become 0.899.
+    let r = if at_most { (thousandths - 1e-9).ceil() } else { (thousandths + 1e-9).floor() };
+    r / 1000.0
+}
+
 /// Parses the ratio (`0.81x`) at the end of a table row, as scripts do.
 #[cfg(test)]
 pub fn ratio_of(line: &str) -> Option<f64> {
@@ -163,6 +175,19 @@ mod tests {
         assert_eq!((l.min, l.max, l.typical, l.p99, l.p999), (1.0, 1000.0, 500.0, 990.0, 999.0));
         assert_eq!(ratio_of(&lat_line(&l, Some(400.0))), Some(1.25));
         assert!(lat_header(false).contains("t_typical[usec]"));
+    }
+
+    #[test]
+    fn judged_ratios_round_toward_missing_their_target() {
+        assert_eq!(judged_ratio(0.8996, false), 0.899);
+        assert_eq!(judged_ratio(0.9, false), 0.9);
+        // Figures whose exact ratio is the target meet it, whatever the float error.
+        assert_eq!(judged_ratio(4500.0 / 5000.0, false), 0.9);
+        assert_eq!(judged_ratio(6.5 / 5.0, true), 1.3);
+        assert_eq!(judged_ratio(1.3001, true), 1.301);
+        assert_eq!(judged_ratio(1.3, true), 1.3);
+        assert_eq!(judged_ratio(0.0, false), 0.0);
+        assert_eq!(format!("{:.3}", judged_ratio(2.0 / 3.0, false)), "0.666");
     }
 
     #[test]

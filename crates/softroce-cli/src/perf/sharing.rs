@@ -12,7 +12,10 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use clap::Args;
 use softroce::config::LoopbackLease;
 
-use super::{PerfError, report::RULE};
+use super::{
+    PerfError,
+    report::{RULE, judged_ratio},
+};
 
 /// `softroce perf-sharing` options.
 #[derive(Debug, Args)]
@@ -170,11 +173,11 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
     );
     for (case, [split, shared]) in cases.iter().zip(&got) {
         let (a, b) = (median(split), median(shared));
-        let ratio = if a > 0.0 { b / a } else { 0.0 };
+        let ratio = judged_ratio(if a > 0.0 { b / a } else { 0.0 }, case.figure == Figure::Typical);
         let bound = if case.figure == Figure::Typical { "<=" } else { ">=" };
         let met = if case.figure == Figure::Typical { ratio <= case.target } else { ratio >= case.target };
         println!(
-            " {:<36} {:>16.3} {:>16.3} {:>7.2}x   {bound} {:.2}x {}",
+            " {:<36} {:>16.3} {:>16.3} {:>7.3}x   {bound} {:.2}x {}",
             format!("{} [{}]", case.label, case.figure.unit()),
             a,
             b,
@@ -184,11 +187,11 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
         );
     }
     let (a, b) = (median(&pairs[0]), median(&pairs[1]));
-    let ratio = if a > 0.0 { b / a } else { 0.0 };
+    let ratio = judged_ratio(if a > 0.0 { b / a } else { 0.0 }, false);
     println!("{RULE}");
     println!(" {:<36} {:>16} {:>16} {:>8}   target", "write-bw 64 KiB, shared device", "one pair", "4 pairs", "ratio");
     println!(
-        " {:<36} {:>16.3} {:>16.3} {:>7.2}x   >= 0.90x {}",
+        " {:<36} {:>16.3} {:>16.3} {:>7.3}x   >= 0.90x {}",
         "aggregate [MiB/sec]",
         a,
         b,
