@@ -106,27 +106,28 @@ pub fn backend() -> &'static str {
 #[must_use]
 pub fn backend_for(len: usize) -> &'static str {
     #[cfg(target_arch = "x86_64")]
-    if uses_vpclmul(len) {
+    if vpclmul_for(len).is_some() {
         return "vpclmulqdq-avx2";
     }
     let _ = len;
     "crc32fast"
 }
 
-/// Whether an input of `len` bytes goes to this crate's 256-bit kernel.
+/// This crate's 256-bit kernel, if it hashes an input of `len` bytes here.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn uses_vpclmul(len: usize) -> bool {
-    len >= SIMD_THRESHOLD && x86::Vpclmul::detect().is_some() && (len < WIDE_THRESHOLD || !x86::crc32fast_has_avx512())
+fn vpclmul_for(len: usize) -> Option<x86::Vpclmul> {
+    if len < SIMD_THRESHOLD || (len >= WIDE_THRESHOLD && x86::crc32fast_has_avx512()) {
+        return None;
+    }
+    x86::Vpclmul::detect()
 }
 
 /// Continues the finalized CRC `crc` over `bytes`.
 #[inline]
 fn update(crc: u32, bytes: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if uses_vpclmul(bytes.len())
-        && let Some(kernel) = x86::Vpclmul::detect()
-    {
+    if let Some(kernel) = vpclmul_for(bytes.len()) {
         return kernel.update(crc, bytes);
     }
     update_crc32fast(crc, bytes)
