@@ -1084,9 +1084,14 @@ impl AppGrace {
     }
 }
 
+/// The opcode of `head` (from the BTH on), if it is a known one.
+fn opcode_info(head: &[u8]) -> Option<&'static roce_wire::OpcodeInfo> {
+    head.first().and_then(|&op| roce_wire::Opcode(op).info())
+}
+
 /// The opcode of `head` (from the BTH on), if it is a request's.
 fn request_opcode(head: &[u8]) -> Option<&'static roce_wire::OpcodeInfo> {
-    head.first().and_then(|&op| roce_wire::Opcode(op).info()).filter(|i| i.direction() == roce_wire::Direction::Request)
+    opcode_info(head).filter(|i| i.direction() == roce_wire::Direction::Request)
 }
 
 /// Whether `head` (from the BTH on) is a request packet.
@@ -1110,7 +1115,7 @@ fn is_request(head: &[u8]) -> bool {
 /// WRITE). A two-packet message has no MIDDLE and still leaves as one GSO
 /// send.
 fn is_middle(head: &[u8]) -> bool {
-    head.first().and_then(|&op| roce_wire::Opcode(op).info()).is_some_and(|i| i.position == roce_wire::Position::Middle)
+    opcode_info(head).is_some_and(|i| i.position == roce_wire::Position::Middle)
 }
 
 /// Whether `head` (from the BTH on) starts a request that is a whole
@@ -1178,7 +1183,7 @@ fn ingest(
 
 #[cfg(test)]
 mod tests {
-    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_request, is_whole_request};
+    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_middle, is_request, is_whole_request};
     use roce_wire::Opcode;
     use std::time::Duration;
 
@@ -1221,6 +1226,24 @@ mod tests {
             assert!(!is_request(&[op.0, 0, 0, 0]), "{op:?}");
         }
         assert!(!is_request(&[]), "no header");
+    }
+
+    #[test]
+    fn middles_are_told_from_the_packets_that_start_or_end_a_message() {
+        let middle = |op: Opcode| is_middle(&[op.0, 0, 0, 0]);
+        for op in [Opcode::RC_SEND_MIDDLE, Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE] {
+            assert!(middle(op), "{op:?}");
+        }
+        for op in [
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_RDMA_WRITE_LAST,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_ACKNOWLEDGE,
+        ] {
+            assert!(!middle(op), "{op:?}");
+        }
+        assert!(!is_middle(&[]), "no header");
     }
 
     #[test]
