@@ -28,7 +28,7 @@ use clap::Args;
 use super::sharing::median;
 use super::{
     PerfError,
-    report::{RULE, judged_ratio},
+    report::{RULE, judged_ratio, verdict},
 };
 
 /// `softroce perf-lossy` options.
@@ -160,7 +160,7 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     };
     for imp in settings {
         let (a, b, _, failure) = run(imp)?;
-        let ratio = judged_ratio(if b > 0.0 { a / b } else { 0.0 }, false);
+        let ratio = judged_ratio(a, b, false);
         let target = match imp.loss_pct {
             l if l >= 5.0 => Some(0.5),
             l if (1.0..2.0).contains(&l) => Some(0.8),
@@ -168,7 +168,7 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
         };
         let verdict = match (target, &failure) {
             (_, Some(e)) => format!("FAILED: {e}"),
-            (Some(t), None) => format!(">= {t:.2}x {}", if ratio >= t { "met" } else { "MISSED" }),
+            (Some(t), None) => verdict(ratio, t, false),
             (None, None) => String::new(),
         };
         println!(" {:>5}% {:>7}% {:>18.1} {:>14.1} {:>7.3}x   {verdict}", imp.loss_pct, imp.reorder_pct, a, b, ratio);

@@ -23,7 +23,7 @@ use clap::Args;
 use super::sharing::{free_tcp_port, median};
 use super::{
     PerfError,
-    report::{RULE, judged_ratio},
+    report::{RULE, judged_ratio, verdict},
 };
 
 /// `softroce perf-middleware` options.
@@ -135,15 +135,9 @@ fn run_inner(args: &MiddlewareArgs) -> Result<(), PerfError> {
     println!(" {:<52} {:>12} {:>14} {:>8}   target", "figure (median of the rounds)", "UCX", "softroce perf", "ratio");
     for (case, [u, p]) in cases.iter().zip(&got) {
         let (u, p) = (median(u), median(p));
-        let ratio = judged_ratio(if p > 0.0 { u / p } else { 0.0 }, case.latency);
+        let ratio = judged_ratio(u, p, case.latency);
         let unit = if case.latency { "usec, typical" } else { "MiB/sec" };
-        let target = match case.target {
-            None => "(same depth)".to_string(),
-            Some(t) => {
-                let (bound, met) = if case.latency { ("<=", ratio <= t) } else { (">=", ratio >= t) };
-                format!("{bound} {t:.2}x {}", if met { "met" } else { "MISSED" })
-            }
-        };
+        let target = case.target.map_or_else(|| "(same depth)".to_string(), |t| verdict(ratio, t, case.latency));
         println!(" {:<52} {u:>12.2} {p:>14.2} {ratio:>7.3}x   {target}", format!("{} [{unit}]", case.label));
     }
     println!("{RULE}");

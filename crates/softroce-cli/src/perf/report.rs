@@ -139,16 +139,22 @@ pub fn lat_line(r: &LatRow, baseline: Option<f64>) -> String {
     s
 }
 
-/// A ratio to print beside a target and judge against it: to 0.001,
-/// rounded toward missing the target (down for an `at least` target, up
-/// for `at most`), so that the verdict agrees with the figure shown (0.896
-/// printed as 0.90x beside MISSED read as a contradiction). Print it with
-/// `{:.3}`.
-pub fn judged_ratio(exact: f64, at_most: bool) -> f64 {
-    let thousandths = exact * 1000.0;
+/// `num / den` (0 when `den` is not positive) to print beside a target
+/// and judge against it: to 0.001, rounded toward missing the target (down
+/// for an `at least` target, up for `at most`), so that the verdict agrees
+/// with the figure shown (0.896 printed as 0.90x beside MISSED read as a
+/// contradiction). Print it with `{:.3}`.
+pub fn judged_ratio(num: f64, den: f64, at_most: bool) -> f64 {
+    let thousandths = if den > 0.0 { num / den * 1000.0 } else { 0.0 };
     // A hair of slack: 0.9 / 1.0 must stay 0.900, not become 0.899.
     let r = if at_most { (thousandths - 1e-9).ceil() } else { (thousandths + 1e-9).floor() };
     r / 1000.0
+}
+
+/// The target column: `>= 0.90x met`, `<= 1.30x MISSED`.
+pub fn verdict(ratio: f64, target: f64, at_most: bool) -> String {
+    let (bound, met) = if at_most { ("<=", ratio <= target) } else { (">=", ratio >= target) };
+    format!("{bound} {target:.2}x {}", if met { "met" } else { "MISSED" })
 }
 
 /// Parses the ratio (`0.81x`) at the end of a table row, as scripts do.
@@ -179,15 +185,20 @@ mod tests {
 
     #[test]
     fn judged_ratios_round_toward_missing_their_target() {
-        assert_eq!(judged_ratio(0.8996, false), 0.899);
-        assert_eq!(judged_ratio(0.9, false), 0.9);
+        assert_eq!(judged_ratio(0.8996, 1.0, false), 0.899);
+        assert_eq!(judged_ratio(0.9, 1.0, false), 0.9);
         // Figures whose exact ratio is the target meet it, whatever the float error.
-        assert_eq!(judged_ratio(4500.0 / 5000.0, false), 0.9);
-        assert_eq!(judged_ratio(6.5 / 5.0, true), 1.3);
-        assert_eq!(judged_ratio(1.3001, true), 1.301);
-        assert_eq!(judged_ratio(1.3, true), 1.3);
-        assert_eq!(judged_ratio(0.0, false), 0.0);
-        assert_eq!(format!("{:.3}", judged_ratio(2.0 / 3.0, false)), "0.666");
+        assert_eq!(judged_ratio(4500.0, 5000.0, false), 0.9);
+        assert_eq!(judged_ratio(6.5, 5.0, true), 1.3);
+        assert_eq!(judged_ratio(1.3001, 1.0, true), 1.301);
+        assert_eq!(judged_ratio(1.3, 1.0, true), 1.3);
+        assert_eq!(judged_ratio(0.0, 1.0, false), 0.0);
+        assert_eq!(judged_ratio(5.0, 0.0, false), 0.0, "nothing measured on the other side");
+        assert_eq!(format!("{:.3}", judged_ratio(2.0, 3.0, false)), "0.666");
+        assert_eq!(verdict(0.899, 0.9, false), ">= 0.90x MISSED");
+        assert_eq!(verdict(0.9, 0.9, false), ">= 0.90x met");
+        assert_eq!(verdict(1.301, 1.3, true), "<= 1.30x MISSED");
+        assert_eq!(verdict(1.05, 1.3, true), "<= 1.30x met");
     }
 
     #[test]

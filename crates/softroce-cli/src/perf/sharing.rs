@@ -14,7 +14,7 @@ use softroce::config::LoopbackLease;
 
 use super::{
     PerfError,
-    report::{RULE, judged_ratio},
+    report::{RULE, judged_ratio, verdict},
 };
 
 /// `softroce perf-sharing` options.
@@ -173,31 +173,23 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
     );
     for (case, [split, shared]) in cases.iter().zip(&got) {
         let (a, b) = (median(split), median(shared));
-        let ratio = judged_ratio(if a > 0.0 { b / a } else { 0.0 }, case.figure == Figure::Typical);
-        let bound = if case.figure == Figure::Typical { "<=" } else { ">=" };
-        let met = if case.figure == Figure::Typical { ratio <= case.target } else { ratio >= case.target };
+        // A latency should not grow; the other figures should not fall.
+        let at_most = case.figure == Figure::Typical;
+        let ratio = judged_ratio(b, a, at_most);
         println!(
-            " {:<36} {:>16.3} {:>16.3} {:>7.3}x   {bound} {:.2}x {}",
+            " {:<36} {:>16.3} {:>16.3} {:>7.3}x   {}",
             format!("{} [{}]", case.label, case.figure.unit()),
             a,
             b,
             ratio,
-            case.target,
-            if met { "met" } else { "MISSED" }
+            verdict(ratio, case.target, at_most)
         );
     }
     let (a, b) = (median(&pairs[0]), median(&pairs[1]));
-    let ratio = judged_ratio(if a > 0.0 { b / a } else { 0.0 }, false);
+    let ratio = judged_ratio(b, a, false);
     println!("{RULE}");
     println!(" {:<36} {:>16} {:>16} {:>8}   target", "write-bw 64 KiB, shared device", "one pair", "4 pairs", "ratio");
-    println!(
-        " {:<36} {:>16.3} {:>16.3} {:>7.3}x   >= 0.90x {}",
-        "aggregate [MiB/sec]",
-        a,
-        b,
-        ratio,
-        if ratio >= 0.9 { "met" } else { "MISSED" }
-    );
+    println!(" {:<36} {:>16.3} {:>16.3} {:>7.3}x   {}", "aggregate [MiB/sec]", a, b, ratio, verdict(ratio, 0.9, false));
     println!("{RULE}");
     Ok(())
 }
