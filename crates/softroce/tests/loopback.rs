@@ -679,33 +679,31 @@ fn an_application_spinning_on_memory_gets_its_packets_placed_and_a_poller_its_so
     let (x, y) = pair(&la, &lb, Progress::Thread);
     let graces = || (x.ctx.driver_stats().app_grace_us, y.ctx.driver_stats().app_grace_us);
     assert_eq!(graces(), (1000, 1000), "a driver thread starts with a millisecond");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut turns = 0;
-    while !matches!(graces(), (a, b) if a <= 100 && b <= 100) {
-        assert!(std::time::Instant::now() < deadline, "graces {:?} us after {turns} turns", graces());
+    // Runs `round` (`per` turns) until the graces are `learned`, within 20 s.
+    let until = |learned: &dyn Fn((u64, u64)) -> bool, per: u64, round: &dyn Fn(), what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut turns = 0;
+        while !learned(graces()) {
+            assert!(std::time::Instant::now() < deadline, "{what}: graces {:?} us after {turns} turns", graces());
+            round();
+            turns += per;
+        }
+        eprintln!("{what}: after {turns} turns");
+    };
+    let write_lat = || {
         std::thread::scope(|s| {
             s.spawn(|| write_lat_side(&y, &x, 100, false));
             write_lat_side(&x, &y, 100, true);
-        });
-        turns += 100;
-    }
+        })
+    };
+    until(&|(a, b)| a <= 100 && b <= 100, 100, &write_lat, "graces down to microseconds for memory spinners");
     // Two busy pollers on two CPUs leave their driver threads a CPU about
     // once a scheduler tick (4 ms here): 20,000 turns usually give them
     // dozens, but a loaded machine may give one of them none (seen once in
     // CI: graces (5, 1000) after 20,000 turns). As in the first phase, the
     // ping-pong goes on in rounds until both have learned, within 20 s.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut turns = 0;
-    while graces() != (1000, 1000) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "graces back to a millisecond for busy pollers: {:?} us after {turns} turns",
-            graces()
-        );
-        ping_pong(&x, &y, 20_000, busy_poll_one);
-        turns += 20_000;
-    }
-    eprintln!("graces back to a millisecond after {turns} turns");
+    let ping_pongs = || ping_pong(&x, &y, 20_000, busy_poll_one);
+    until(&|g| g == (1000, 1000), 20_000, &ping_pongs, "graces back to a millisecond for busy pollers");
 }
 
 /// `x` busy-polls `turns` 8-byte READs of `y`'s memory, one at a time, each
