@@ -138,7 +138,10 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
     if crate::view::wanted() {
         // The program's devices, as its libibverbs will list them.
         let devices = match (&_held, args.devices.is_empty()) {
-            (Some(h), _) => h.device().map(|d| vec![d]).map_err(|e| e.to_string()),
+            // Named as SOFTROCE_DEVICES names it above (not softroce_loX).
+            (Some(h), _) => softroce::config::DeviceInfo::on_address("softroce_lo", IpAddr::V4(h.addr()))
+                .map(|d| vec![d])
+                .map_err(|e| e.to_string()),
             (None, false) => args
                 .devices
                 .iter()
@@ -159,11 +162,12 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
                 );
             }
         }
-        if let Err(e) = devices.and_then(|d| crate::view::enter(&d).map_err(|e| e.to_string())) {
-            eprintln!(
-                "softroce run: no /sys/class/infiniband and /dev/infiniband view ({e}); programs that look \
-                 there (UCX, Open MPI, NCCL) will not see softroce's devices (SOFTROCE_SYSFS=0 skips this)"
-            );
+        let view = match devices {
+            Ok(d) => crate::view::enter(&d),
+            Err(e) => crate::view::View::None(format!("listing the devices: {e}")),
+        };
+        if let Some(w) = view.warning() {
+            eprintln!("{w}");
         }
     }
     let status = cmd.status().map_err(|e| format!("cannot run {prog}: {e}"))?;
