@@ -28,6 +28,8 @@
 //!        | services[256] x 2 words: the CM's listeners              |
 //!        |   0 service ID   1 owner as for blocks (0: free entry)   |
 //! 11016  +---------------------------------------------------------+
+//!        | what each member holds, for `softroce rdma resource`    |
+//!        |   (`crate::resources`: a region with its own version)   |
 //! ```
 //!
 //! A member is alive while it holds the OFD lock on byte

@@ -16,6 +16,7 @@ pub mod envelope;
 pub mod gsi;
 pub mod layout;
 mod member;
+pub mod resources;
 pub mod seats;
 mod shm;
 mod stats;

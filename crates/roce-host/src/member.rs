@@ -15,6 +15,7 @@ use roce_udp::{BindError, Socket};
 use crate::envelope::{self, Envelope};
 use crate::gsi::{self, MadOwner};
 use crate::layout::{self, BLOCK_BITS, BLOCKS, FIRST_BLOCK, LAST_BLOCK, LIVENESS_BASE, MAX_MEMBERS, Table};
+use crate::resources::{self, Region, Resources};
 use crate::seats::{self, Plan};
 use crate::shm::{self, Mapping};
 use crate::stats::HostStats;
@@ -220,6 +221,8 @@ pub struct Member {
     waiting: Mutex<Vec<Held>>,
     any_waiting: AtomicBool,
     stats: HostStats,
+    /// Serialises this member's writes of its resource slot.
+    publishing: Mutex<()>,
 }
 
 impl std::fmt::Debug for Member {
@@ -254,7 +257,11 @@ impl Drop for Locked<'_> {
 
 impl Member {
     fn table(&self) -> Table<'_> {
-        Table::new(self.map.words())
+        Table::new(&self.map.words()[..layout::WORDS])
+    }
+
+    fn region(&self) -> Region<'_> {
+        Region::new(&self.map.words()[layout::WORDS..])
     }
 
     fn lock(&self, patience: Duration) -> Result<Locked<'_>, HostError> {
@@ -291,16 +298,19 @@ impl Member {
         if meta.uid() != me || meta.mode() & 0o077 != 0 {
             return Err(HostError::Unsafe { path, owner: meta.uid(), mode: meta.mode() & 0o7777 });
         }
-        let len = (layout::WORDS * 8) as u64;
+        // The table, then the resource region (a file an older softroce
+        // made is lengthened: it maps only the table).
+        let words = layout::WORDS + resources::WORDS;
+        let len = (words * 8) as u64;
         if meta.len() < len {
             file.set_len(len).map_err(file_err)?;
         }
-        let map = Mapping::new(&file, layout::WORDS).map_err(file_err)?;
+        let map = Mapping::new(&file, words).map_err(file_err)?;
         let guard = lock_file(&file, &path, LOCK_PATIENCE)?;
         if std::fs::symlink_metadata(&path).map(|m| m.ino()).ok() != Some(meta.ino()) {
             return Ok(None);
         }
-        let t = Table::new(map.words());
+        let t = Table::new(&map.words()[..layout::WORDS]);
         if !t.is_valid() {
             for s in 0..MAX_MEMBERS {
                 if shm::byte_held(&file, LIVENESS_BASE + s as u64).map_err(file_err)? {
@@ -321,6 +331,10 @@ impl Member {
         let incarnation = t.next_incarnation();
         t.set_member(slot, incarnation, std::process::id());
         let secret = t.secret();
+        // A context with nothing yet: `rdma resource show` counts it at once.
+        let region = Region::new(&map.words()[layout::WORDS..]);
+        region.adopt(u64::from_le_bytes(secret[..8].try_into().expect("8 bytes")));
+        region.publish(slot, incarnation, &Resources::default(), &[]);
         drop(guard);
         let member = Member {
             path,
@@ -339,11 +353,13 @@ impl Member {
             waiting: Mutex::new(Vec::new()),
             any_waiting: AtomicBool::new(false),
             stats: HostStats::default(),
+            publishing: Mutex::new(()),
         };
         let guard = member.lock(LOCK_PATIENCE)?;
         let sock = match Socket::bind_shared(addr) {
             Ok(s) => s,
             Err(e) => {
+                member.region().clear(slot);
                 member.table().clear_member(slot);
                 return Err(match (&e, port_owner(addr)) {
                     (BindError::PortInUse { .. }, Some(uid)) if uid != me => HostError::OtherUser { addr, uid },
@@ -355,6 +371,14 @@ impl Member {
         member.claim_block(&sock)?;
         drop(guard);
         Ok(Some((member, sock)))
+    }
+
+    /// Publishes what this member holds, for `softroce rdma resource show`
+    /// in any process of the user ([`resources::census`]).
+    pub fn publish(&self, res: &Resources) {
+        let _g = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
+        let host: Vec<u64> = self.stats.iter().map(|(_, v)| v).collect();
+        self.region().publish(self.slot, self.incarnation, res, &host);
     }
 
     /// The member's counters.
@@ -816,6 +840,8 @@ impl Member {
         };
         for &s in &gone {
             t.remove_services(s, None);
+            self.region().retire(s, t.incarnation(s));
+            self.region().clear(s);
             t.clear_member(s);
             self.stats.reaped.fetch_add(1, Ordering::Relaxed);
         }
@@ -916,6 +942,8 @@ impl Member {
             t.set_seats(&after);
             t.bump();
             t.remove_services(self.slot, None);
+            self.region().retire(self.slot, self.incarnation);
+            self.region().clear(self.slot);
             t.clear_member(self.slot);
             let others = (0..MAX_MEMBERS)
                 .any(|s| t.incarnation(s) != 0 || shm::byte_held(&self.file, LIVENESS_BASE + s as u64).unwrap_or(true));

@@ -209,6 +209,25 @@ pub enum VerbError {
 /// leave through one thread).
 pub const NUM_COMP_VECTORS: u32 = 1;
 
+/// How many objects of each kind a device holds ([`Device::object_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pd: usize,
+    /// Completion queues.
+    pub cq: usize,
+    /// Queue pairs.
+    pub qp: usize,
+    /// Shared receive queues.
+    pub srq: usize,
+    /// Address handles.
+    pub ah: usize,
+    /// Memory regions.
+    pub mr: usize,
+    /// Memory windows.
+    pub mw: usize,
+}
+
 /// A softroce device.
 #[derive(Debug)]
 pub struct Device {
@@ -315,6 +334,21 @@ impl Device {
     /// The memory regions and windows.
     pub fn mr_table(&self) -> &MrTable {
         &self.mrs
+    }
+
+    /// How many objects of each kind the device holds, as the kernel's
+    /// resource tracker counts them for `rdma resource show`.
+    pub fn object_counts(&self) -> ObjectCounts {
+        let (mr, mw) = self.mrs.counts();
+        ObjectCounts {
+            pd: self.pds.iter().filter(|p| **p).count(),
+            cq: self.cqs.iter().flatten().count(),
+            qp: self.qps.len(),
+            srq: self.srqs.iter().flatten().count(),
+            ah: self.ahs.iter().flatten().count(),
+            mr,
+            mw,
+        }
     }
 
     /// The counters.

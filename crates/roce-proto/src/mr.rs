@@ -254,6 +254,11 @@ impl MrTable {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
     }
 
+    /// How many regions and windows exist (`rdma resource show` counts them).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.slots.iter().filter(|s| s.mr.is_some()).count(), self.mws.iter().filter(|w| w.is_some()).count())
+    }
+
     /// Registers `region` at `iova` for `pd` with `access`; returns its key.
     pub fn register(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, MrError> {
         check_access(access, iova, &region)?;

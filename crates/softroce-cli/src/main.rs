@@ -10,6 +10,7 @@ mod devinfo;
 mod perf;
 mod pingpong;
 mod qpmem;
+mod rdma;
 mod run;
 mod view;
 
@@ -85,6 +86,16 @@ enum Command {
     Run(run::RunArgs),
     /// List the softroce devices (as rdma-core's `ibv_devices`).
     Devices,
+    /// iproute2's `rdma` for softroce devices: `link show|add|delete`,
+    /// `dev show`, `resource show [qp|ctx]`, `statistic show`, with `-j`,
+    /// `-p` and `-d` (`docs/rdma-tool.md`). `softroce run` gives programs
+    /// it as `rdma`.
+    #[command(disable_help_flag = true)]
+    Rdma {
+        /// iproute2's `rdma` options and command.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS] [OBJECT")]
+        args: Vec<String>,
+    },
     /// Show a device's attributes (as rdma-core's `ibv_devinfo`).
     Devinfo {
         /// Only this device.
@@ -97,6 +108,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Run as `rdma` (the link `softroce run` puts on PATH): iproute2's tool.
+    let mut argv = std::env::args();
+    if argv.next().is_some_and(|a| std::path::Path::new(&a).file_name().is_some_and(|n| n == "rdma")) {
+        return rdma::run(&argv.collect::<Vec<_>>());
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
@@ -111,6 +127,7 @@ fn main() -> ExitCode {
         Command::SrqPingpong(args) => pingpong::run(&args, pingpong::Kind::Srq(args.num_qp)),
         Command::QpMemory { depth, counts } => qpmem::run(&counts, depth),
         Command::Devinfo { device, verbose } => devinfo::run_devinfo(device.as_deref(), verbose),
+        Command::Rdma { args } => rdma::run(&args),
     }
 }
 

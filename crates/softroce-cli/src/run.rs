@@ -125,6 +125,19 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
         _ => dir.clone().into_os_string(),
     };
     cmd.env("LD_LIBRARY_PATH", path);
+    // iproute2's `rdma` for softroce's devices first on PATH (a link to
+    // this binary, which runs `softroce rdma` when called so).
+    match rdma_shim_dir() {
+        Ok(d) => {
+            let mut p = d.into_os_string();
+            if let Some(old) = std::env::var_os("PATH").filter(|o| !o.is_empty()) {
+                p.push(":");
+                p.push(old);
+            }
+            cmd.env("PATH", p);
+        }
+        Err(e) => eprintln!("softroce run: no `rdma` for softroce's devices on PATH: {e}"),
+    }
     let _held = if args.loopback {
         let h = softroce::config::LoopbackLease::take().map_err(|e| e.to_string())?;
         cmd.env("SOFTROCE_DEVICES", format!("softroce_lo={}", IpAddr::V4(h.addr())));
@@ -176,4 +189,34 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
         (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// A directory holding `rdma`, a link to this binary (`main` runs
+/// `softroce rdma` when called `rdma`): `<dir of softroce>/softroce-bin/`,
+/// or under the temp dir when that is not writable.
+fn rdma_shim_dir() -> Result<PathBuf, String> {
+    let exe =
+        std::env::current_exe().and_then(std::fs::canonicalize).map_err(|e| format!("no softroce binary: {e}"))?;
+    let bin_dir = exe.parent().ok_or("the softroce binary has no directory")?;
+    let uid = rustix::process::getuid().as_raw();
+    let mut last_err = String::new();
+    for dir in [bin_dir.join("softroce-bin"), std::env::temp_dir().join(format!("softroce-bin-{uid}"))] {
+        let link = dir.join("rdma");
+        if std::fs::canonicalize(&link).ok().as_deref() == Some(exe.as_path()) {
+            return Ok(dir);
+        }
+        // Replaced atomically: a concurrent run may be starting it.
+        let tmp = dir.join(format!(".rdma.{}", std::process::id()));
+        let made = std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                let _ = std::fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(&exe, &tmp)
+            })
+            .and_then(|()| std::fs::rename(&tmp, &link));
+        match made {
+            Ok(()) => return Ok(dir),
+            Err(e) => last_err = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(last_err)
 }

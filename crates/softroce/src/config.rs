@@ -16,6 +16,19 @@
 //!   is `sr_<interface>`, cut to fit (and ended by a number where two
 //!   interfaces would share it), e.g. `sr_enp0s31f6`, `sr_docker0`.
 //!
+//! - Then, unless `SOFTROCE_DEVICES` names the devices, the devices added
+//!   by `softroce rdma link add NAME type rxe netdev IF` (iproute2's command
+//!   for kernel rxe), kept in `$XDG_CONFIG_HOME/softroce/added` (default
+//!   `~/.config/softroce/added`; `SOFTROCE_ADDED` names another file): one
+//!   `NAME netdev IF` per line. As the kernel allows one rxe device per
+//!   net device, an added device takes the place of the device already on
+//!   its interface's address (`softroce_eth0` becomes `rxe0`, in the same
+//!   position), and is otherwise listed after the others (loopback still
+//!   last). Its address is the interface's first IPv4 address (else its
+//!   first IPv6 one that is not link-local); one whose interface is gone
+//!   or has no address is not listed, as the kernel removes rxe devices
+//!   with their net device.
+//!
 //! The GID table is built as Linux rxe presents it: index 0 is the
 //! interface's link-local IPv6 address (or, where it has none, as on
 //! loopback, the `fe80::` address of the device's GUID), then the IPv4
@@ -134,6 +147,32 @@ pub enum ConfigError {
     /// Interfaces cannot be listed.
     #[error("cannot list network interfaces: {0}")]
     Interfaces(#[from] nix::Error),
+    /// A line of the added devices' file is malformed.
+    #[error("{path}: bad line {line:?}: expected NAME netdev IF, e.g. rxe0 netdev eth0")]
+    BadAdded {
+        /// The file.
+        path: PathBuf,
+        /// The line.
+        line: String,
+    },
+    /// `link add` of a device name or on an interface that is taken.
+    #[error("{0}")]
+    Exists(String),
+    /// `link add` on an interface that does not exist.
+    #[error("no network interface {0:?}")]
+    NoInterface(String),
+    /// `link delete` of a device `link add` did not make.
+    #[error("{0}")]
+    NotAdded(String),
+    /// The added devices' file cannot be written (or, with neither
+    /// `XDG_CONFIG_HOME` nor `HOME` set, has no place).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// One interface address.
@@ -289,17 +328,23 @@ fn config_file() -> Option<PathBuf> {
 /// of sources).
 pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
     let ifaddrs = interface_addrs()?;
-    let named = if let Ok(list) = std::env::var("SOFTROCE_DEVICES") {
-        Some(parse_device_list("SOFTROCE_DEVICES", &list)?)
-    } else if let Some(path) = config_file() {
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-        Some(parse_config_file(&path.display().to_string(), &text)?)
-    } else {
-        None
-    };
-    if let Some(named) = named {
+    if let Ok(list) = std::env::var("SOFTROCE_DEVICES") {
+        let named = parse_device_list("SOFTROCE_DEVICES", &list)?;
         return Ok(named.into_iter().map(|(n, a)| device_for(n, a, &ifaddrs)).collect());
     }
+    let mut out = if let Some(path) = config_file() {
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let named = parse_config_file(&path.display().to_string(), &text)?;
+        named.into_iter().map(|(n, a)| device_for(n, a, &ifaddrs)).collect()
+    } else {
+        automatic_devices(&ifaddrs)
+    };
+    with_added(&mut out, &added_devices()?, &ifaddrs);
+    Ok(out)
+}
+
+/// One device per interface (see the module docs).
+fn automatic_devices(ifaddrs: &[IfAddr]) -> Vec<DeviceInfo> {
     let mut out: Vec<DeviceInfo> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
     for i in ifaddrs.iter().filter(|i| i.up && i.addr.is_ipv4()) {
@@ -310,13 +355,178 @@ pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
         seen.push(&i.interface);
         let taken: Vec<&str> = out.iter().map(|d| d.name.as_str()).collect();
         let name = device_name(&i.interface, &taken);
-        out.push(device_for(name, i.addr, &ifaddrs));
+        out.push(device_for(name, i.addr, ifaddrs));
     }
     // The first device is every program's default: make it one a remote
     // peer can reach, with loopback last (issue 18; a named list keeps
     // the user's order).
     out.sort_by_key(|d| d.addr.is_loopback());
+    out
+}
+
+/// A device `softroce rdma link add` made: a name on a net device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    /// The device's name.
+    pub name: String,
+    /// The interface it is on.
+    pub netdev: String,
+}
+
+/// The file of added devices: `SOFTROCE_ADDED`, else
+/// `$XDG_CONFIG_HOME/softroce/added`, else `~/.config/softroce/added`.
+pub fn added_file() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SOFTROCE_ADDED").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|x| !x.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(xdg.join("softroce/added"))
+}
+
+fn valid_netdev(s: &str) -> bool {
+    // The kernel's `dev_valid_name`: 1..=15 bytes, no '/', ':' or space.
+    !s.is_empty()
+        && s.len() < 16
+        && s != "."
+        && s != ".."
+        && s.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != ':')
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_graphic() && c != '/' && c != '=' && c != ',' && c != '#')
+}
+
+/// Parses the added devices' file: `NAME netdev IF` lines, `#` comments.
+pub fn parse_added(path: &Path, text: &str) -> Result<Vec<Added>, ConfigError> {
+    let mut out: Vec<Added> = Vec::new();
+    for line in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()) {
+        let bad = || ConfigError::BadAdded { path: path.to_path_buf(), line: line.to_string() };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [name, "netdev", netdev] = f[..] else { return Err(bad()) };
+        if !valid_name(name) || !valid_netdev(netdev) {
+            return Err(bad());
+        }
+        if out.iter().any(|a| a.name == name) {
+            return Err(ConfigError::DuplicateName { origin: path.display().to_string(), name: name.to_string() });
+        }
+        out.push(Added { name: name.to_string(), netdev: netdev.to_string() });
+    }
     Ok(out)
+}
+
+/// The devices `softroce rdma link add` made (none without the file).
+pub fn added_devices() -> Result<Vec<Added>, ConfigError> {
+    let Some(path) = added_file() else { return Ok(Vec::new()) };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => parse_added(&path, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(source) => Err(ConfigError::Read { path, source }),
+    }
+}
+
+/// The address an added device on `netdev` binds: the interface's first
+/// IPv4 address, else its first IPv6 one that is not link-local.
+fn added_addr(netdev: &str, ifaddrs: &[IfAddr]) -> Option<IpAddr> {
+    let on = || ifaddrs.iter().filter(|i| i.interface == netdev).map(|i| i.addr);
+    on().find(IpAddr::is_ipv4).or_else(|| on().find(|a| !is_link_local(a)))
+}
+
+/// Puts the added devices into `out`: each takes the place of the device
+/// on its address, or goes after the others (loopback last).
+fn with_added(out: &mut Vec<DeviceInfo>, added: &[Added], ifaddrs: &[IfAddr]) {
+    for a in added {
+        let Some(addr) = added_addr(&a.netdev, ifaddrs) else { continue };
+        let d = device_for(a.name.clone(), addr, ifaddrs);
+        // A name given twice (a configured device called as an added one):
+        // the added one is the device.
+        out.retain(|o| o.name != a.name || o.addr == addr);
+        match out.iter().position(|o| o.addr == addr) {
+            Some(i) => out[i] = d,
+            None => {
+                let at = out.iter().position(|o| o.addr.is_loopback() && !addr.is_loopback()).unwrap_or(out.len());
+                out.insert(at, d);
+            }
+        }
+    }
+}
+
+/// Runs `f` on the added devices' list under a lock and writes what it
+/// returns (atomically: a reader sees the old file or the new one).
+fn edit_added(f: impl FnOnce(Vec<Added>) -> Result<Vec<Added>, ConfigError>) -> Result<(), ConfigError> {
+    let no_home = || std::io::Error::new(std::io::ErrorKind::NotFound, "neither XDG_CONFIG_HOME nor HOME is set");
+    let path =
+        added_file().ok_or_else(|| ConfigError::Write { path: PathBuf::from("softroce/added"), source: no_home() })?;
+    let werr = |source| ConfigError::Write { path: path.clone(), source };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(werr)?;
+    }
+    let lock_path = path.with_extension("lock");
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(werr)?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).map_err(|e| werr(e.into()))?;
+    let list = f(added_devices()?)?;
+    let mut text =
+        String::from("# Devices added by `softroce rdma link add NAME type rxe netdev IF`: NAME netdev IF\n");
+    for a in &list {
+        text.push_str(&format!("{} netdev {}\n", a.name, a.netdev));
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(werr)?;
+    std::fs::rename(&tmp, &path).map_err(werr)
+}
+
+/// `rdma link add NAME type rxe netdev IF`: adds a device on `netdev`
+/// for this user's later programs. Refused, as the kernel refuses it, for
+/// a name a device has, an interface an added device is on, or an
+/// interface that does not exist.
+pub fn add_device(name: &str, netdev: &str) -> Result<(), ConfigError> {
+    if !valid_name(name) {
+        return Err(ConfigError::BadAdded {
+            path: added_file().unwrap_or_default(),
+            line: format!("{name} netdev {netdev}"),
+        });
+    }
+    let ifaddrs = interface_addrs()?;
+    let exists = valid_netdev(netdev)
+        && (ifaddrs.iter().any(|i| i.interface == netdev) || Path::new("/sys/class/net").join(netdev).exists());
+    if !exists {
+        return Err(ConfigError::NoInterface(netdev.to_string()));
+    }
+    if added_addr(netdev, &ifaddrs).is_none() {
+        return Err(ConfigError::NoInterface(format!("{netdev} (it has no IP address for the device to bind)")));
+    }
+    let current = devices()?;
+    edit_added(|mut list| {
+        if let Some(a) = list.iter().find(|a| a.netdev == netdev) {
+            return Err(ConfigError::Exists(format!(
+                "{} is already on {netdev} (one device per net device, as rxe)",
+                a.name
+            )));
+        }
+        if list.iter().any(|a| a.name == name) || current.iter().any(|d| d.name == name) {
+            return Err(ConfigError::Exists(format!("a device named {name} exists")));
+        }
+        list.push(Added { name: name.to_string(), netdev: netdev.to_string() });
+        Ok(list)
+    })
+}
+
+/// `rdma link delete NAME`: removes a device `link add` made.
+pub fn delete_device(name: &str) -> Result<(), ConfigError> {
+    edit_added(|mut list| {
+        let before = list.len();
+        list.retain(|a| a.name != name);
+        if list.len() == before {
+            return Err(ConfigError::NotAdded(format!(
+                "{name} was not added by `rdma link add` (only those can be deleted)"
+            )));
+        }
+        Ok(list)
+    })
 }
 
 /// A loopback address held for one user of it: no other lease (in any
@@ -395,6 +605,40 @@ mod tests {
         let f = parse_config_file("f", "# devices\nsr0 = 10.0.0.1  # eth0\n\nsr1=fe80::1\n").unwrap();
         assert_eq!(f.len(), 2);
         assert_eq!(f[1].1, "fe80::1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn added_devices_parse_and_take_their_interfaces_place() {
+        let p = Path::new("added");
+        let a = parse_added(p, "# x\nrxe0 netdev eth0  # note\n\nrxe1 netdev lo\n").unwrap();
+        assert_eq!(
+            a,
+            [Added { name: "rxe0".into(), netdev: "eth0".into() }, Added { name: "rxe1".into(), netdev: "lo".into() }]
+        );
+        for bad in
+            ["rxe0 eth0", "rxe0 netdev", "rxe0 netdev eth0 x", "rxe0 netdev a/b", "rxe0 netdev waytoolonginterface"]
+        {
+            assert!(matches!(parse_added(p, bad), Err(ConfigError::BadAdded { .. })), "{bad}");
+        }
+        assert!(matches!(parse_added(p, "a netdev x\na netdev y"), Err(ConfigError::DuplicateName { .. })));
+        let ifs = vec![
+            IfAddr { interface: "eth0".into(), addr: "fe80::1".parse().unwrap(), up: true },
+            IfAddr { interface: "eth0".into(), addr: "10.0.0.2".parse().unwrap(), up: true },
+            IfAddr { interface: "lo".into(), addr: "127.0.0.1".parse().unwrap(), up: true },
+            IfAddr { interface: "v6".into(), addr: "fe80::2".parse().unwrap(), up: true },
+            IfAddr { interface: "v6".into(), addr: "2001:db8::2".parse().unwrap(), up: true },
+            IfAddr { interface: "none".into(), addr: "fe80::3".parse().unwrap(), up: true },
+        ];
+        let mut out = automatic_devices(&ifs);
+        let names = |o: &[DeviceInfo]| o.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&out), ["softroce_eth0", "softroce_lo"]);
+        let add = |n: &str, i: &str| Added { name: n.into(), netdev: i.into() };
+        with_added(&mut out, &[add("rxe0", "eth0"), add("rxe6", "v6"), add("gone", "none"), add("x", "nope")], &ifs);
+        // rxe0 replaces eth0's device in its place; v6 goes before loopback;
+        // an interface without a usable address or gone lists nothing.
+        assert_eq!(names(&out), ["rxe0", "rxe6", "softroce_lo"]);
+        assert_eq!(out[0].addr, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(out[1].addr, "2001:db8::2".parse::<IpAddr>().unwrap());
     }
 
     #[test]

@@ -129,6 +129,11 @@ impl Drop for Owner {
         if let Some(t) = st.tap.as_mut() {
             let _ = t.flush();
         }
+        if let Some(m) = self.shared.sock.member() {
+            // The last word of its counters before the member leaves.
+            let st = &mut *st;
+            st.published.publish(std::time::Instant::now(), &st.dev, m);
+        }
         if std::env::var_os("SOFTROCE_STATS").is_some_and(|v| !v.is_empty() && v != "0") {
             let driver = self.shared.driver_stats(&st);
             eprint!("{}", stats_report(&self.shared.info.name, self.pid, st.dev.counters(), &driver));

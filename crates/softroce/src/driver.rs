@@ -195,6 +195,8 @@ pub(crate) struct State {
     scratch: Vec<u8>,
     /// The sockets of the QPs' UDP source ports.
     pub(crate) sources: Sources,
+    /// What was last published for `softroce rdma resource show`.
+    pub(crate) published: crate::census::Published,
 }
 
 impl State {
@@ -214,6 +216,7 @@ impl State {
             stats: DriverStats::default(),
             scratch: Vec::with_capacity(MAX_PACKET),
             sources,
+            published: Default::default(),
         }
     }
 }
@@ -708,7 +711,7 @@ impl Shared {
     /// The packets of one received batch to the engine (through the fault
     /// injector and the capture when configured).
     fn handle_batch(&self, st: &mut State, rx: &RecvBatch, now: Instant) -> io::Result<()> {
-        let State { dev, faults, tap, stats, scratch, .. } = st;
+        let State { dev, faults, tap, stats, scratch, published, .. } = st;
         let member = self.sock.member();
         for seg in rx.segments() {
             let (mut src, mut src_port, mut dst, mut data) = (seg.src, seg.src_port, seg.dst, seg.data);
@@ -747,6 +750,9 @@ impl Shared {
             // driver thread, that thread does it, outside the device lock (a
             // probe round may take PROBE_PATIENCE, and posting must not wait).
             m.upkeep(&self.sock);
+            if published.due(now) {
+                published.publish(now, dev, m);
+            }
         }
         Ok(())
     }
@@ -935,6 +941,8 @@ impl Shared {
         let mut spin_until: Option<Instant> = None;
         // When this thread last saw the waiters go (`WAITER_GRACE`).
         let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
+        // When this context's resources are next published.
+        let mut publish_at = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             #[cfg(test)]
             if self.panic_for_test.load(Ordering::Acquire) {
@@ -1004,6 +1012,15 @@ impl Shared {
                 // (outside the device lock; at least every BLIND_TICK while
                 // an application thread waits).
                 m.upkeep(&self.sock);
+                // What this context holds, for `softroce rdma resource show`
+                // (never waiting for the device lock).
+                if now >= publish_at {
+                    publish_at = now + crate::census::PUBLISH_EVERY;
+                    if let Ok(mut st) = self.state.try_lock() {
+                        let st = &mut *st;
+                        st.published.publish(now, &st.dev, m);
+                    }
+                }
             }
             self.app_grace_us.store(grace.micros(), Ordering::Relaxed);
             // Wake at least every TICK: a timer armed meanwhile by a verb on

@@ -49,6 +49,7 @@
 
 #[cfg(feature = "tokio")]
 mod async_cq;
+mod census;
 mod channel;
 pub mod cm;
 pub mod config;
