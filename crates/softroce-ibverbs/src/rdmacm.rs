@@ -1,4 +1,6 @@
-//! librdmacm.so.1 (rdma-core 44's ABI), served by this same library:
+//! librdmacm.so.1 (rdma-core 44's ABI and 65's RDMACM_1.4 additions:
+//! `rdma_write_cm_event`, `rdma_resolve_addrinfo`, `rdma_query_addrinfo`),
+//! served by this same library:
 //! `softroce run` links `librdmacm.so.1` to it beside `libibverbs.so.1`,
 //! and the dynamic loader, finding the file loaded already, satisfies both
 //! names (and their version nodes) with one object. So `id->verbs` is a
@@ -44,6 +46,37 @@ struct IdBlock {
     template: Option<Box<ep::Template>>,
     /// The CQs `rdma_create_qp` made for want of the caller's.
     made_cqs: bool,
+    /// `rdma_resolve_addrinfo`'s answer, until `rdma_query_addrinfo`.
+    addrinfo: Mutex<AddrinfoSlot>,
+}
+
+/// What `rdma_resolve_addrinfo` leaves for `rdma_query_addrinfo` (librdmacm
+/// 65's `resolving_ai` and `resolved_ai`).
+#[derive(Default)]
+struct AddrinfoSlot {
+    /// A resolution started and not yet queried: another is EBUSY.
+    resolving: bool,
+    /// Its answer (freed with the id when nobody queries it).
+    resolved: Option<AiList>,
+}
+
+/// A list from `rdma_getaddrinfo`, owned: freed when dropped.
+struct AiList(*mut RdmaAddrinfo);
+
+impl AiList {
+    /// Gives the list up to the caller (who frees it with `rdma_freeaddrinfo`).
+    fn into_raw(self) -> *mut RdmaAddrinfo {
+        let p = self.0;
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for AiList {
+    fn drop(&mut self) {
+        // SAFETY: a list rdma_getaddrinfo made, owned here alone, freed once.
+        unsafe { rdma_freeaddrinfo(self.0) };
+    }
 }
 
 /// The C struct first (`#[repr(C)]`): a pointer to the block is one to it.
@@ -218,6 +251,7 @@ fn new_block(id: CmId, channel: *mut RdmaEventChannel, context: *mut c_void) -> 
         sync: None,
         template: None,
         made_cqs: false,
+        addrinfo: Mutex::new(AddrinfoSlot::default()),
     });
     fill(&mut b);
     let p = Box::into_raw(b);
@@ -707,6 +741,10 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
             unsafe { std::ptr::write(eb.c.param.as_mut_ptr() as *mut RdmaUdParam, up) };
         }
     }
+    if e.event == EventType::User {
+        // rdma-core 65: the union's third member, `uint64_t arg`, alone.
+        eb.c.param = [e.arg, 0, 0, 0, 0, 0, 0];
+    }
     Box::into_raw(eb)
 }
 
@@ -723,9 +761,13 @@ ibv_export! { "RDMACM_1.0";
 }
 
 ibv_export! { "RDMACM_1.0";
-    /// The name of an event type ("UNKNOWN EVENT" for others).
+    /// The name of an event type ("UNKNOWN EVENT" for others, and for
+    /// RDMA_CM_EVENT_USER, which librdmacm 65 does not name either).
     fn rdma_event_str(event: c_uint) -> *const c_char {
-        EventType::from_raw(event).map_or(c"UNKNOWN EVENT", EventType::c_name).as_ptr()
+        EventType::from_raw(event)
+            .filter(|&e| e != EventType::User)
+            .map_or(c"UNKNOWN EVENT", EventType::c_name)
+            .as_ptr()
     }
 }
 
@@ -1073,5 +1115,126 @@ ibv_export! { "RDMACM_1.0";
             set_errno(libc::EADDRNOTAVAIL);
             -1
         }
+    }
+}
+
+ibv_export! { "RDMACM_1.4";
+    /// Queues an RDMA_CM_EVENT_USER on the id's channel, which
+    /// `rdma_get_cm_event` returns with `status` and with `arg` in
+    /// `param.arg` (librdmacm 65: a way to wake a thread waiting for
+    /// events). Any other event type is EINVAL, as in librdmacm.
+    fn rdma_write_cm_event(id: *mut RdmaCmId, event: c_uint, status: c_int, arg: u64) -> c_int {
+        if event != EventType::User as c_uint {
+            return einval();
+        }
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        match b.id.write_event(EventType::User, status, arg) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    }
+}
+
+/// `rdma_resolve_addrinfo`'s work once the id is marked resolving: the
+/// answer stored and RDMA_CM_EVENT_ADDRINFO_RESOLVED queued, or the errno.
+///
+/// # Safety
+/// `node` and `service` are NULL or NUL-terminated; `hints` is NULL or a
+/// readable `rdma_addrinfo` whose addresses are their lengths long.
+unsafe fn resolve_addrinfo(
+    b: &IdBlock,
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const RdmaAddrinfo,
+) -> Result<(), c_int> {
+    // SAFETY: per the contract.
+    let flags = unsafe { hints.as_ref() }.map_or(0, |h| h.ai_flags);
+    if flags & RAI_SA != 0 {
+        // librdmacm 65's checks, then the kernel's `rdma_resolve_ib_service`:
+        // EINVAL unless bound to a device, EOPNOTSUPP on a port without an
+        // IB SA, which every RoCE port is. (librdmacm then overwrites that
+        // errno with -1; the kernel's is the one that says why.)
+        if flags & RAI_DNS != 0 || !node.is_null() {
+            return Err(libc::ENOTSUP);
+        }
+        if service.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let bound = b.id.state() == softroce::rdma_cm::IdState::AddrBound && b.id.device().is_some();
+        return Err(if bound { libc::EOPNOTSUPP } else { libc::EINVAL });
+    }
+    let mut res: *mut RdmaAddrinfo = std::ptr::null_mut();
+    // SAFETY: per the contract; `res` receives the list.
+    let r = unsafe { rdma_getaddrinfo(node, service, hints, &mut res) };
+    match r {
+        0 => {}
+        // rdma_getaddrinfo's own failure, its errno set.
+        -1 => return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)),
+        // getaddrinfo's EAI_* code: librdmacm 65 puts it in errno as it is.
+        eai => return Err(eai),
+    }
+    let list = AiList(res);
+    b.addrinfo.lock().unwrap_or_else(|e| e.into_inner()).resolved = Some(list);
+    b.id.write_event(EventType::AddrinfoResolved, 0, 0).map_err(|e| {
+        b.addrinfo.lock().unwrap_or_else(|e| e.into_inner()).resolved = None;
+        crate::context::errno(&e)
+    })
+}
+
+ibv_export! { "RDMACM_1.4";
+    /// `rdma_getaddrinfo`, reported as an event: the answer is kept for
+    /// `rdma_query_addrinfo` and RDMA_CM_EVENT_ADDRINFO_RESOLVED goes to
+    /// the id's channel (a synchronous id waits for it), as librdmacm 65's
+    /// DNS path does. EBUSY while an answer waits to be queried. With
+    /// `RAI_SA` (an IB SA service query): ENOTSUP with a node or RAI_DNS,
+    /// EINVAL without a service or a bound device, else EOPNOTSUPP, the
+    /// kernel's answer for a RoCE port. A name that does not resolve fails
+    /// here, with getaddrinfo's EAI_* code in errno (librdmacm's), and no
+    /// event follows.
+    fn rdma_resolve_addrinfo(id: *mut RdmaCmId, node: *const c_char, service: *const c_char, hints: *const RdmaAddrinfo) -> c_int {
+        init();
+        // SAFETY: the caller passes a live id.
+        let Some(b) = (unsafe { block(id) }) else { return einval() };
+        {
+            let mut slot = b.addrinfo.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.resolving {
+                set_errno(libc::EBUSY);
+                return -1;
+            }
+            slot.resolving = true;
+        }
+        // SAFETY: the caller's strings and hints, as for rdma_getaddrinfo.
+        match unsafe { resolve_addrinfo(b, node, service, hints) } {
+            Ok(()) => ep::complete(b),
+            Err(errno) => {
+                b.addrinfo.lock().unwrap_or_else(|e| e.into_inner()).resolving = false;
+                set_errno(errno);
+                -1
+            }
+        }
+    }
+}
+
+ibv_export! { "RDMACM_1.4";
+    /// Hands over what `rdma_resolve_addrinfo` resolved (the caller frees
+    /// it with `rdma_freeaddrinfo`) and ends that resolution. ENOENT when
+    /// there is none, or it was handed over already (librdmacm 65).
+    fn rdma_query_addrinfo(id: *mut RdmaCmId, info: *mut *mut RdmaAddrinfo) -> c_int {
+        // SAFETY: the caller passes a live id.
+        let (Some(b), false) = (unsafe { block(id) }, info.is_null()) else { return einval() };
+        let mut slot = b.addrinfo.lock().unwrap_or_else(|e| e.into_inner());
+        let list = match slot.resolved.take() {
+            Some(l) if slot.resolving => l,
+            other => {
+                slot.resolved = other;
+                set_errno(libc::ENOENT);
+                return -1;
+            }
+        };
+        slot.resolving = false;
+        // SAFETY: checked for NULL: the caller's pointer to write the list to.
+        unsafe { *info = list.into_raw() };
+        0
     }
 }

@@ -86,8 +86,9 @@ pub struct RdmaUdParam {
     pub qkey: u32,
 }
 
-/// `struct rdma_cm_event`: `param` is the union of `rdma_conn_param` and
-/// `rdma_ud_param` (56 bytes).
+/// `struct rdma_cm_event`: `param` is the union of `rdma_conn_param`,
+/// `rdma_ud_param` (56 bytes) and, since rdma-core 65, `uint64_t arg`
+/// (RDMA_CM_EVENT_USER's argument, at the union's start).
 #[repr(C)]
 #[allow(missing_docs)]
 pub struct RdmaCmEvent {
@@ -122,6 +123,10 @@ pub struct RdmaAddrinfo {
 
 /// `RAI_PASSIVE`.
 pub const RAI_PASSIVE: c_int = 1;
+/// `RAI_SA` (rdma-core 65): resolve through the InfiniBand SA.
+pub const RAI_SA: c_int = 0x10;
+/// `RAI_DNS` (rdma-core 65): resolve through DNS (the default).
+pub const RAI_DNS: c_int = 0x20;
 /// `RDMA_PS_TCP`.
 pub const RDMA_PS_TCP: c_uint = 0x0106;
 

@@ -44,11 +44,12 @@
 //! As in rdma-core, an rsocket's number is the file descriptor of its
 //! rdma_cm event channel, so it never collides with another descriptor of
 //! the process. `rpoll` and `rselect` take rsockets and ordinary
-//! descriptors together ([`poll`]). A listener accepts in a thread of its
-//! own, as rsockets' listen service does: a client's connect completes
-//! before the server calls `raccept`. Blocking calls sleep in `poll(2)` on
-//! the socket's completion channel and event channel, never spinning past
-//! the polling time. One lock per socket: a reader and a writer of one
+//! descriptors together ([`poll`]), and so does rdma-core 65's epoll for
+//! rsockets, `repoll_create`, `repoll_ctl` and `repoll_wait` ([`repoll`]).
+//! A listener accepts in a thread of its own, as rsockets' listen service
+//! does: a client's connect completes before the server calls `raccept`.
+//! Blocking calls sleep in `poll(2)` on the socket's completion channel and
+//! event channel, never spinning past the polling time. One lock per socket: a reader and a writer of one
 //! socket may block in two threads at once, and one of them sleeps on the
 //! descriptors while the other waits for it.
 //!
@@ -70,7 +71,8 @@
 //!   interval, which only makes a dead peer's transport fail sooner).
 //! - `RDMA_ROUTE` (ENOTSUP): RoCE paths are built locally (`RDMA_OPTION_IB_PATH`).
 //! - iWARP's send-based messages (`RS_OPT_MSG_SEND`): softroce is RoCE.
-//! - `repoll_*` (not in rdma-core 44's librdmacm), rsockets' preload library.
+//! - rsockets' preload library (`librspreload.so`: rdma-core's own runs
+//!   over this one, `repoll_*` included).
 //!
 //! # Departures from rdma-core's API behaviour (none on the wire)
 //!
@@ -86,6 +88,8 @@
 //! it at once, which fails `rstream -T a` when the last bytes and the
 //! DISCONNECT come in one pass). `rshutdown` of an unconnected socket is
 //! ENOTCONN, `rconnect` while connecting EALREADY (rsockets: 0, EINPROGRESS).
+//! `repoll_ctl` and `repoll_wait` fail as epoll's calls do, -1 with errno
+//! (rsockets 65 returns the errno value itself).
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -96,6 +100,7 @@ mod api;
 mod config;
 mod listen;
 mod poll;
+mod repoll;
 mod socket;
 mod state;
 mod stream;

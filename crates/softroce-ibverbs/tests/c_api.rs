@@ -519,3 +519,36 @@ fn rdmacm_rsocket() {
         &[],
     );
 }
+
+/// librdmacm's rdma-core 65 calls (RDMACM_1.4, 1.5): a USER event written
+/// and read back with its status and argument; rdma_resolve_addrinfo's
+/// ADDRINFO_RESOLVED event and rdma_query_addrinfo's answer (ENOENT, EBUSY,
+/// EINVAL, the IB SA path's errors on RoCE; a synchronous id); repoll over
+/// two connected rsockets and a pipe (readable only after data was sent,
+/// level-triggered, MOD, DEL, maxevents, timeouts, a sleeping wait woken by
+/// data, by repoll_ctl and by rclose).
+#[test]
+fn rdmacm_65() {
+    if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must install librdmacm-dev");
+        println!("skipped: librdmacm-dev not installed");
+        return;
+    }
+    run_program(
+        "rdmacm_65",
+        &[
+            "user_event_comes_back_with_status_and_arg",
+            "only_user_events_are_written",
+            "resolve_addrinfo_event_then_query",
+            "resolve_addrinfo_errors",
+            "sync_id_resolve_addrinfo_waits_for_its_event",
+            "repoll_create_and_argument_errors",
+            "readable_only_after_data_was_sent",
+            "a_sleeping_wait_wakes_for_data",
+            "mod_del_and_maxevents",
+            "repoll_ctl_wakes_a_sleeping_wait",
+            "rclose_of_a_repoll",
+        ],
+        &[],
+    );
+}

@@ -66,6 +66,15 @@ pub enum EventType {
     AddrChange = 14,
     /// The timewait after a disconnect ended.
     TimewaitExit = 15,
+    /// `rdma_resolve_addrinfo` finished (rdma-core 65): the answer waits
+    /// for `rdma_query_addrinfo`.
+    AddrinfoResolved = 16,
+    /// `rdma_resolve_addrinfo` failed (rdma-core 65; only its IB SA path,
+    /// which RoCE has not, reports failures so).
+    AddrinfoError = 17,
+    /// An event the consumer wrote itself (`rdma_write_cm_event`,
+    /// rdma-core 65), carrying its status and argument.
+    User = 18,
 }
 
 impl EventType {
@@ -88,6 +97,11 @@ impl EventType {
             EventType::MulticastError => c"RDMA_CM_EVENT_MULTICAST_ERROR",
             EventType::AddrChange => c"RDMA_CM_EVENT_ADDR_CHANGE",
             EventType::TimewaitExit => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+            EventType::AddrinfoResolved => c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
+            EventType::AddrinfoError => c"RDMA_CM_EVENT_ADDRINFO_ERROR",
+            // librdmacm 65's rdma_event_str has no name for it ("UNKNOWN
+            // EVENT"); the C layer says so, this is the enum's name.
+            EventType::User => c"RDMA_CM_EVENT_USER",
         }
     }
 
@@ -99,7 +113,7 @@ impl EventType {
     /// The event type numbered `v` in librdmacm's enum.
     pub fn from_raw(v: u32) -> Option<EventType> {
         use EventType::*;
-        const ALL: [EventType; 16] = [
+        const ALL: [EventType; 19] = [
             AddrResolved,
             AddrError,
             RouteResolved,
@@ -116,6 +130,9 @@ impl EventType {
             MulticastError,
             AddrChange,
             TimewaitExit,
+            AddrinfoResolved,
+            AddrinfoError,
+            User,
         ];
         ALL.get(v as usize).copied()
     }
@@ -181,6 +198,8 @@ pub struct Event {
     /// `MulticastJoin`: the context the join was given (C's
     /// `param.ud.private_data`).
     pub context: usize,
+    /// `User`: the consumer's argument (C's `param.arg`, rdma-core 65).
+    pub arg: u64,
 }
 
 /// `rdma_ud_param` beyond the private data: where a UD id sends.
@@ -614,6 +633,7 @@ impl Dev {
             conn,
             ud,
             context: 0,
+            arg: 0,
         });
     }
 
@@ -647,6 +667,7 @@ impl Dev {
             conn,
             ud: None,
             context: 0,
+            arg: 0,
         });
     }
 }
@@ -667,7 +688,29 @@ impl CmId {
 
     /// [`CmId::event`] with a UD id's `rdma_ud_param`.
     fn event_ud(&self, event: EventType, status: i32, conn: ConnParam, ud: Option<UdParam>) {
-        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud, context: 0 });
+        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud, context: 0, arg: 0 });
+    }
+
+    /// Queues an event the id's consumer or librdmacm writes itself, as
+    /// the kernel's `RDMA_USER_CM_CMD_WRITE_CM_EVENT` does (rdma-core 65):
+    /// `User` from `rdma_write_cm_event`, and the two `Addrinfo*` events
+    /// `rdma_resolve_addrinfo` reports. Other types are the CM's own: EINVAL.
+    pub fn write_event(&self, event: EventType, status: i32, arg: u64) -> Result<(), Error> {
+        if !matches!(event, EventType::User | EventType::AddrinfoResolved | EventType::AddrinfoError) {
+            return Err(bad("write_event: only USER and ADDRINFO events are written"));
+        }
+        let arg = if event == EventType::User { arg } else { 0 };
+        self.channel().push(Event {
+            id: self.clone(),
+            listen_id: None,
+            event,
+            status,
+            conn: ConnParam::default(),
+            ud: None,
+            context: 0,
+            arg,
+        });
+        Ok(())
     }
 
     /// The `rdma_ud_param` of a resolved UD id: the AH from its route
@@ -1199,6 +1242,7 @@ impl CmId {
             conn: ConnParam::default(),
             ud: Some(ud),
             context,
+            arg: 0,
         });
         Ok(())
     }
@@ -1331,17 +1375,36 @@ impl Drop for IdInner {
 
 #[cfg(test)]
 mod tests {
-    use super::EventType;
+    use std::time::Duration;
+
+    use super::{CmId, EventChannel, EventType, PortSpace};
 
     #[test]
     fn event_types_number_and_name_as_librdmacm_does() {
-        for v in 0..16 {
+        for v in 0..19 {
             let e = EventType::from_raw(v).unwrap();
             assert_eq!(e as u32, v);
             assert!(e.name().starts_with("RDMA_CM_EVENT_"));
             assert_eq!(e.c_name().to_str().unwrap(), e.name());
         }
         assert_eq!(EventType::from_raw(9).unwrap().name(), "RDMA_CM_EVENT_ESTABLISHED");
-        assert_eq!(EventType::from_raw(16), None);
+        assert_eq!(EventType::from_raw(16), Some(EventType::AddrinfoResolved));
+        assert_eq!(EventType::from_raw(18), Some(EventType::User));
+        assert_eq!(EventType::from_raw(19), None);
+    }
+
+    #[test]
+    fn a_written_user_event_comes_back_with_its_status_and_arg() {
+        let ch = EventChannel::new().unwrap();
+        let id = CmId::new(&ch, PortSpace::Tcp);
+        id.write_event(EventType::User, -7, 0xdead_beef_0123).unwrap();
+        id.write_event(EventType::AddrinfoResolved, 0, 99).unwrap();
+        assert!(id.write_event(EventType::Established, 0, 0).is_err());
+        let e = ch.get_event(Some(Duration::ZERO)).unwrap();
+        assert_eq!((e.event, e.status, e.arg), (EventType::User, -7, 0xdead_beef_0123));
+        assert_eq!(e.id, id);
+        let e = ch.get_event(Some(Duration::ZERO)).unwrap();
+        assert_eq!((e.event, e.status, e.arg), (EventType::AddrinfoResolved, 0, 0));
+        assert!(ch.get_event(Some(Duration::ZERO)).is_none());
     }
 }

@@ -50,7 +50,7 @@ impl PanicValue for usize {
 }
 
 /// A C result type's failure value (-1).
-trait Failure {
+pub(super) trait Failure {
     const FAILED: Self;
 }
 impl Failure for c_int {
@@ -68,7 +68,7 @@ impl Failure for usize {
 
 /// Runs a call: its value, or -1 with `errno` (a panic is EIO, never an
 /// unwind into C and never a value C would take for a socket number).
-fn call<T: Failure>(name: &str, f: impl FnOnce() -> Result<T, Errno>) -> T {
+pub(super) fn call<T: Failure>(name: &str, f: impl FnOnce() -> Result<T, Errno>) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
@@ -429,9 +429,13 @@ ibv_export! { "RDMACM_1.0";
 }
 
 ibv_export! { "RDMACM_1.0";
-    /// Closes the socket (shut down both ways first if connected).
+    /// Closes the socket (shut down both ways first if connected), or a
+    /// repoll (EBUSY while it has entries, as librdmacm 65's).
     fn rclose(socket: c_int) -> c_int {
         call("rclose", || {
+            if let Some(r) = super::repoll::close(socket) {
+                return r.map(|()| 0);
+            }
             let s = match super::remove(socket) {
                 Some(s) => s,
                 None => return Err(lookup(socket).err().unwrap_or(Errno::BADF)),
