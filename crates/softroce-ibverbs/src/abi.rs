@@ -1058,9 +1058,85 @@ pub struct IbvQpEx {
 /// read it.
 pub type WrFlushFn = unsafe extern "C" fn(*mut IbvQpEx, u32, u64, usize, u8, u8);
 
+/// Where rdma-core 56's headers put `uint32_t active_speed_ex`, appended
+/// to `struct ibv_port_attr` (which becomes 56 bytes).
+pub const PORT_ATTR_ACTIVE_SPEED_EX_OFFSET: usize = 52;
+const _: () = assert!(size_of::<IbvPortAttr>() == PORT_ATTR_ACTIVE_SPEED_EX_OFFSET);
+
 /// Where rdma-core 45 puts `wr_flush` in `struct ibv_qp_ex`.
 pub const IBV_QP_EX_WR_FLUSH_OFFSET: usize = 352;
 const _: () = assert!(size_of::<IbvQpEx>() == IBV_QP_EX_WR_FLUSH_OFFSET);
+
+// ---------------------------------------------------------------------------
+// What later headers added (rdma-core 56 and 65)
+// ---------------------------------------------------------------------------
+
+/// rdma-core 65's `struct ibv_mr_init_attr` (`ibv_reg_mr_ex`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvMrInitAttr {
+    pub length: usize,
+    pub access: c_int,
+    /// `enum ibv_mr_init_attr_mask` bits: which fields below are set.
+    pub comp_mask: u64,
+    pub iova: u64,
+    pub addr: *mut c_void,
+    pub fd: c_int,
+    pub fd_offset: u64,
+    /// `struct ibv_dmah *`.
+    pub dmah: *mut c_void,
+    /// `struct ibv_buf *` (from `ibv_alloc_buf`).
+    pub buf: *mut c_void,
+}
+
+/// rdma-core 65's `struct ibv_comp_cntr_caps`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct IbvCompCntrCaps {
+    pub max_value: u64,
+    pub max_counters: u32,
+    pub supported_qp_attach_ops: u32,
+}
+
+/// A member that a later rdma-core header has and rdma-core 44's lacks:
+/// where it is in that header, for `tests/layout.rs` to check against the
+/// distribution's own header.
+#[derive(Clone, Copy)]
+pub struct GrownField {
+    /// The first rdma-core release of the Debian releases tested that has it.
+    pub since: u32,
+    /// Where it is in that release's header.
+    pub layout: FieldLayout,
+}
+
+const fn grown(since: u32, strukt: &'static str, field: &'static str, offset: usize, size: usize) -> GrownField {
+    GrownField { since, layout: FieldLayout { strukt, field, offset, size } }
+}
+
+/// What rdma-core 56's and 65's headers added to the structs softroce
+/// reads or writes, and the structs 65 introduced, as softroce uses them.
+pub const GROWN: &[GrownField] = &[
+    grown(56, "ibv_port_attr", "active_speed_ex", PORT_ATTR_ACTIVE_SPEED_EX_OFFSET, 4),
+    grown(56, "ibv_port_attr", "(sizeof)", 0, PORT_ATTR_ACTIVE_SPEED_EX_OFFSET + 4),
+    grown(56, "ibv_qp_ex", "wr_flush", IBV_QP_EX_WR_FLUSH_OFFSET, 8),
+    grown(56, "ibv_qp_ex", "(sizeof)", 0, IBV_QP_EX_WR_FLUSH_OFFSET + 8),
+    grown(65, "ibv_mr_init_attr", "(sizeof)", 0, size_of::<IbvMrInitAttr>()),
+    grown(65, "ibv_mr_init_attr", "length", offset_of!(IbvMrInitAttr, length), 8),
+    grown(65, "ibv_mr_init_attr", "access", offset_of!(IbvMrInitAttr, access), 4),
+    grown(65, "ibv_mr_init_attr", "comp_mask", offset_of!(IbvMrInitAttr, comp_mask), 8),
+    grown(65, "ibv_mr_init_attr", "iova", offset_of!(IbvMrInitAttr, iova), 8),
+    grown(65, "ibv_mr_init_attr", "addr", offset_of!(IbvMrInitAttr, addr), 8),
+    grown(65, "ibv_mr_init_attr", "fd", offset_of!(IbvMrInitAttr, fd), 4),
+    grown(65, "ibv_mr_init_attr", "fd_offset", offset_of!(IbvMrInitAttr, fd_offset), 8),
+    grown(65, "ibv_mr_init_attr", "dmah", offset_of!(IbvMrInitAttr, dmah), 8),
+    grown(65, "ibv_mr_init_attr", "buf", offset_of!(IbvMrInitAttr, buf), 8),
+    grown(65, "ibv_comp_cntr_caps", "(sizeof)", 0, size_of::<IbvCompCntrCaps>()),
+    grown(65, "ibv_comp_cntr_caps", "max_value", offset_of!(IbvCompCntrCaps, max_value), 8),
+    grown(65, "ibv_comp_cntr_caps", "max_counters", offset_of!(IbvCompCntrCaps, max_counters), 4),
+    grown(65, "ibv_comp_cntr_caps", "supported_qp_attach_ops", offset_of!(IbvCompCntrCaps, supported_qp_attach_ops), 4),
+];
 
 // ---------------------------------------------------------------------------
 // Work requests

@@ -5,17 +5,24 @@
 //! list symbols. Each export is therefore compiled under a private name
 //! (`__softroce_NAME`) and bound to `NAME@@NODE` with a `.symver`
 //! directive; `libibverbs.map` only declares the nodes (rdma-core's names:
-//! IBVERBS_1.0 ... 1.14 and IBVERBS_PRIVATE_34).
+//! IBVERBS_1.0 ... 1.18, IBVERBS_PRIVATE_34 and _65, RDMACM_1.0 ... 1.5).
+//!
+//! A symbol may also be bound to further nodes as `NAME@NODE` (a second
+//! `.symver` on the same private name): the provider interface is one set
+//! of functions that rdma-core 34-56's providers import from
+//! IBVERBS_PRIVATE_34 and 65's from IBVERBS_PRIVATE_65. The dynamic loader
+//! resolves a versioned reference to such a non-default version as to the
+//! default one.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Defines `pub unsafe extern "C" fn $name` and exports it as
 /// `$name@@$node`. The body runs under [`guard`].
 macro_rules! ibv_export {
-    ($node:literal; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty $body:block) => {
+    ($node:literal $(, $also:literal)*; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty $body:block) => {
         $(#[$m])*
         ///
-        #[doc = concat!("Exported as `", stringify!($name), "@@", $node, "`.")]
+        #[doc = concat!("Exported as `", stringify!($name), "@@", $node, "`", $(", `", stringify!($name), "@", $also, "`",)* ".")]
         #[unsafe(export_name = concat!("__softroce_", stringify!($name)))]
         pub unsafe extern "C" fn $name( $($arg: $ty),* ) -> $ret {
             $crate::export::guard(stringify!($name), move || -> $ret { $body })
@@ -23,9 +30,14 @@ macro_rules! ibv_export {
         ::std::arch::global_asm!(concat!(
             ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@@", $node
         ));
+        $(
+            ::std::arch::global_asm!(concat!(
+                ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@", $also
+            ));
+        )*
     };
-    ($node:literal; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
-        ibv_export!($node; $(#[$m])* fn $name( $($arg: $ty),* ) -> () $body);
+    ($node:literal $(, $also:literal)*; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
+        ibv_export!($node $(, $also)*; $(#[$m])* fn $name( $($arg: $ty),* ) -> () $body);
     };
 }
 pub(crate) use ibv_export;

@@ -24,12 +24,15 @@ pub mod abi;
 mod export;
 
 mod ah;
+mod buf;
+mod comp_cntr;
 mod context;
 mod cq;
 mod device;
 mod lid;
 mod mw;
 mod pd;
+mod provider;
 mod qp;
 mod rdmacm;
 pub mod rdmacm_abi;

@@ -107,7 +107,7 @@ fn implicit_odp(addr: *mut c_void, length: usize, access: u32) -> bool {
     addr.is_null() && length == usize::MAX && access & IBV_ACCESS_ON_DEMAND != 0
 }
 
-fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
+pub(crate) fn reg(pd: *mut IbvPd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut IbvMr {
     // SAFETY: a PD from ibv_alloc_pd (checked for NULL).
     let Some(p) = (unsafe { pd_obj(pd) }) else {
         set_errno(libc::EINVAL);
