@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process_group};
 
 mod cm_golden;
+mod distros;
 mod two_hosts;
 
 use two_hosts::TwoHosts;
@@ -65,8 +66,13 @@ fn package_of(tool: &str) -> &'static str {
 /// elsewhere the test prints a skip line and returns.
 fn have(test: &str, tools: &[&str]) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> =
-        tools.iter().copied().filter(|t| !std::env::split_paths(&path).any(|d| d.join(t).is_file())).collect();
+    let root = RELEASE.with_borrow(|r| r.clone());
+    let found = |t: &str| match &root {
+        // A release root's own programs (its PATH is Debian's default).
+        Some(r) => ["usr/bin", "usr/sbin"].iter().any(|d| r.join(d).join(t).is_file()),
+        None => std::env::split_paths(&path).any(|d| d.join(t).is_file()),
+    };
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !found(t)).collect();
     if missing.is_empty() {
         return true;
     }
@@ -129,6 +135,37 @@ thread_local! {
     static SHARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// The root of another Debian release (`scripts/distro/root.sh`) whose
+    /// programs this thread runs, chrooted, instead of this machine's.
+    static RELEASE: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's programs taken from the release root `root`:
+/// each runs as `softroce run` does there, in a mount namespace of its own
+/// that binds the host's /proc, /dev (and so /dev/shm, where shared devices
+/// live), /sys and /tmp (the loopback leases) into the root, and the
+/// directory of the `softroce` binary read-only at /opt/softroce.
+fn in_release<R>(root: &Path, f: impl FnOnce() -> R) -> R {
+    RELEASE.set(Some(root.to_path_buf()));
+    let r = f();
+    RELEASE.set(None);
+    r
+}
+
+/// The shell that `Proc` starts a program of a release root with: `$1` the
+/// root, `$2` the directory of `softroce`, then `softroce`'s arguments.
+const IN_RELEASE: &str = r#"set -e
+r=$1; b=$2; shift 2
+mkdir -p "$r/opt/softroce"
+mount --bind /proc "$r/proc"
+mount --rbind /dev "$r/dev"
+mount --rbind /sys "$r/sys"
+mount --bind /tmp "$r/tmp"
+mount --bind "$b" "$r/opt/softroce"
+mount -o remount,bind,ro "$r/opt/softroce"
+exec chroot "$r" /opt/softroce/softroce "$@""#;
+
 /// Runs `f` with this thread's programs on the shared device (tests of
 /// this binary run at once: their programs share it, as users' do, while
 /// others join and leave it; the UD tools too, which have no
@@ -173,13 +210,20 @@ impl Proc {
             None => program.join(" "),
         };
         let run: &[&str] = if SHARED.get() { &["run", "--"] } else { &["run", "--loopback", "--"] };
-        let mut cmd = match ns {
-            Some(ns) => {
+        let release = RELEASE.with_borrow(|r| r.clone());
+        let mut cmd = match (ns, release) {
+            (None, Some(root)) => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "--", "sh", "-c", IN_RELEASE, "sh"]);
+                c.arg(root).arg(Path::new(softroce()).parent().unwrap());
+                c
+            }
+            (Some(ns), _) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(softroce());
                 c
             }
-            None => Command::new(softroce()),
+            (None, None) => Command::new(softroce()),
         };
         let mut child = cmd
             .args(run)
@@ -644,9 +688,11 @@ const LAT_HEADER: [&str; 11] = [
 ];
 
 /// The numbers of the row under perftest's table `header`, if printed.
+/// perftest 25.01 names the unit perftest 4.5 printed as `MB/sec` (2^20
+/// bytes, as `check_bw` reads it) `MiB/sec`: both match.
 fn table_row(out: &str, header: &[&str]) -> Option<Vec<f64>> {
     let mut lines = out.lines();
-    lines.find(|l| l.split_whitespace().eq(header.iter().copied()))?;
+    lines.find(|l| l.split_whitespace().map(|w| w.replace("[MiB/sec]", "[MB/sec]")).eq(header.iter().copied()))?;
     let row = lines.next()?;
     Some(row.split_whitespace().map(|x| x.parse().unwrap_or(f64::NAN)).collect())
 }

@@ -5,6 +5,15 @@
 //!
 //! Without `/usr/include/infiniband/verbs.h` the header checks are skipped,
 //! except under CI (env `CI` set), which installs libibverbs-dev and must fail.
+//!
+//! The same probe is also compiled by the compiler of each later Debian
+//! release's root (`scripts/distro/root.sh`: rdma-core 56.1 in trixie, 65.0
+//! in sid) against that release's header: rdma-core 44's members must keep
+//! their places there, the members those headers added where
+//! `abi::GROWN` says, and `verbs_context`, which grows at its start, the
+//! distance of each op to its `context` (what the header's inline verbs
+//! reach through). Skipped when a root is missing or not root, except
+//! under CI.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -13,7 +22,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use softroce_ibverbs::abi::{LAYOUT, consts};
+use softroce_ibverbs::abi::{FieldLayout, GROWN, LAYOUT, consts};
 
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
@@ -240,4 +249,108 @@ fn layout_covers_every_mirrored_struct() {
         }
     }
     assert!(problems.is_empty(), "LAYOUT is inconsistent:\n{}", problems.join("\n"));
+}
+
+/// Compiles and runs the probe with the compiler and headers of the
+/// release root `root` (chrooted); returns what it printed.
+fn run_probe_in(root: &Path, tag: &str, main_body: &str) -> String {
+    let name = format!("softroce-probe-{tag}-{}", std::process::id());
+    let src = root.join("tmp").join(format!("{name}.c"));
+    let program = format!(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\nint main(void)\n{{\n{main_body}\treturn 0;\n}}\n"
+    );
+    std::fs::write(&src, &program).unwrap_or_else(|e| panic!("writing {}: {e}", src.display()));
+    let inside = format!("/tmp/{name}");
+    let cc = Command::new("chroot").arg(root).args(["cc", "-o", &inside, &format!("{inside}.c")]).output();
+    let _ = std::fs::remove_file(&src);
+    let cc = cc.unwrap_or_else(|e| panic!("running chroot {} cc: {e}", root.display()));
+    assert!(
+        cc.status.success(),
+        "{}'s cc failed on the {tag} probe:\n{}\n--- probe.c ---\n{program}",
+        root.display(),
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = Command::new("chroot").arg(root).arg(&inside).output();
+    let _ = std::fs::remove_file(root.join("tmp").join(&name));
+    let run = run.unwrap_or_else(|e| panic!("running the probe in {}: {e}", root.display()));
+    assert!(run.status.success(), "the {tag} probe failed in {}: {}", root.display(), run.status);
+    String::from_utf8(run.stdout).expect("the probe prints ASCII")
+}
+
+/// The probe's line for `e`, `STRUCT FIELD OFFSET SIZE`, and the line the
+/// mirror expects. For members of `verbs_context` (which grows at its
+/// start) the offset is the signed distance from its `context` member at
+/// `context_at`.
+fn probe_line(e: &FieldLayout, context_at: usize) -> (String, String) {
+    let ty = c_type(e.strukt);
+    let size =
+        if e.field == "(sizeof)" { format!("sizeof({ty})") } else { format!("sizeof((({ty} *)0)->{})", e.field) };
+    let (offset, expect) = if e.field == "(sizeof)" {
+        ("0L".to_owned(), "0".to_owned())
+    } else if e.strukt == "verbs_context" {
+        (
+            format!("(long)offsetof({ty}, {}) - (long)offsetof({ty}, context)", e.field),
+            (e.offset as i64 - context_at as i64).to_string(),
+        )
+    } else {
+        (format!("(long)offsetof({ty}, {})", e.field), e.offset.to_string())
+    };
+    (
+        format!("\tprintf(\"%s %s %ld %zu\\n\", \"{}\", \"{}\", {offset}, {size});\n", e.strukt, e.field),
+        format!("{} {} {expect} {}", e.strukt, e.field, e.size),
+    )
+}
+
+/// Releases whose headers the library must match: (Debian suite, rdma-core major).
+const RELEASES: &[(&str, u32)] = &[("trixie", 56), ("sid", 65)];
+
+#[test]
+fn layout_holds_in_every_releases_header() {
+    let cache = std::env::var_os("SOFTROCE_DISTRO_CACHE")
+        .map_or_else(|| PathBuf::from("/var/cache/softroce/distros"), PathBuf::from);
+    let context_at = LAYOUT
+        .iter()
+        .find(|e| e.strukt == "verbs_context" && e.field == "context")
+        .expect("verbs_context.context is mirrored")
+        .offset;
+    for &(suite, version) in RELEASES {
+        let root = cache.join(suite);
+        let have = root.join("usr/include/infiniband/verbs.h").is_file() && root.join("usr/bin/cc").exists();
+        // /proc/self belongs to the process's effective user.
+        let root_user = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+        if !have || !root_user {
+            let msg = format!("{suite}: no release root with libibverbs-dev at {}, or not root", root.display());
+            assert!(std::env::var_os("CI").is_none(), "CI is set and {msg}");
+            println!("skipped: {msg}");
+            continue;
+        }
+        // What each entry must read in this release's header.
+        let grown: Vec<FieldLayout> = GROWN.iter().filter(|g| g.since <= version).map(|g| g.layout).collect();
+        let mut want: Vec<FieldLayout> = LAYOUT
+            .iter()
+            .filter(|e| !grown.iter().any(|g| g.strukt == e.strukt && g.field == e.field))
+            // verbs_context's size grows with every op added at its start.
+            .filter(|e| !(e.strukt == "verbs_context" && e.field == "(sizeof)"))
+            .copied()
+            .collect();
+        want.extend(grown);
+        let lines: Vec<(String, String)> = want.iter().map(|e| probe_line(e, context_at)).collect();
+        let body: String = lines.iter().map(|(p, _)| p.as_str()).collect();
+        let out = run_probe_in(&root, suite, &body);
+        let c_lines: Vec<&str> = out.lines().collect();
+        assert_eq!(c_lines.len(), want.len(), "{suite}: the probe printed {} lines", c_lines.len());
+        let mismatches: Vec<String> = lines
+            .iter()
+            .zip(&c_lines)
+            .filter(|((_, rust), c)| rust != *c)
+            .map(|((_, rust), c)| format!("  Rust `{rust}` but C `{c}`"))
+            .collect();
+        assert!(
+            mismatches.is_empty(),
+            "{} of {} entries differ from rdma-core {version}'s header ({suite}):\n{}",
+            mismatches.len(),
+            want.len(),
+            mismatches.join("\n")
+        );
+    }
 }

@@ -1,0 +1,195 @@
+//! The same programs from other Debian releases: Debian 13 (trixie:
+//! rdma-core 56.1, perftest 25.01, libfabric 2.1) and sid (rdma-core 65),
+//! each from a root that `scripts/distro/root.sh` makes with debootstrap
+//! (CI makes them; `SOFTROCE_DISTRO_CACHE` says where, default
+//! /var/cache/softroce/distros). The checks are this file's parent's: each
+//! program runs under `softroce run` inside the root (`in_release`) and is
+//! judged by its own output.
+//!
+//! perftest 25.01 and UCX link the release's providers (libmlx5, libefa,
+//! libhns...), which must find every private libibverbs symbol they
+//! import at load: these tests fail at load time where one is missing.
+//!
+//! Needs root (chroot, mounts). Without a root, or not as root, the tests
+//! print a skip line, unless `CI` is set: then they fail.
+
+use std::path::PathBuf;
+
+use super::*;
+
+/// The root of Debian release `suite`, if made (its stamp is written last).
+fn release(suite: &str) -> Option<PathBuf> {
+    let cache = std::env::var_os("SOFTROCE_DISTRO_CACHE")
+        .map_or_else(|| PathBuf::from("/var/cache/softroce/distros"), PathBuf::from);
+    let root = cache.join(suite);
+    let ok = root.join(".softroce-stamp").is_file() && rustix::process::geteuid().is_root();
+    if !ok {
+        let msg = format!(
+            "{suite}: no release root at {} or not root (make it with `scripts/distro/root.sh {suite}` as root)",
+            root.display()
+        );
+        assert!(std::env::var_os("CI").is_none(), "CI is set and {msg}");
+        eprintln!("skipped: {msg}");
+        return None;
+    }
+    Some(root)
+}
+
+/// Runs `f` over the programs of `suite`'s root, if there is one.
+fn on(suite: &str, f: impl FnOnce()) {
+    if let Some(root) = release(suite) {
+        in_release(&root, f);
+    }
+}
+
+#[test]
+fn trixie_ibv_devices_and_ibv_devinfo() {
+    on("trixie", ibv_devices_and_ibv_devinfo_show_softroce_lo);
+}
+
+#[test]
+fn trixie_pingpongs() {
+    on("trixie", || {
+        ibv_rc_pingpong();
+        ibv_rc_pingpong_with_events();
+        ibv_ud_pingpong();
+        ibv_srq_pingpong();
+    });
+}
+
+#[test]
+fn trixie_perftest_bandwidth() {
+    on("trixie", || {
+        ib_send_bw();
+        ib_write_bw();
+        ib_read_bw();
+        ib_atomic_bw();
+    });
+}
+
+#[test]
+fn trixie_perftest_latency() {
+    on("trixie", || {
+        ib_send_lat();
+        ib_write_lat();
+        ib_read_lat();
+        ib_atomic_lat();
+    });
+}
+
+#[test]
+fn trixie_perftest_over_rdma_cm() {
+    on("trixie", perftest_over_rdma_cm_send_write_bw_and_read_lat);
+}
+
+#[test]
+fn trixie_rdmacm_utils() {
+    on("trixie", || {
+        rping_connects_by_rdma_cm_and_pings_20_times();
+        ucmatose_connects_by_rdma_cm();
+        udaddy_resolves_by_sidr_and_exchanges_datagrams();
+        rstream_runs_over_rsockets_blocking_nonblocking_and_with_rpoll();
+    });
+}
+
+#[test]
+fn trixie_qperf() {
+    on("trixie", qperf_rc_tests);
+}
+
+#[test]
+fn trixie_libfabric_fi_pingpong() {
+    on("trixie", libfabric_fi_pingpong_over_verbs_msg_rxm_dgram_and_rxd);
+}
+
+#[test]
+fn sid_ibv_devices_and_ibv_devinfo() {
+    on("sid", ibv_devices_and_ibv_devinfo_show_softroce_lo);
+}
+
+#[test]
+fn sid_pingpongs() {
+    on("sid", || {
+        ibv_rc_pingpong();
+        ibv_srq_pingpong();
+    });
+}
+
+#[test]
+fn sid_perftest() {
+    on("sid", || {
+        ib_write_bw();
+        ib_send_lat();
+    });
+}
+
+#[test]
+fn sid_rdmacm_utils() {
+    on("sid", || {
+        rping_connects_by_rdma_cm_and_pings_20_times();
+        rstream_runs_over_rsockets_blocking_nonblocking_and_with_rpoll();
+    });
+}
+
+/// UCX 1.18 lists softroce's device for its verbs transports, and its
+/// rdmacm connection manager, whose module (`libuct_rdmacm.so`) links
+/// trixie's libmlx5 and so loads only when every provider-private symbol
+/// is there.
+#[test]
+fn trixie_ucx_info_lists_the_verbs_transports_and_the_rdmacm_cm() {
+    on("trixie", || {
+        if !have("ucx_info", &["ucx_info"]) {
+            return;
+        }
+        let d = Proc::start(&["ucx_info", "-d"]).finish(CHILD_TIMEOUT);
+        assert!(d.ok(), "{}", d.report());
+        let lines: Vec<&str> = d.stdout.lines().map(str::trim).collect();
+        for tl in ["rc_verbs", "ud_verbs"] {
+            let listed = lines.windows(2).any(|w| {
+                w[0] == format!("#      Transport: {tl}").trim() && w[1] == "#         Device: softroce_lo:1".trim()
+            });
+            assert!(listed, "{tl} on softroce_lo:1 not listed\n{}", d.report());
+        }
+        assert!(lines.contains(&"# Connection manager: rdmacm"), "no rdmacm CM\n{}", d.report());
+    });
+}
+
+/// `grown.c`, built by the compiler and against the headers of rdma-core
+/// `major` (the machine's own when no release root is set) and run under
+/// `softroce run`: every check it prints must be "ok", and as many as
+/// that release's headers have.
+fn grown_structs(major: u32) {
+    let n = std::process::id();
+    let name = format!("softroce-grown-{major}-{n}");
+    let src = std::env::temp_dir().join(format!("{name}.c"));
+    std::fs::write(&src, include_str!("grown.c")).unwrap();
+    let script =
+        format!("cc -Wall -Werror -DRDMA_CORE={major} -o /tmp/{name} /tmp/{name}.c -libverbs && exec /tmp/{name}");
+    let d = Proc::start(&["sh", "-c", &script]).finish(CHILD_TIMEOUT);
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(std::env::temp_dir().join(&name));
+    assert!(d.ok(), "{}", d.report());
+    let lines: Vec<&str> = d.stdout.lines().collect();
+    assert!(lines.iter().all(|l| l.starts_with("ok ")), "{}", d.report());
+    // open, query_port, alloc_pd, dealloc_pd, close; 56: active_speed_ex;
+    // 65: twelve checks of its verbs.
+    let want = 5 + usize::from(major >= 56) + if major >= 65 { 12 } else { 0 };
+    assert_eq!(lines.len(), want, "{}", d.report());
+}
+
+#[test]
+fn a_program_built_against_rdma_core_44s_headers_works() {
+    if have("cc", &["cc"]) && std::path::Path::new("/usr/include/infiniband/verbs.h").is_file() {
+        grown_structs(44);
+    }
+}
+
+#[test]
+fn a_program_built_against_rdma_core_56s_headers_works() {
+    on("trixie", || grown_structs(56));
+}
+
+#[test]
+fn a_program_built_against_rdma_core_65s_headers_works() {
+    on("sid", || grown_structs(65));
+}
