@@ -4,6 +4,8 @@
 //! (docs/sysfs.md) and runs its verbs transports between two processes;
 //! Open MPI 4.1 runs an MPI program (`tests/mpi/`) over UCX's PML on one
 //! host and across two network namespaces, its data through softroce.
+//! Debian 13's UCX 1.18, Open MPI 5.0 and MPICH 4.2 do the same from its
+//! root (`release`, `scripts/distro/root.sh`).
 
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
@@ -11,15 +13,35 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod release;
 mod two_hosts;
 
 use two_hosts::TwoHosts;
 
+thread_local! {
+    /// The Debian release root (`release`) whose programs this thread runs
+    /// instead of this machine's.
+    static RELEASE: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's programs from release `suite`'s root, if made.
+fn in_release(suite: &str, f: impl FnOnce()) {
+    if let Some(root) = release::root(suite) {
+        RELEASE.set(Some(root));
+        f();
+        RELEASE.set(None);
+    }
+}
+
 /// Whether `tools` are installed (CI installs them: then they must be).
 fn have(tools: &[&str]) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let missing: Vec<&str> =
-        tools.iter().copied().filter(|t| !std::env::split_paths(&path).any(|d| d.join(t).is_file())).collect();
+    let root = RELEASE.with_borrow(|r| r.clone());
+    let found = |t: &str| match &root {
+        Some(r) => release::has(r, t),
+        None => std::env::split_paths(&path).any(|d| d.join(t).is_file()),
+    };
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !found(t)).collect();
     if !missing.is_empty() {
         assert!(std::env::var_os("CI").is_none(), "CI installs {missing:?}");
         eprintln!("skipped: {missing:?} not installed");
@@ -28,7 +50,11 @@ fn have(tools: &[&str]) -> bool {
 }
 
 fn softroce(envs: &[(&str, &str)], program: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_softroce"));
+    let bin = env!("CARGO_BIN_EXE_softroce");
+    let mut c = match RELEASE.with_borrow(|r| r.clone()) {
+        Some(root) => release::softroce(&root, Path::new(bin)),
+        None => Command::new(bin),
+    };
     c.args(["run", "--"]).args(program).envs(envs.iter().copied()).stdin(Stdio::null()).process_group(0);
     c
 }
@@ -95,9 +121,18 @@ fn parse_final(out: &str) -> Option<Final> {
 /// A ucx_perftest server and client (`args`) between two processes on the
 /// shared loopback device; returns the client's result.
 fn perftest(envs: &[(&str, &str)], args: &[&str]) -> Final {
+    perftest_both(envs, &[], args)
+}
+
+/// [`perftest`] whose server also takes `server_args` (UCX 1.18's needs
+/// the transport and device too).
+fn perftest_both(envs: &[(&str, &str)], server_args: &[&str], args: &[&str]) -> Final {
     let port = free_port().to_string();
-    let server =
-        softroce(envs, &["ucx_perftest", "-p", &port]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let server = softroce(envs, &[&["ucx_perftest", "-p", &port][..], server_args].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // The server listens once it is up (looked up without connecting: its
     // first connection is its client).
     let t0 = Instant::now();
@@ -221,11 +256,27 @@ impl Drop for Scratch {
 
 /// tests/mpi/pingpong_allreduce.c, compiled by mpicc into `dir`.
 fn mpi_program(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong_allreduce.c");
+    mpi_program_by("mpicc", dir)
+}
+
+/// [`mpi_program`] by the compiler wrapper `mpicc` (`mpicc.mpich`...): the
+/// release root's under [`in_release`], started as its programs are
+/// (`dir` is under /tmp, which the root shares).
+fn mpi_program_by(mpicc: &str, dir: &Path) -> PathBuf {
+    let src = dir.join("pingpong_allreduce.c");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong_allreduce.c"), &src).unwrap();
     let prog = dir.join("pingpong_allreduce");
-    let o =
-        Command::new("mpicc").args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&prog).arg(&src).output().unwrap();
-    assert!(o.status.success(), "mpicc {}\n{}", src.display(), text(&o));
+    let (p, s) = (prog.to_str().unwrap(), src.to_str().unwrap());
+    let mut cmd = match RELEASE.with_borrow(Option::is_some) {
+        true => softroce(&[], &[mpicc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", p, s]),
+        false => {
+            let mut c = Command::new(mpicc);
+            c.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o", p, s]);
+            c
+        }
+    };
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{mpicc} {s}\n{}", text(&o));
     prog
 }
 
@@ -299,9 +350,12 @@ fn check_mpi_output(o: &Output, np: usize, cmd: &[String], devices: &[String]) -
     // UCX's PML ran, and every lane of every rank's endpoints is one of
     // softroce's verbs transports on one of its `devices` (or a rank to
     // itself): no shared memory, no TCP.
+    // UCX 1.13 logs `ep_cfg[N]: tag(LANES)`, 1.18 `ucp_context_0 intra-node
+    // cfg#N tag(LANES)`.
     let lanes: Vec<&str> = all
         .lines()
-        .filter_map(|l| l.split_once(" ep_cfg[")?.1.split_once(": tag(")?.1.split_once(')'))
+        .filter(|l| l.contains(" ep_cfg[") || l.contains(" cfg#"))
+        .filter_map(|l| l.split_once(" tag(")?.1.split_once(')'))
         .flat_map(|(lanes, _)| lanes.split_whitespace())
         .collect();
     let softroce = |l: &str, tl: &str| {
@@ -309,7 +363,7 @@ fn check_mpi_output(o: &Output, np: usize, cmd: &[String], devices: &[String]) -
     };
     assert!(lanes.iter().any(|l| softroce(l, "rc_verbs/")), "no rc_verbs lane on {devices:?}\n{all}");
     for l in &lanes {
-        let ok = softroce(l, "rc_verbs/") || softroce(l, "ud_verbs/") || *l == "self/memory0";
+        let ok = softroce(l, "rc_verbs/") || softroce(l, "ud_verbs/") || *l == "self/memory0" || *l == "self/memory";
         assert!(ok, "a lane that is not softroce's ({devices:?}): {l}\n{all}");
     }
     r
@@ -575,4 +629,102 @@ fn perf_middleware_prints_its_comparisons_with_their_ratios() {
         }
         assert_eq!(f[3..5].join(" "), bound, "{line}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Debian 13's middleware (UCX 1.18, Open MPI 5.0, MPICH 4.2), from its root
+
+/// What UCX 1.18's ucx_perftest needs on both sides: the transport and
+/// device (its server no longer takes them from the client), and no MPI mode.
+const UCT_RC_LO_118: [&str; 6] = ["-x", "rc_verbs", "-d", "softroce_lo:1", "-P", "0"];
+
+#[test]
+fn trixie_ucx_1_18_uct_put_bw_and_ucp_tag_lat() {
+    in_release("trixie", || {
+        if !have(&["ucx_perftest"]) {
+            return;
+        }
+        let put = perftest_both(
+            &[],
+            &UCT_RC_LO_118,
+            &[&UCT_RC_LO_118[..], &["-t", "put_bw", "-D", "zcopy", "-s", "65536", "-n", "2000"]].concat(),
+        );
+        assert_eq!(put.iterations, 2000);
+        assert!(put.bw_mbs > 0.0);
+        let env = [("UCX_TLS", "rc_verbs,ud_verbs,self"), ("UCX_NET_DEVICES", "softroce_lo:1")];
+        let lat = perftest_both(&env, &["-P", "0"], &["-P", "0", "-t", "tag_lat", "-s", "8", "-n", "2000"]);
+        assert_eq!(lat.iterations, 2000);
+        assert!(lat.typical_us > 0.0);
+    });
+}
+
+/// The MPI program on two ranks of this host, launched by `mpirun` (argv
+/// before the program) after `mpicc` built it: each rank's data checked
+/// and captured.
+fn mpi_two_ranks(mpicc: &str, mpirun: &[String], rank_var: &str, what: &str) {
+    let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Scratch::new(what);
+    let prog = mpi_program_by(mpicc, &dir.0);
+    let mut cmd = mpirun.to_vec();
+    let rank = format!(
+        "SOFTROCE_PCAP={}/rank${rank_var}.pcap exec {} {PINGPONGS} {ALLREDUCES}",
+        dir.0.display(),
+        prog.display()
+    );
+    cmd.extend(["sh".into(), "-c".into(), rank]);
+    let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let c = softroce(&[], &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let o = finish(c, Duration::from_secs(300), &cmd[0]);
+    let r = check_mpi_output(&o, 2, &cmd, &devices_in(None));
+    println!("{what} -np 2 over softroce: {r:?}");
+    check_captures(&dir.0, 2);
+}
+
+#[test]
+fn trixie_open_mpi_5_over_ucx_two_ranks() {
+    in_release("trixie", || {
+        if !have(&["mpirun.openmpi", "mpicc.openmpi"]) {
+            return;
+        }
+        let mut mpirun: Vec<String> = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        mpirun.extend(MPI_OVER_SOFTROCE.iter().map(|s| s.to_string()));
+        mpirun.extend(["-x".into(), "UCX_LOG_LEVEL=info".into()]);
+        mpi_two_ranks("mpicc.openmpi", &mpirun, "OMPI_COMM_WORLD_RANK", "open-mpi-5");
+    });
+}
+
+#[test]
+fn trixie_mpich_4_2_over_ucx_two_ranks() {
+    in_release("trixie", || {
+        if !have(&["mpirun.mpich", "mpicc.mpich"]) {
+            return;
+        }
+        // ch4:ucx; NOLOCAL keeps MPICH's own shared memory out of the way.
+        let mpirun: Vec<String> = [
+            "mpirun.mpich",
+            "-launcher",
+            "fork",
+            "-np",
+            "2",
+            "-genv",
+            "MPIR_CVAR_NOLOCAL",
+            "1",
+            "-genv",
+            "UCX_TLS",
+            "rc_verbs,ud_verbs,self",
+            "-genv",
+            "UCX_NET_DEVICES",
+            "softroce_lo:1",
+            "-genv",
+            "UCX_LOG_LEVEL",
+            "info",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        mpi_two_ranks("mpicc.mpich", &mpirun, "PMI_RANK", "mpich-4.2");
+    });
 }

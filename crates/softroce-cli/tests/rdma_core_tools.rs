@@ -23,6 +23,7 @@ use rustix::process::{Pid, Signal, kill_process_group};
 
 mod cm_golden;
 mod distros;
+mod release;
 mod two_hosts;
 
 use two_hosts::TwoHosts;
@@ -68,8 +69,7 @@ fn have(test: &str, tools: &[&str]) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let root = RELEASE.with_borrow(|r| r.clone());
     let found = |t: &str| match &root {
-        // A release root's own programs (its PATH is Debian's default).
-        Some(r) => ["usr/bin", "usr/sbin"].iter().any(|d| r.join(d).join(t).is_file()),
+        Some(r) => release::has(r, t),
         None => std::env::split_paths(&path).any(|d| d.join(t).is_file()),
     };
     let missing: Vec<&str> = tools.iter().copied().filter(|t| !found(t)).collect();
@@ -141,30 +141,14 @@ thread_local! {
     static RELEASE: std::cell::RefCell<Option<std::path::PathBuf>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `f` with this thread's programs taken from the release root `root`:
-/// each runs as `softroce run` does there, in a mount namespace of its own
-/// that binds the host's /proc, /dev (and so /dev/shm, where shared devices
-/// live), /sys and /tmp (the loopback leases) into the root, and the
-/// directory of the `softroce` binary read-only at /opt/softroce.
+/// Runs `f` with this thread's programs taken from the release root `root`
+/// (`release::softroce`).
 fn in_release<R>(root: &Path, f: impl FnOnce() -> R) -> R {
     RELEASE.set(Some(root.to_path_buf()));
     let r = f();
     RELEASE.set(None);
     r
 }
-
-/// The shell that `Proc` starts a program of a release root with: `$1` the
-/// root, `$2` the directory of `softroce`, then `softroce`'s arguments.
-const IN_RELEASE: &str = r#"set -e
-r=$1; b=$2; shift 2
-mkdir -p "$r/opt/softroce"
-mount --bind /proc "$r/proc"
-mount --rbind /dev "$r/dev"
-mount --rbind /sys "$r/sys"
-mount --bind /tmp "$r/tmp"
-mount --bind "$b" "$r/opt/softroce"
-mount -o remount,bind,ro "$r/opt/softroce"
-exec chroot "$r" /opt/softroce/softroce "$@""#;
 
 /// Runs `f` with this thread's programs on the shared device (tests of
 /// this binary run at once: their programs share it, as users' do, while
@@ -212,12 +196,7 @@ impl Proc {
         let run: &[&str] = if SHARED.get() { &["run", "--"] } else { &["run", "--loopback", "--"] };
         let release = RELEASE.with_borrow(|r| r.clone());
         let mut cmd = match (ns, release) {
-            (None, Some(root)) => {
-                let mut c = Command::new("unshare");
-                c.args(["--mount", "--propagation", "private", "--", "sh", "-c", IN_RELEASE, "sh"]);
-                c.arg(root).arg(Path::new(softroce()).parent().unwrap());
-                c
-            }
+            (None, Some(root)) => release::softroce(&root, Path::new(softroce())),
             (Some(ns), _) => {
                 let mut c = Command::new("ip");
                 c.args(["netns", "exec", ns]).arg(softroce());

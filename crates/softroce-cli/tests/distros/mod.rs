@@ -1,8 +1,7 @@
 //! The same programs from other Debian releases: Debian 13 (trixie:
 //! rdma-core 56.1, perftest 25.01, libfabric 2.1) and sid (rdma-core 65),
-//! each from a root that `scripts/distro/root.sh` makes with debootstrap
-//! (CI makes them; `SOFTROCE_DISTRO_CACHE` says where, default
-//! /var/cache/softroce/distros). The checks are this file's parent's: each
+//! each from a root that `scripts/distro/root.sh` makes (`release`). The
+//! checks are this file's parent's: each
 //! program runs under `softroce run` inside the root (`in_release`) and is
 //! judged by its own output.
 //!
@@ -13,31 +12,11 @@
 //! Needs root (chroot, mounts). Without a root, or not as root, the tests
 //! print a skip line, unless `CI` is set: then they fail.
 
-use std::path::PathBuf;
-
 use super::*;
-
-/// The root of Debian release `suite`, if made (its stamp is written last).
-fn release(suite: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("SOFTROCE_DISTRO_CACHE")
-        .map_or_else(|| PathBuf::from("/var/cache/softroce/distros"), PathBuf::from);
-    let root = cache.join(suite);
-    let ok = root.join(".softroce-stamp").is_file() && rustix::process::geteuid().is_root();
-    if !ok {
-        let msg = format!(
-            "{suite}: no release root at {} or not root (make it with `scripts/distro/root.sh {suite}` as root)",
-            root.display()
-        );
-        assert!(std::env::var_os("CI").is_none(), "CI is set and {msg}");
-        eprintln!("skipped: {msg}");
-        return None;
-    }
-    Some(root)
-}
 
 /// Runs `f` over the programs of `suite`'s root, if there is one.
 fn on(suite: &str, f: impl FnOnce()) {
-    if let Some(root) = release(suite) {
+    if let Some(root) = super::release::root(suite) {
         in_release(&root, f);
     }
 }
