@@ -12,6 +12,8 @@
 //! Needs root (chroot, mounts). Without a root, or not as root, the tests
 //! print a skip line, unless `CI` is set: then they fail.
 
+use std::path::PathBuf;
+
 use super::*;
 
 /// Runs `f` over the programs of `suite`'s root, if there is one.
@@ -171,4 +173,52 @@ fn a_program_built_against_rdma_core_56s_headers_works() {
 #[test]
 fn a_program_built_against_rdma_core_65s_headers_works() {
     on("sid", || grown_structs(65));
+}
+
+/// The README's CI recipe in its shell form (`scripts/ci/softroce-ci.sh`),
+/// as a project's CI on a Debian 13 runner runs it: from the source tree,
+/// with the runner's cargo, it builds softroce (already built here: cargo
+/// finds it fresh) and runs the project's test, here an
+/// `ibv_rc_pingpong` server and client in one command, over softroce.
+#[test]
+fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
+    let Some(root) = super::release::root("trixie") else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap();
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()));
+    let cargo_home = std::env::var_os("CARGO_HOME").map_or_else(|| home.join(".cargo"), PathBuf::from);
+    let rustup_home = std::env::var_os("RUSTUP_HOME").map_or_else(|| home.join(".rustup"), PathBuf::from);
+    if !cargo_home.join("bin/cargo").is_file() {
+        let msg = format!("no cargo in {} for the recipe to build with", cargo_home.display());
+        assert!(std::env::var_os("CI").is_none(), "CI is set and {msg}");
+        eprintln!("skipped: {msg}");
+        return;
+    }
+    let port = free_port();
+    let test = format!("ibv_rc_pingpong -g 1 -p {port} & sleep 1; ibv_rc_pingpong -g 1 -p {port} 127.0.0.1 && wait $!");
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", cargo_home.join("bin").display());
+    let recipe = src.join("scripts/ci/softroce-ci.sh");
+    let mut cmd = super::release::chrooted(
+        &root,
+        &[src, &cargo_home, &rustup_home],
+        &[
+            "env",
+            &format!("PATH={path}"),
+            &format!("CARGO_HOME={}", cargo_home.display()),
+            &format!("RUSTUP_HOME={}", rustup_home.display()),
+            "CARGO_NET_OFFLINE=true",
+            recipe.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &test,
+        ],
+    );
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let report = format!("[stdout]\n{stdout}[stderr]\n{stderr}");
+    assert!(out.status.success(), "{}\n{report}", out.status);
+    // "8192000 bytes in 0.01 seconds = ..." and "1000 iters in ...", once per side.
+    let bytes = stdout.lines().filter(|l| l.starts_with("8192000 bytes in ")).count();
+    let iters = stdout.lines().filter(|l| l.starts_with("1000 iters in ")).count();
+    assert_eq!((bytes, iters), (2, 2), "{report}");
 }

@@ -31,28 +31,35 @@ pub fn has(root: &Path, tool: &str) -> bool {
     ["usr/bin", "usr/sbin", "bin", "sbin"].iter().any(|d| root.join(d).join(tool).is_file())
 }
 
-/// The shell that starts `softroce` in a root: `$1` the root, `$2` the
-/// directory of `softroce`, then `softroce`'s arguments. A mount namespace
-/// of its own binds the host's /proc, /dev (and so /dev/shm, where shared
-/// devices live), /sys and /tmp (the loopback leases, and the tests' files
-/// at the same paths) into the root, and softroce's directory read-only at
-/// /opt/softroce.
-const IN_RELEASE: &str = r#"set -e
-r=$1; b=$2; shift 2
-mkdir -p "$r/opt/softroce"
+/// A command running `softroce` (the binary at `softroce`) inside `root`,
+/// its directory bound at its own path, so `softroce run` finds its library
+/// and makes the same `libibverbs.so.1` link as outside; the caller adds
+/// softroce's arguments.
+pub fn softroce(root: &Path, softroce: &Path) -> Command {
+    let dir = softroce.parent().expect("softroce has a directory");
+    chrooted(root, &[dir], &[softroce.to_str().expect("a UTF-8 path")])
+}
+
+/// A command running `program` inside `root` as root, in a mount namespace
+/// of its own that binds the host's /proc, /dev (and so /dev/shm, where
+/// shared devices live), /sys and /tmp (the loopback leases, and the tests'
+/// files at the same paths), and each of `binds` at its own path, into the
+/// root.
+pub fn chrooted(root: &Path, binds: &[&Path], program: &[&str]) -> Command {
+    const SCRIPT: &str = r#"set -e
+r=$1; n=$2; shift 2
 mount --bind /proc "$r/proc"
 mount --rbind /dev "$r/dev"
 mount --rbind /sys "$r/sys"
 mount --bind /tmp "$r/tmp"
-mount --bind "$b" "$r/opt/softroce"
-mount -o remount,bind,ro "$r/opt/softroce"
-exec chroot "$r" /opt/softroce/softroce "$@""#;
-
-/// A command running `softroce` (the binary at `softroce`) inside `root`;
-/// the caller adds softroce's arguments.
-pub fn softroce(root: &Path, softroce: &Path) -> Command {
+while [ "$n" -gt 0 ]; do
+  mkdir -p "$r$1"
+  mount --bind "$1" "$r$1"
+  shift; n=$((n - 1))
+done
+exec chroot "$r" "$@""#;
     let mut c = Command::new("unshare");
-    c.args(["--mount", "--propagation", "private", "--", "sh", "-c", IN_RELEASE, "sh"]);
-    c.arg(root).arg(softroce.parent().expect("softroce has a directory"));
+    c.args(["--mount", "--propagation", "private", "--", "sh", "-c", SCRIPT, "sh"]);
+    c.arg(root).arg(binds.len().to_string()).args(binds).args(program);
     c
 }
