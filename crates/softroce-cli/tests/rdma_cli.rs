@@ -7,6 +7,7 @@
 //! configuration directory.
 
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -212,11 +213,13 @@ fn resource_show_counts_what_other_processes_hold_and_names_their_pids() {
     let ctx2 = Context::open_with(&info, Options::default()).unwrap();
     let _pd2 = ctx2.alloc_pd().unwrap();
 
-    let want = json!([{"ifindex": 0, "ifname": "softroce_lo", "pd": 2, "cq": 2, "qp": 1, "mr": 3, "ctx": 2, "srq": 0}]);
+    let want = json!([{
+        "ifindex": 0, "ifname": "softroce_lo", "pd": 2, "cq": 2, "qp": 1, "cm_id": 0, "mr": 3, "ctx": 2, "srq": 0,
+    }]);
     let v = wait_for(&lease, &["-j", "resource", "show"], |v| *v == want);
     assert_eq!(v, want);
     let (_, text, _) = rdma(&lease, &["res"]);
-    assert_eq!(text, "0: softroce_lo: pd 2 cq 2 qp 1 mr 3 ctx 2 srq 0 \n");
+    assert_eq!(text, "0: softroce_lo: pd 2 cq 2 qp 1 cm_id 0 mr 3 ctx 2 srq 0 \n");
     assert_eq!(rdma(&lease, &["res", "show", "softroce_lo"]).1, text, "`res show DEV`");
 
     let pid = u64::from(std::process::id());
@@ -251,7 +254,9 @@ fn resource_show_counts_what_other_processes_hold_and_names_their_pids() {
 
     drop((qp, mrs, cq1, cq2, pd));
     drop(ctx);
-    let want = json!([{"ifindex": 0, "ifname": "softroce_lo", "pd": 1, "cq": 0, "qp": 0, "mr": 0, "ctx": 1, "srq": 0}]);
+    let want = json!([{
+        "ifindex": 0, "ifname": "softroce_lo", "pd": 1, "cq": 0, "qp": 0, "cm_id": 0, "mr": 0, "ctx": 1, "srq": 0,
+    }]);
     assert_eq!(wait_for(&lease, &["-j", "res"], |v| *v == want), want, "a closed context is not counted");
 }
 
@@ -351,13 +356,16 @@ fn softroce_run_gives_programs_rdma_and_an_rdma_core_servers_qp_is_listed() {
         .args(["run", "--device", &dev, "--", "ibv_rc_pingpong", "-g", "1", "-p", &port])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     // ibv_rc_pingpong holds a PD, a CQ, an MR and an RC QP in INIT while
     // it waits for its client.
     let v = wait_for(&lease, &["-j", "res", "show", "qp"], |v| v.as_array().is_some_and(|a| !a.is_empty()));
     let summary = json_of(&lease, &["-j", "res"]);
-    let _ = server.kill();
+    // The whole group: `softroce run` does not pass signals on (yet).
+    let _ =
+        rustix::process::kill_process_group(rustix::process::Pid::from_child(&server), rustix::process::Signal::KILL);
     let _ = server.wait();
     let q = &v[0];
     assert_eq!((&q["type"], &q["state"], &q["port"]), (&json!("RC"), &json!("INIT"), &json!(1)), "{v}");
@@ -370,4 +378,40 @@ fn softroce_run_gives_programs_rdma_and_an_rdma_core_servers_qp_is_listed() {
         (&json!(1), &json!(1), &json!(1), &json!(1), &json!(1)),
         "{s}"
     );
+}
+
+/// rdma_cm ids count on the device they are bound to, as the kernel's
+/// resource tracker counts them: an `rping` server's listening id is one,
+/// and it goes with the server.
+#[test]
+fn resource_show_counts_an_rdma_cm_servers_listening_id() {
+    if !have_library() {
+        return;
+    }
+    if !on_path("rping") {
+        assert!(std::env::var_os("CI").is_none(), "rping is missing (apt-get install rdmacm-utils)");
+        eprintln!("skipped: rping not found (apt-get install rdmacm-utils)");
+        return;
+    }
+    let lease = LoopbackLease::take().unwrap();
+    let dev = format!("softroce_lo={}", lease.addr());
+    let (addr, port) = (lease.addr().to_string(), free_port().to_string());
+    // A process group of its own: `softroce run` does not pass signals on
+    // (yet), so the group is killed, rping with it.
+    let mut server = softroce()
+        .args(["run", "--device", &dev, "--", "rping", "-s", "-a", &addr, "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let v = wait_for(&lease, &["-j", "res"], |v| v[0]["cm_id"] == json!(1));
+    let (_, text, _) = rdma(&lease, &["res"]);
+    let group = rustix::process::Pid::from_child(&server);
+    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+    let _ = server.wait();
+    assert_eq!(v[0]["cm_id"], json!(1), "{v}");
+    assert!(text.contains(" qp 1 cm_id 1 mr "), "the kernel's order, pd cq qp cm_id mr ctx srq: {text}");
+    let gone = wait_for(&lease, &["-j", "res"], |v| v[0]["cm_id"] == json!(0));
+    assert_eq!(gone[0]["cm_id"], json!(0), "the server's id went with it: {gone}");
 }

@@ -20,6 +20,8 @@ pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 pub(crate) struct Published {
     at: Option<Instant>,
     what: Resources,
+    /// The process's rdma_cm ids on this context's device.
+    cm_ids: u64,
 }
 
 impl Published {
@@ -28,10 +30,15 @@ impl Published {
         self.at.is_none_or(|t| now.saturating_duration_since(t) >= PUBLISH_EVERY)
     }
 
+    /// Counts rdma_cm ids that came (`delta` > 0) or went on the device.
+    pub(crate) fn count_cm_ids(&mut self, delta: i64) {
+        self.cm_ids = self.cm_ids.saturating_add_signed(delta);
+    }
+
     /// Publishes `dev`'s objects through `member` if they changed.
     pub(crate) fn publish(&mut self, now: Instant, dev: &Device, member: &roce_host::Member) {
         self.at = Some(now);
-        let res = resources_of(dev);
+        let res = resources_of(dev, self.cm_ids);
         if res != self.what {
             member.publish(&res);
             self.what = res;
@@ -39,19 +46,17 @@ impl Published {
     }
 }
 
-/// `dev`'s counts, its counters and its first [`MAX_LISTED`] QPs as the kernel reports
+/// `dev`'s counts (with the process's `cm_ids` on it), its counters and its first [`MAX_LISTED`] QPs as the kernel reports
 /// them (`fill_res_qp_entry`: the remote QPN, receive PSN and path
 /// migration state of connected QPs only; the GSI QP as type GSI).
-fn resources_of(dev: &Device) -> Resources {
+fn resources_of(dev: &Device, cm_ids: u64) -> Resources {
     let c = dev.object_counts();
     let n = |v: usize| v as u64;
-    // rdma_cm's ids are not counted yet (they are not a context's state):
-    // 0, which `softroce rdma` does not show.
     let counts = Counts {
         pd: n(c.pd),
         cq: n(c.cq),
         qp: n(c.qp),
-        cm_id: 0,
+        cm_id: cm_ids,
         mr: n(c.mr),
         srq: n(c.srq),
         ah: n(c.ah),

@@ -295,6 +295,12 @@ impl Context {
         &self.owner.shared
     }
 
+    /// Counts rdma_cm ids that came to (`delta` > 0) or left this device,
+    /// for its next census (`census.rs`).
+    pub(crate) fn count_cm_ids(&self, delta: i64) {
+        self.shared().lock().published.count_cm_ids(delta);
+    }
+
     /// The device this context opened.
     pub fn device(&self) -> &DeviceInfo {
         &self.shared().info

@@ -321,6 +321,8 @@ struct Id {
     rep: Option<Box<RepRepr>>,
     /// The devices and service ID the id listens on.
     listening: Vec<(Arc<Dev>, u64)>,
+    /// The devices whose contexts count this id (`Id::recount`).
+    counted: Vec<Arc<Dev>>,
     /// This side's (responder resources, initiator depth): the consumer's
     /// connect or accept values.
     resources: (u8, u8),
@@ -373,7 +375,32 @@ impl Id {
             ack_timeout: None,
             ece_vendor_id: 0,
             mcast: Vec::new(),
+            counted: Vec::new(),
         }
+    }
+
+    /// Brings the devices counting this id (for `softroce rdma resource
+    /// show`'s `cm_id`, as the kernel's resource tracker counts a cm_id on
+    /// the device it is bound to, and a wildcard listener on each) in line
+    /// with the ones it is on now.
+    fn recount(&mut self) {
+        let mut now: Vec<Arc<Dev>> = Vec::new();
+        for d in self.dev.iter().chain(self.listening.iter().map(|(d, _)| d)) {
+            if !now.iter().any(|n| Arc::ptr_eq(n, d)) {
+                now.push(d.clone());
+            }
+        }
+        for old in &self.counted {
+            if !now.iter().any(|n| Arc::ptr_eq(n, old)) {
+                old.ctx.count_cm_ids(-1);
+            }
+        }
+        for new in &now {
+            if !self.counted.iter().any(|o| Arc::ptr_eq(o, new)) {
+                new.ctx.count_cm_ids(1);
+            }
+        }
+        self.counted = now;
     }
 }
 
@@ -604,6 +631,7 @@ impl Dev {
             ..Id::new()
         };
         fill(&mut st);
+        st.recount();
         let child =
             CmId(Arc::new(IdInner { channel: Mutex::new(listener.channel()), ps: listener.0.ps, st: Mutex::new(st) }));
         self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
@@ -814,6 +842,7 @@ impl CmId {
             }
         } else {
             st.dev = Some(device_for(addr.ip())?);
+            st.recount();
         }
         // Port 0: a port of the kernel's local range, chosen now, as
         // `rdma_bind_addr` does (consumers read it with rdma_get_src_port).
@@ -839,6 +868,7 @@ impl CmId {
             let port = src.or(st.src).map_or(0, |s| s.port());
             let port = if port == 0 { ephemeral_port() } else { port };
             st.dev = Some(device_for(ip)?);
+            st.recount();
             st.src = Some(SocketAddr::new(ip, port));
             st.dst = Some(dst);
             st.state = IdState::AddrResolved;
@@ -1040,6 +1070,7 @@ impl CmId {
                 return Err(e);
             }
             st.listening.push((d.clone(), sid));
+            st.recount();
         }
         st.state = IdState::Listen;
         Ok(())
@@ -1370,6 +1401,8 @@ impl Drop for IdInner {
                 dev.cm.unlisten(sid);
             }
         }
+        st.dev = None;
+        st.recount();
     }
 }
 

@@ -5,10 +5,9 @@
 //! 1 srq 0`, one line per QP with its process, one per context.
 //!
 //! Each context is a member of the device and publishes its counts and
-//! first 32 QPs at most every 20 ms. Not there: single PDs, CQs, MRs and
-//! SRQs (counted, not listed), and rdma_cm ids: the kernel's `cm_id` entry
-//! is left out of the summary rather than printed as a 0 softroce does not
-//! know (its ids are not counted yet).
+//! first 32 QPs at most every 20 ms, rdma_cm ids included (on the device
+//! each is bound to, a wildcard listener on each). Not there: single PDs,
+//! CQs, MRs, SRQs and cm_ids (counted, not listed).
 
 use std::net::SocketAddr;
 
@@ -63,10 +62,10 @@ fn summary(o: &mut Out, d: &Dev, c: &Census) {
     o.open_object();
     o.uint(Some("ifindex"), Some(&format!("{}: ", d.index)), u64::from(d.index));
     o.string(Some("ifname"), Some(&format!("{}: ", d.info.name)), &d.info.name);
-    // The kernel's order (`fill_res_info`): pd cq qp cm_id mr ctx srq,
-    // cm_id left out (not counted).
+    // The kernel's order (`fill_res_info`): pd cq qp cm_id mr ctx srq.
+    let ctx = c.members.len() as u64;
     for (k, v) in
-        [("pd", t.pd), ("cq", t.cq), ("qp", t.qp), ("mr", t.mr), ("ctx", c.members.len() as u64), ("srq", t.srq)]
+        [("pd", t.pd), ("cq", t.cq), ("qp", t.qp), ("cm_id", t.cm_id), ("mr", t.mr), ("ctx", ctx), ("srq", t.srq)]
     {
         o.field(k, v);
     }
