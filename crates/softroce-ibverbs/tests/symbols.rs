@@ -384,3 +384,46 @@ fn debian_binaries_imports_resolve() {
         unresolved.join("\n")
     );
 }
+
+/// (d) for the release roots `scripts/distro/root.sh` makes (CI makes
+/// them): `scripts/abi/derive.py` reads, live, what every ELF file of
+/// Debian 13's and sid's installed RDMA packages imports from
+/// libibverbs/librdmacm, and each import must resolve here. Skipped where
+/// a root is missing, except under CI.
+#[test]
+fn release_roots_binaries_imports_resolve() {
+    if !available(have_objdump(), "objdump (binutils)") {
+        return;
+    }
+    let cache = std::env::var_os("SOFTROCE_DISTRO_CACHE")
+        .map_or_else(|| PathBuf::from("/var/cache/softroce/distros"), PathBuf::from);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/abi/derive.py");
+    let exports = exports();
+    for suite in ["trixie", "sid"] {
+        let root = cache.join(suite);
+        if !available(root.join(".softroce-stamp").is_file(), &format!("the {suite} root ({})", root.display())) {
+            continue;
+        }
+        let out = std::env::temp_dir().join(format!("softroce-abi-{suite}-{}", std::process::id()));
+        let o = Command::new("python3").arg(&script).arg(suite).arg(&root).arg(&out).output().unwrap();
+        assert!(o.status.success(), "derive.py {suite}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = std::fs::read_to_string(out.join(format!("{suite}.imports"))).unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        let imports: Vec<(&str, &str, &str)> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 3).then(|| (f[0], f[1], f[2]))
+            })
+            .collect();
+        assert!(imports.len() > 150, "{suite}: only {} imported symbols found", imports.len());
+        let unresolved: Vec<String> = imports
+            .iter()
+            .filter(|(name, node, _)| !exports.get(*name).is_some_and(|d| d.iter().any(|d| d.version == *node)))
+            .map(|(name, node, who)| format!("{name}@{node} (needed by {who})"))
+            .collect();
+        assert!(unresolved.is_empty(), "{suite}: {} imports unresolved:\n{}", unresolved.len(), unresolved.join("\n"));
+        println!("{suite}: {} imported symbols, all resolved", imports.len());
+    }
+}
