@@ -222,3 +222,34 @@ fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
     let iters = stdout.lines().filter(|l| l.starts_with("1000 iters in ")).count();
     assert_eq!((bytes, iters), (2, 2), "{report}");
 }
+
+/// The release's pyverbs (`tests/py/devices.py` of softroce-ibverbs):
+/// every module imports with `LD_BIND_NOW=1` (the mlx5 and efa provider
+/// modules through the release's libmlx5 and libefa), the library mapped
+/// in is softroce's, and its device opens.
+fn pyverbs_modules_import() {
+    if !have("pyverbs", &["python3"]) {
+        return;
+    }
+    let name = format!("softroce-devices-{}.py", std::process::id());
+    let script = std::env::temp_dir().join(&name);
+    std::fs::write(&script, include_str!("../../../softroce-ibverbs/tests/py/devices.py")).unwrap();
+    let d = Proc::start(&["env", "LD_BIND_NOW=1", "python3", script.to_str().unwrap()]).finish(CHILD_TIMEOUT);
+    let _ = std::fs::remove_file(&script);
+    assert!(d.ok(), "{}", d.report());
+    let lib = d.stdout.lines().find_map(|l| l.strip_prefix("lib ")).unwrap_or_else(|| panic!("{}", d.report()));
+    assert!(lib.ends_with("libsoftroce_ibverbs.so"), "the library mapped in is {lib}\n{}", d.report());
+    let imported = d.stdout.lines().find_map(|l| l.strip_prefix("ok imported ")?.strip_suffix(" pyverbs modules"));
+    assert!(imported.and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n > 20), "{}", d.report());
+    assert!(d.stdout.lines().any(|l| l.starts_with("ok softroce_lo: opens")), "{}", d.report());
+}
+
+#[test]
+fn trixie_pyverbs_modules_import_and_open_the_device() {
+    on("trixie", pyverbs_modules_import);
+}
+
+#[test]
+fn sid_pyverbs_modules_import_and_open_the_device() {
+    on("sid", pyverbs_modules_import);
+}

@@ -23,8 +23,26 @@ import pyverbs
 import pyverbs.cmid  # noqa: F401
 import pyverbs.cq  # noqa: F401
 import pyverbs.device
-import pyverbs.enums as e
 import pyverbs.providers.mlx5.mlx5dv  # noqa: F401
+
+try:
+    import pyverbs.enums as e  # pyverbs 44 and 56: module-level names
+except ImportError:
+    import enum as _enum
+    import types as _types
+
+    import pyverbs.libibverbs_enums as _le  # pyverbs 65: names inside enum classes
+
+    e = _types.SimpleNamespace(
+        **{
+            m.name: m.value
+            for cls in vars(_le).values()
+            if isinstance(cls, type) and issubclass(cls, _enum.Enum)
+            for m in cls
+        }
+    )
+    # verbs.h's #define, which 65's enum module leaves out.
+    e.IBV_LINK_LAYER_ETHERNET = getattr(e, "IBV_LINK_LAYER_ETHERNET", 2)
 import pyverbs.qp  # noqa: F401
 
 
@@ -58,7 +76,9 @@ def main():
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.split()[-1]
-            if os.path.basename(path).startswith(("libibverbs", "libsoftroce_ibverbs")):
+            base = os.path.basename(path)
+            # pyverbs 56 and later name Cython modules libibverbs*.cpython-*.so.
+            if base.startswith(("libibverbs.so", "libsoftroce_ibverbs")):
                 libs.add(os.path.realpath(path))
     if len(libs) != 1:
         fail(f"expected one libibverbs mapped, found {sorted(libs)}")
