@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod devinfo;
+mod forward;
 mod perf;
 mod pingpong;
 mod qpmem;

@@ -8,7 +8,6 @@
 //! exits.
 
 use std::net::IpAddr;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -183,12 +182,9 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
             eprintln!("{w}");
         }
     }
-    let status = cmd.status().map_err(|e| format!("cannot run {prog}: {e}"))?;
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-        _ => ExitCode::FAILURE,
-    })
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {prog}: {e}"))?;
+    let status = crate::forward::wait(&mut child).map_err(|e| format!("waiting for {prog}: {e}"))?;
+    Ok(crate::forward::exit_like(status))
 }
 
 /// A directory holding `rdma`, a link to this binary (`main` runs

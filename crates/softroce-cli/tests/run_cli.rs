@@ -122,3 +122,84 @@ fn a_device_name_too_long_for_ucx_is_pointed_out() {
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("longer than"), "{err}");
 }
+
+/// Starts `softroce run -- sh -c SCRIPT` (the script prints "ready" once
+/// its traps are set) and waits for that line.
+fn started(script: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    let mut c = softroce()
+        .args(["run", "--device", "a=127.0.0.9", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (c, out)
+}
+
+/// Waits at most 10 s for `c` (killing it past that: the test fails).
+fn ended(c: &mut std::process::Child) -> std::process::ExitStatus {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        if std::time::Instant::now() > until {
+            let _ = c.kill();
+            panic!("softroce run did not end within 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A signal sent to `softroce run` reaches the program (as `timeout` and
+/// job schedulers send SIGTERM), which is waited for: its exit status is
+/// softroce run's, and nothing is left running.
+#[test]
+fn a_signal_sent_to_softroce_run_reaches_the_program() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    if !have_library() {
+        return;
+    }
+    let (mut c, mut out) = started(
+        "trap 'echo got TERM; exit 3' TERM; trap 'echo got USR2' USR2; echo ready; while :; do sleep 0.05; done",
+    );
+    let pid = rustix::process::Pid::from_child(&c);
+    rustix::process::kill_process(pid, rustix::process::Signal::USR2).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = ended(&mut c);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "got USR2\ngot TERM\n");
+    assert_eq!((status.code(), status.signal()), (Some(3), None));
+}
+
+/// A program that dies of a signal makes `softroce run` die of the same
+/// one: its caller sees what it would have seen of the program.
+#[test]
+fn a_program_killed_by_a_signal_kills_softroce_run_with_it() {
+    use std::os::unix::process::ExitStatusExt;
+    if !have_library() {
+        return;
+    }
+    // SIGTERM untrapped: the program dies of the forwarded signal.
+    let (mut c, _out) = started("echo ready; while :; do sleep 0.05; done");
+    rustix::process::kill_process(rustix::process::Pid::from_child(&c), rustix::process::Signal::TERM).unwrap();
+    let status = ended(&mut c);
+    assert_eq!(status.signal(), Some(libc_sig::TERM));
+    // The program kills itself.
+    let (code, _, err) = stdout(softroce().args(["run", "--device", "a=127.0.0.9", "--", "sh", "-c", "kill -USR1 $$"]));
+    assert_eq!(code, -1, "died of a signal, no exit code: {err}");
+    let o = softroce().args(["run", "--device", "a=127.0.0.9", "--", "sh", "-c", "kill -USR1 $$"]).output().unwrap();
+    assert_eq!(o.status.signal(), Some(libc_sig::USR1));
+}
+
+/// Signal numbers of x86_64 Linux.
+mod libc_sig {
+    pub const TERM: i32 = 15;
+    pub const USR1: i32 = 10;
+}
