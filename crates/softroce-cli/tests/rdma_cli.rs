@@ -363,7 +363,7 @@ fn softroce_run_gives_programs_rdma_and_an_rdma_core_servers_qp_is_listed() {
     // it waits for its client.
     let v = wait_for(&lease, &["-j", "res", "show", "qp"], |v| v.as_array().is_some_and(|a| !a.is_empty()));
     let summary = json_of(&lease, &["-j", "res"]);
-    // The whole group: `softroce run` does not pass signals on (yet).
+    // The whole group: SIGKILL is the one signal `softroce run` cannot pass on.
     let _ =
         rustix::process::kill_process_group(rustix::process::Pid::from_child(&server), rustix::process::Signal::KILL);
     let _ = server.wait();
@@ -396,8 +396,8 @@ fn resource_show_counts_an_rdma_cm_servers_listening_id() {
     let lease = LoopbackLease::take().unwrap();
     let dev = format!("softroce_lo={}", lease.addr());
     let (addr, port) = (lease.addr().to_string(), free_port().to_string());
-    // A process group of its own: `softroce run` does not pass signals on
-    // (yet), so the group is killed, rping with it.
+    // A process group of its own, killed whole: SIGKILL is the one signal
+    // `softroce run` cannot pass on to rping.
     let mut server = softroce()
         .args(["run", "--device", &dev, "--", "rping", "-s", "-a", &addr, "-p", &port])
         .stdout(Stdio::null())
