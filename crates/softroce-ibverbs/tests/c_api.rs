@@ -552,3 +552,10 @@ fn rdmacm_65() {
         &[],
     );
 }
+
+/// A signal the program sends itself and reads from a signalfd reaches it:
+/// softroce's threads (driver, CM) block every signal.
+#[test]
+fn rdmacm_signals() {
+    run_program("rdmacm_signals", &["signalfd_reads_a_signal_the_process_sent_itself"], &[]);
+}

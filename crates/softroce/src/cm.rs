@@ -143,7 +143,7 @@ impl CmService {
             stop: AtomicBool::new(false),
         });
         let i = inner.clone();
-        let thread = std::thread::Builder::new().name("softroce-cm".into()).spawn(move || i.run())?;
+        let thread = crate::thread::spawn("softroce-cm".into(), move || i.run())?;
         Ok(CmService { inner, thread: Some(thread) })
     }
 

@@ -276,7 +276,7 @@ impl Context {
             Progress::Thread => {
                 let s = shared.clone();
                 let name = format!("softroce {}", info.name);
-                Some(std::thread::Builder::new().name(name).spawn(move || {
+                Some(crate::thread::spawn(name, move || {
                     // Best effort: without it, short sleeps end up to 50 us late.
                     let _ = crate::sched::set_own_timer_slack(crate::sched::DRIVER_TIMER_SLACK_NS);
                     // Dead, this thread would leave every timer unrun and

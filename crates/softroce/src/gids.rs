@@ -75,7 +75,7 @@ impl Receivers {
         let sock = Arc::new(Socket::bind_shared(at).map_err(std::io::Error::other)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st, weak) = (sock.clone(), stop.clone(), Arc::downgrade(shared));
-        std::thread::Builder::new().name(format!("softroce {}", at.ip())).spawn(move || relay(&s, &weak, &st))?;
+        crate::thread::spawn(format!("softroce {}", at.ip()), move || relay(&s, &weak, &st))?;
         self.0.push((stop, sock.clone()));
         Ok(sock)
     }

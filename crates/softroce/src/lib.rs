@@ -67,6 +67,7 @@ mod sched;
 mod sg;
 mod sources;
 pub mod tap;
+pub mod thread;
 mod verbs;
 
 #[cfg(feature = "tokio")]

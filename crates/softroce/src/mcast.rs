@@ -57,8 +57,7 @@ impl Groups {
         let sock = GroupSocket::join(group, iface, roce_udp::ROCE_PORT, POLL)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (s, weak) = (stop.clone(), Arc::downgrade(shared));
-        let relay =
-            std::thread::Builder::new().name(format!("softroce mcast {group}")).spawn(move || relay(sock, weak, s))?;
+        let relay = crate::thread::spawn(format!("softroce mcast {group}"), move || relay(sock, weak, s))?;
         g.insert(group, Joined { users: 1, stop, relay: Some(relay) });
         Ok(())
     }

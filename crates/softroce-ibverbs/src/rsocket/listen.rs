@@ -85,9 +85,7 @@ impl Listener {
     pub fn start(listener: Weak<Socket>, ch: EventChannel) -> Result<Listener, Errno> {
         let queue = Arc::new(AcceptQueue::new().map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EMFILE)))?);
         let q = queue.clone();
-        let thread = std::thread::Builder::new()
-            .name("rsocket-listen".into())
-            .spawn(move || serve(listener, ch, q))
+        let thread = softroce::thread::spawn("rsocket-listen".into(), move || serve(listener, ch, q))
             .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))?;
         Ok(Listener { queue, thread: Some(thread) })
     }
