@@ -77,7 +77,11 @@ impl Default for Limits {
             max_qp_wr: 1_048_576,
             max_sge: 32,
             max_cq: 1_048_576,
-            max_cqe: 32_767,
+            // mlx5's (2^22 - 1), not rxe's 32,767: libfabric's rxm asks for
+            // 1,024 entries per peer of its universe (262,144 by default),
+            // which rxe refuses (issue 31). A CQ's entries are allocated when
+            // it is made, as a NIC's are.
+            max_cqe: 4_194_303,
             max_mr: 524_287,
             max_pd: 1_048_576,
             max_qp_rd_atom: 128,

@@ -347,7 +347,7 @@ fn cq_bounds_resize_srq_modify_rereg_and_advise() {
         &env,
         "verbs_change.py",
         &lines(&[
-            "ok CQ and CQEX: EINVAL for cqe 0 or max_cqe + 1 (32768) and comp_vector 1; CQ(8).cqe is 2^k - 1",
+            "ok CQ and CQEX: EINVAL for cqe 0 or max_cqe + 1 (4194304) and comp_vector 1; CQ(8).cqe is 2^k - 1",
             "ok CQ.resize 8 -> 40 with 6 completions in it: cqe 15 -> 63, the 6 completions kept in order",
             "ok CQ.resize 40 -> 12 with 12 completions: cqe 15, kept; EINVAL for 11 (below those held), 0 and \
              max_cqe + 1",
