@@ -406,6 +406,7 @@ ibv_export! { "RDMACM_1.0";
         if let Some(m) = ids().as_mut() {
             m.remove(&b.id.key());
         }
+        b.id.stop_listening();
         ep::release(&mut b);
         drop(b);
         0
@@ -655,7 +656,8 @@ ibv_export! { "RDMACM_1.0";
 
 ibv_export! { "RDMACM_1.0";
     /// The next event of the channel: waits, or fails with EAGAIN when the
-    /// channel's fd is O_NONBLOCK and none waits.
+    /// channel's fd is O_NONBLOCK and none waits. Events of destroyed ids
+    /// are passed over.
     fn rdma_get_cm_event(channel: *mut RdmaEventChannel, event: *mut *mut RdmaCmEvent) -> c_int {
         if channel.is_null() || event.is_null() {
             return einval();
@@ -663,9 +665,17 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: a channel from rdma_create_event_channel.
         let ch = unsafe { &*(channel as *const ChannelBlock) };
         let wait = if crate::context::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
-        let Some(e) = ch.ch.get_event(wait) else {
-            set_errno(libc::EAGAIN);
-            return -1;
+        let e = loop {
+            let Some(e) = ch.ch.get_event(wait) else {
+                set_errno(libc::EAGAIN);
+                return -1;
+            };
+            // An event of an id the consumer destroyed meanwhile (a REJECTED
+            // that raced the destroy) is dropped, as librdmacm's destroy
+            // drops the kernel's: its id pointer would be dangling.
+            if e.event == EventType::ConnectRequest || !handle_of(&e.id).is_null() {
+                break e;
+            }
         };
         let eb = event_block(e, channel);
         // SAFETY: the caller passes somewhere to write the event.
@@ -989,8 +999,9 @@ const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
 
 ibv_export! { "RDMACM_1.0";
     /// Sets an id option: TOS (the path's traffic class), ACK_TIMEOUT (the
-    /// QP's), REUSEADDR and AFONLY (accepted: softroce's port space does
-    /// not hold ports in timewait, and each id binds one family).
+    /// QP's), AFONLY (an IPv6 listener takes IPv6 requests only, so an IPv4
+    /// one may share its port) and REUSEADDR (accepted: softroce's port
+    /// space does not hold ports in timewait).
     /// `RDMA_OPTION_IB_PATH` is refused with ENOSYS (RoCE paths are built locally).
     fn rdma_set_option(id: *mut RdmaCmId, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize) -> c_int {
         // SAFETY: the caller passes a live id.
@@ -1003,7 +1014,10 @@ ibv_export! { "RDMACM_1.0";
         match (level, optname) {
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen == 1 => b.id.set_tos(bytes[0]),
             (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen == 1 => b.id.set_ack_timeout(bytes[0]),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY) if optlen == 4 => {}
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if optlen == 4 => {
+                b.id.set_afonly(i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) != 0)
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if optlen == 4 => {}
             (RDMA_OPTION_ID, _) => return einval(),
             _ => {
                 set_errno(libc::ENOSYS);

@@ -559,3 +559,18 @@ fn rdmacm_65() {
 fn rdmacm_signals() {
     run_program("rdmacm_signals", &["signalfd_reads_a_signal_the_process_sent_itself"], &[]);
 }
+
+/// Dual-stack servers: 0.0.0.0:P beside an AFONLY [::]:P, each taking its
+/// family's requests; a [::]:P without AFONLY takes both.
+#[test]
+fn rdmacm_dualstack() {
+    run_program(
+        "rdmacm_dualstack",
+        &[
+            "afonly_ipv6_listener_beside_an_ipv4_one",
+            "ipv4_request_reaches_the_ipv4_listener",
+            "ipv6_listener_without_afonly_takes_both_families",
+        ],
+        &[],
+    );
+}

@@ -330,6 +330,8 @@ struct Id {
     retry: u8,
     /// The type of service (`RDMA_OPTION_ID_TOS`).
     tos: u8,
+    /// `RDMA_OPTION_ID_AFONLY`: an IPv6 id takes IPv6 requests only.
+    afonly: bool,
     /// The QP ACK timeout the consumer set (`RDMA_OPTION_ID_ACK_TIMEOUT`).
     ack_timeout: Option<u8>,
     /// The ECE vendor ID this side's REQ or REP carries (`rdma_set_local_ece`).
@@ -372,6 +374,7 @@ impl Id {
             resources: (0, 0),
             retry: 7,
             tos: 0,
+            afonly: false,
             ack_timeout: None,
             ece_vendor_id: 0,
             mcast: Vec::new(),
@@ -427,7 +430,53 @@ impl std::fmt::Debug for Dev {
 #[derive(Default)]
 struct Routes {
     by_comm: HashMap<CommId, Weak<IdInner>>,
-    listeners: HashMap<u64, Weak<IdInner>>,
+    listeners: HashMap<u64, Listening>,
+}
+
+/// The ids listening on one service ID of a device, by the family of the
+/// requests they take: an IPv4 id takes IPv4's, an IPv6 id both unless it
+/// set `RDMA_OPTION_ID_AFONLY` (the kernel's cma binds ports the same way,
+/// so a server may listen on 0.0.0.0:P and, AFONLY, on [::]:P).
+#[derive(Default)]
+struct Listening {
+    v4: Option<Weak<IdInner>>,
+    v6: Option<Weak<IdInner>>,
+}
+
+impl Listening {
+    /// The slots an id listening from `src` takes: (IPv4, IPv6).
+    fn claims(src: IpAddr, afonly: bool) -> (bool, bool) {
+        match src {
+            IpAddr::V4(_) => (true, false),
+            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => (true, false),
+            IpAddr::V6(_) => (!afonly, true),
+        }
+    }
+
+    /// Whether a live id holds one of the slots `(v4, v6)`.
+    fn taken(&self, (v4, v6): (bool, bool)) -> bool {
+        let live = |w: &Option<Weak<IdInner>>| w.as_ref().is_some_and(|w| w.strong_count() > 0);
+        (v4 && live(&self.v4)) || (v6 && live(&self.v6))
+    }
+
+    /// Whether no live id listens any more.
+    fn is_empty(&self) -> bool {
+        !self.taken((true, true))
+    }
+
+    /// The id taking requests of the family `v6`.
+    fn for_family(&self, v6: bool) -> Option<CmId> {
+        (if v6 { &self.v6 } else { &self.v4 }).as_ref().and_then(Weak::upgrade).map(CmId)
+    }
+
+    /// Drops `me` from the slots it holds.
+    fn remove(&mut self, me: *const IdInner) {
+        for slot in [&mut self.v4, &mut self.v6] {
+            if slot.as_ref().is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
+                *slot = None;
+            }
+        }
+    }
 }
 
 /// The process's devices, opened on first use, with the pid that opened
@@ -602,11 +651,10 @@ impl Dev {
 
     /// The listener of `service_id` and the cma_hdr of a request for it.
     fn listener_of(&self, service_id: u64, private_data: &[u8]) -> Option<(CmId, CmaHdrRepr)> {
-        let listener = {
-            let r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-            r.listeners.get(&service_id).and_then(Weak::upgrade).map(CmId)
-        };
-        Some((listener?, CmaHdrRepr::parse(private_data).ok()?))
+        let hdr = CmaHdrRepr::parse(private_data).ok()?;
+        let r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let listener = r.listeners.get(&service_id)?.for_family(hdr.ip_version() == 6)?;
+        Some((listener, hdr))
     }
 
     /// The new id of a request from `peer` to `local` that `listener` took
@@ -772,6 +820,22 @@ impl CmId {
     /// (the REQ's traffic class and the QP's).
     pub fn set_tos(&self, tos: u8) {
         self.st().tos = tos;
+    }
+
+    /// Stops listening now, whoever else still holds the id (an event not
+    /// yet acknowledged, the CM's thread): `rdma_destroy_id` frees the port
+    /// before it returns, as the kernel's does.
+    pub fn stop_listening(&self) {
+        let mut st = self.st();
+        st.stop_listening(Arc::as_ptr(&self.0));
+        st.recount();
+    }
+
+    /// `RDMA_OPTION_ID_AFONLY`: an IPv6 id listening on the any-address
+    /// takes IPv6 requests only, leaving IPv4's to an IPv4 id on the same
+    /// port.
+    pub fn set_afonly(&self, afonly: bool) {
+        self.st().afonly = afonly;
     }
 
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout, instead of
@@ -1057,16 +1121,31 @@ impl CmId {
             // The any-address: every device.
             None => crate::devices()?.iter().map(|d| device_for(d.addr)).collect::<Result<_, _>>()?,
         };
+        let claims = Listening::claims(src.ip(), st.afonly);
         for d in &devs {
             // Routed first: a REQ may come the moment the device lists the port.
-            let before =
-                d.routes.lock().unwrap_or_else(|e| e.into_inner()).listeners.insert(sid, Arc::downgrade(&self.0));
-            if let Err(e) = d.cm.listen(sid) {
+            let first = {
                 let mut r = d.routes.lock().unwrap_or_else(|e| e.into_inner());
-                match before {
-                    Some(w) => r.listeners.insert(sid, w),
-                    None => r.listeners.remove(&sid),
-                };
+                let l = r.listeners.entry(sid).or_default();
+                if l.taken(claims) {
+                    return Err(roce_cm::cm::CmError::AlreadyListening(sid).into());
+                }
+                let first = l.is_empty();
+                let me = Some(Arc::downgrade(&self.0));
+                if claims.0 {
+                    l.v4 = me.clone();
+                }
+                if claims.1 {
+                    l.v6 = me;
+                }
+                first
+            };
+            // The device's CM (and the host's) know the service ID once.
+            if first && let Err(e) = d.cm.listen(sid) {
+                let mut r = d.routes.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(l) = r.listeners.get_mut(&sid) {
+                    l.remove(Arc::as_ptr(&self.0));
+                }
                 return Err(e);
             }
             st.listening.push((d.clone(), sid));
@@ -1391,18 +1470,26 @@ impl Drop for IdInner {
             dev.cm.destroy(comm);
             dev.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.remove(&comm);
         }
-        // A listener gives its service ID up only if it is still the one
-        // listening: a new id may listen on the same port before this one goes.
-        for (dev, sid) in std::mem::take(&mut st.listening) {
+        st.stop_listening(me);
+        st.dev = None;
+        st.recount();
+    }
+}
+
+impl Id {
+    /// Gives up the slots this id (`me`) holds on the service IDs it listens
+    /// on, and each service ID nobody else listens on.
+    fn stop_listening(&mut self, me: *const IdInner) {
+        for (dev, sid) in std::mem::take(&mut self.listening) {
             let mut r = dev.routes.lock().unwrap_or_else(|e| e.into_inner());
-            if r.listeners.get(&sid).is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
+            let Some(l) = r.listeners.get_mut(&sid) else { continue };
+            l.remove(me);
+            if l.is_empty() {
                 r.listeners.remove(&sid);
                 drop(r);
                 dev.cm.unlisten(sid);
             }
         }
-        st.dev = None;
-        st.recount();
     }
 }
 
@@ -1410,7 +1497,39 @@ impl Drop for IdInner {
 mod tests {
     use std::time::Duration;
 
-    use super::{CmId, EventChannel, EventType, PortSpace};
+    use std::net::IpAddr;
+    use std::sync::{Arc, Mutex};
+
+    use super::{CmId, EventChannel, EventType, Id, IdInner, Listening, PortSpace};
+
+    #[test]
+    fn an_afonly_ipv6_listener_shares_its_port_with_an_ipv4_one() {
+        let v4: IpAddr = "0.0.0.0".parse().unwrap();
+        let v6: IpAddr = "::".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(Listening::claims(v4, false), (true, false));
+        assert_eq!(Listening::claims(mapped, true), (true, false), "a mapped IPv4 address is IPv4");
+        assert_eq!(Listening::claims(v6, true), (false, true));
+        assert_eq!(Listening::claims(v6, false), (true, true));
+
+        let ch = EventChannel::new().unwrap();
+        let id = |ch: &EventChannel| {
+            Arc::new(IdInner { channel: Mutex::new(ch.clone()), ps: PortSpace::Tcp, st: Mutex::new(Id::new()) })
+        };
+        let (ia, ib) = (id(&ch), id(&ch));
+        let mut l = Listening::default();
+        assert!(l.is_empty() && !l.taken((true, true)));
+        l.v4 = Some(Arc::downgrade(&ia));
+        assert!(l.taken(Listening::claims(v6, false)), "[::] without AFONLY collides with 0.0.0.0");
+        assert!(!l.taken(Listening::claims(v6, true)), "[::] with AFONLY does not");
+        l.v6 = Some(Arc::downgrade(&ib));
+        assert!(l.for_family(false).is_some_and(|c| Arc::ptr_eq(&c.0, &ia)), "IPv4 requests to the IPv4 id");
+        assert!(l.for_family(true).is_some_and(|c| Arc::ptr_eq(&c.0, &ib)), "IPv6 requests to the IPv6 id");
+        l.remove(Arc::as_ptr(&ia));
+        assert!(l.for_family(false).is_none() && !l.is_empty());
+        drop(ib);
+        assert!(l.is_empty(), "a dropped id listens no more");
+    }
 
     #[test]
     fn event_types_number_and_name_as_librdmacm_does() {
