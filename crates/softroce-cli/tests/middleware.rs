@@ -263,20 +263,29 @@ fn mpi_program(dir: &Path) -> PathBuf {
 /// release root's under [`in_release`], started as its programs are
 /// (`dir` is under /tmp, which the root shares).
 fn mpi_program_by(mpicc: &str, dir: &Path) -> PathBuf {
-    let src = dir.join("pingpong_allreduce.c");
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong_allreduce.c"), &src).unwrap();
-    let prog = dir.join("pingpong_allreduce");
+    build_in(mpicc, "tests/mpi/pingpong_allreduce.c", dir, &[])
+}
+
+/// `src` (relative to the crate) compiled by `compiler` into `dir`, linked
+/// with `libs`: the release root's compiler under [`in_release`].
+fn build_in(compiler: &str, src: &str, dir: &Path, libs: &[&str]) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let name = from.file_stem().unwrap().to_str().unwrap().to_string();
+    let src = dir.join(from.file_name().unwrap());
+    std::fs::copy(&from, &src).unwrap();
+    let prog = dir.join(&name);
     let (p, s) = (prog.to_str().unwrap(), src.to_str().unwrap());
+    let args: Vec<&str> = [&[compiler, "-O2", "-Wall", "-Wextra", "-Werror", "-o", p, s][..], libs].concat();
     let mut cmd = match RELEASE.with_borrow(Option::is_some) {
-        true => softroce(&[], &[mpicc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", p, s]),
+        true => softroce(&[], &args),
         false => {
-            let mut c = Command::new(mpicc);
-            c.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o", p, s]);
+            let mut c = Command::new(compiler);
+            c.args(&args[1..]);
             c
         }
     };
     let o = cmd.output().unwrap();
-    assert!(o.status.success(), "{mpicc} {s}\n{}", text(&o));
+    assert!(o.status.success(), "{compiler} {s}\n{}", text(&o));
     prog
 }
 
@@ -727,4 +736,69 @@ fn trixie_mpich_4_2_over_ucx_two_ranks() {
         .collect();
         mpi_two_ranks("mpicc.mpich", &mpirun, "PMI_RANK", "mpich-4.2");
     });
+}
+
+// ---------------------------------------------------------------------------
+// UCP's client-server wire-up through UCX's rdmacm connection manager
+
+/// `tests/ucx/sockaddr_echo.c`, a UCP server and client connected by
+/// socket address with only UCX's rdmacm CM allowed, over softroce's
+/// verbs transports: the client's echo is checked, and its capture holds
+/// the CM's MADs (QP 1): the connection was made by rdma_cm over softroce.
+fn ucx_rdmacm_wireup(tag: &str) {
+    if !have(&["cc", "ucx_info"]) {
+        return;
+    }
+    let dir = Scratch::new(&format!("ucx-sockaddr-{tag}"));
+    let prog = build_in("cc", "tests/ucx/sockaddr_echo.c", &dir.0, &["-lucp", "-lucs"]);
+    let prog = prog.to_str().unwrap();
+    let env = [
+        ("UCX_SOCKADDR_TLS_PRIORITY", "rdmacm"),
+        ("UCX_TLS", "rc_verbs,ud_verbs,self"),
+        ("UCX_NET_DEVICES", "softroce_lo:1"),
+    ];
+    let mut server =
+        softroce(&env, &[prog, "server", "127.0.0.1"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let port =
+        line.strip_prefix("port ").map(str::trim).unwrap_or_else(|| panic!("no port line: {line:?}")).to_string();
+    let pcap = dir.0.join("client.pcap");
+    let pcap_env = ("SOFTROCE_PCAP", pcap.to_str().unwrap());
+    let client = softroce(&[&env[..], &[pcap_env]].concat(), &[prog, "client", "127.0.0.1", &port])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = finish(client, Duration::from_secs(60), "the client");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let s = finish(server, Duration::from_secs(30), "the server");
+    assert!(c.status.success(), "client:\n{}\nserver:\n{rest}{}", text(&c), text(&s));
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "client ok\n", "{}", text(&c));
+    assert!(s.status.success() && rest == "server ok\n", "server: {rest}\n{}", text(&s));
+    let frames = roce_capture::read_file(&pcap).unwrap_or_else(|e| panic!("{}: {e}", pcap.display()));
+    let mads = frames
+        .iter()
+        .filter_map(|f| match roce_capture::classify(f) {
+            roce_capture::Classified::Roce(d) => {
+                roce_wire::Packet::new_checked(d.payload).ok().map(|p| p.bth().dest_qpn())
+            }
+            _ => None,
+        })
+        .filter(|qpn| *qpn == 1)
+        .count();
+    assert!(mads >= 3, "the client's capture holds {mads} packets to QP 1 (REQ, REP, RTU at least)");
+    println!("UCP client-server over UCX's rdmacm CM: echo checked, {mads} CM MADs captured");
+}
+
+#[test]
+fn ucx_ucp_client_server_wireup_through_the_rdmacm_cm() {
+    ucx_rdmacm_wireup("host");
+}
+
+#[test]
+fn trixie_ucx_1_18_ucp_client_server_wireup_through_the_rdmacm_cm() {
+    in_release("trixie", || ucx_rdmacm_wireup("trixie"));
 }
