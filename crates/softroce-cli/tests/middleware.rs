@@ -759,6 +759,9 @@ fn ucx_rdmacm_wireup(tag: &str) {
     ];
     let mut server =
         softroce(&env, &[prog, "server", "127.0.0.1"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Killed with its group if the test fails before it ends (the program
+    // also gives up by itself after 60 s).
+    let guard = KillGroup(rustix::process::Pid::from_child(&server));
     let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
@@ -774,6 +777,8 @@ fn ucx_rdmacm_wireup(tag: &str) {
     let c = finish(client, Duration::from_secs(60), "the client");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    // `finish` reaps it (killing it past its time): its group id is then free.
+    std::mem::forget(guard);
     let s = finish(server, Duration::from_secs(30), "the server");
     assert!(c.status.success(), "client:\n{}\nserver:\n{rest}{}", text(&c), text(&s));
     assert_eq!(String::from_utf8_lossy(&c.stdout), "client ok\n", "{}", text(&c));
@@ -791,6 +796,16 @@ fn ucx_rdmacm_wireup(tag: &str) {
         .count();
     assert!(mads >= 3, "the client's capture holds {mads} packets to QP 1 (REQ, REP, RTU at least)");
     println!("UCP client-server over UCX's rdmacm CM: echo checked, {mads} CM MADs captured");
+}
+
+/// Kills a process group when dropped: forgotten once its leader is
+/// reaped, whose pid may then be another's.
+struct KillGroup(rustix::process::Pid);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process_group(self.0, rustix::process::Signal::KILL);
+    }
 }
 
 #[test]

@@ -9,13 +9,14 @@
  *                                        one message, prints "server ok"
  *        sockaddr_echo client ADDR PORT  sends a message, checks its echo,
  *                                        prints "client ok"
- * Exits 1 with a line on stderr on any failure.
+ * Exits 1 with a line on stderr on any failure, and gives up after 60 s.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 
 #define MSG_LEN 4096
@@ -24,6 +25,19 @@ static void die(const char *what, ucs_status_t st)
 {
 	fprintf(stderr, "sockaddr_echo: %s: %s\n", what, ucs_status_string(st));
 	exit(1);
+}
+
+static time_t deadline;
+
+/* One progress round of `w`; past the deadline, gives up (the program polls
+ * without sleeping and must not spin on when its peer is gone). */
+static void progress(ucp_worker_h w, const char *waiting_for)
+{
+	ucp_worker_progress(w);
+	if (time(NULL) > deadline) {
+		fprintf(stderr, "sockaddr_echo: no %s within 60 s\n", waiting_for);
+		exit(1);
+	}
 }
 
 /* Progresses `w` until request `r` (NULL: done at once) completes. */
@@ -36,7 +50,7 @@ static void wait_req(ucp_worker_h w, void *r, const char *what)
 	if (UCS_PTR_IS_ERR(r))
 		die(what, UCS_PTR_STATUS(r));
 	while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS)
-		ucp_worker_progress(w);
+		progress(w, what);
 	ucp_request_free(r);
 	if (st != UCS_OK)
 		die(what, st);
@@ -64,7 +78,7 @@ static void close_ep(ucp_worker_h w, ucp_ep_h ep)
 
 	if (r != NULL && !UCS_PTR_IS_ERR(r)) {
 		while (ucp_request_check_status(r) == UCS_INPROGRESS)
-			ucp_worker_progress(w);
+			progress(w, "endpoint close");
 		ucp_request_free(r);
 	}
 }
@@ -96,6 +110,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
+	deadline = time(NULL) + 60;
 	if (!server) {
 		if (argc < 4)
 			return 2;
@@ -124,7 +139,7 @@ int main(int argc, char **argv)
 		printf("port %u\n", ntohs(((struct sockaddr_in *)&la.sockaddr)->sin_port));
 		fflush(stdout);
 		while (pending == NULL)
-			ucp_worker_progress(w);
+			progress(w, "connection request");
 		ucp_ep_params_t ep_p = { .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST, .conn_request = pending };
 		if ((st = ucp_ep_create(w, &ep_p, &ep)) != UCS_OK)
 			die("ucp_ep_create (server)", st);
