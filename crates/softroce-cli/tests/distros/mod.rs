@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 use super::*;
 
+mod rdma_core_suite;
+
 /// Runs `f` over the programs of `suite`'s root, if there is one.
 fn on(suite: &str, f: impl FnOnce()) {
     if let Some(root) = super::release::root(suite) {
