@@ -233,6 +233,38 @@ pub fn node_guid(gids: &[IpAddr]) -> u64 {
     u64::from_be_bytes([0x00, 0x00, tail[0], 0xff, 0xfe, tail[1], tail[2], tail[3]])
 }
 
+/// The `fe80::` address of an EUI-64 GUID (what rxe's GID 0 is for a MAC).
+pub fn link_local_of(guid: u64) -> std::net::Ipv6Addr {
+    let g = guid.to_be_bytes();
+    let mut o = [0u8; 16];
+    o[0] = 0xfe;
+    o[1] = 0x80;
+    o[8..].copy_from_slice(&g);
+    o[8] ^= 0x02;
+    std::net::Ipv6Addr::from(o)
+}
+
+/// The loopback IPv4 address a made-up GID 0 stands for: a device on
+/// 127.a.b.c has no link-local address, so its GID 0 is
+/// [`link_local_of`] its [`node_guid`], `fe80::200:7fff:fea:bc` for MAC
+/// 02:00:7f:a:b:c. Only loopback's are recognised: no NIC on a wire has
+/// such an address, while a real MAC 02:00:x:... would.
+pub fn loopback_of_gid(gid: &std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let o = gid.octets();
+    let eui = [0x02, 0x00, 0x7f, 0xff, 0xfe];
+    (o[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && o[8..13] == eui)
+        .then(|| std::net::Ipv4Addr::new(127, o[13], o[14], o[15]))
+}
+
+/// `addr`, or the loopback IPv4 address it stands for if it is a made-up
+/// GID 0 ([`loopback_of_gid`]).
+pub fn loopback_route(addr: &IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v) => loopback_of_gid(v).map_or(*addr, IpAddr::V4),
+        a => *a,
+    }
+}
+
 impl DeviceAttr {
     /// The attributes of a device with `limits` whose GID table is `gids`.
     pub fn new(limits: &Limits, gids: &[IpAddr]) -> DeviceAttr {
@@ -309,6 +341,22 @@ impl PortAttr {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn a_loopback_devices_gid_0_stands_for_its_ipv4_address() {
+        let lo = IpAddr::V4(Ipv4Addr::new(127, 0, 3, 5));
+        let gid0 = link_local_of(node_guid(&[lo]));
+        assert_eq!(gid0, "fe80::200:7fff:fe00:305".parse::<std::net::Ipv6Addr>().unwrap());
+        assert_eq!(loopback_of_gid(&gid0), Some(Ipv4Addr::new(127, 0, 3, 5)));
+        assert_eq!(loopback_route(&IpAddr::V6(gid0)), lo);
+        // A NIC's GID 0 (its MAC's) and a made-up one of a non-loopback
+        // address stay as they are.
+        let nic = link_local_of(node_guid(&[IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))]));
+        assert_eq!(loopback_of_gid(&nic), None);
+        let real: std::net::Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
+        assert_eq!(loopback_route(&IpAddr::V6(real)), IpAddr::V6(real));
+        assert_eq!(loopback_of_gid(&"fe81::200:7fff:fe00:305".parse().unwrap()), None);
+    }
 
     #[test]
     fn rxe_values() {

@@ -1058,11 +1058,11 @@ impl Device {
         let mut got = None;
         self.each_packet(now, buf, None, |cfg, out, src_port, buf, _| {
             got = (|| {
-                let (src, icrc_ctx) = addressing(cfg, &out, src_port)?;
+                let (src, dst, icrc_ctx) = addressing(cfg, &out, src_port)?;
                 let total = out.len + roce_wire::ICRC_LEN;
                 let icrc = IcrcHasher::new(&icrc_ctx, total).finish_over(&buf[..out.len]).ok()?;
                 buf[out.len..total].copy_from_slice(&icrc.to_le_bytes());
-                Some(Transmit { src, dst: out.dst, src_port, len: total })
+                Some(Transmit { src, dst, src_port, len: total })
             })();
             // A packet without a source GID is lost, as on a wire: go on.
             got.is_none()
@@ -1110,12 +1110,13 @@ impl Device {
             let s = match &mut seed {
                 Some(s) if s.fits(&out, src_port) => s,
                 _ => {
-                    let Some((src, icrc_ctx)) = addressing(cfg, &out, src_port) else {
+                    let Some((src, to, icrc_ctx)) = addressing(cfg, &out, src_port) else {
                         // No such source GID: the packet is lost, as on a wire.
                         return true;
                     };
                     let hasher = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
-                    seed.insert(Seed { sgid_index: out.sgid_index, dst: out.dst, src_port, len: out.len, src, hasher })
+                    let (sgid_index, dst, len) = (out.sgid_index, out.dst, out.len);
+                    seed.insert(Seed { sgid_index, dst, src_port, len, src, to, hasher })
                 }
             };
             let mut icrc = s.hasher.clone();
@@ -1127,7 +1128,7 @@ impl Device {
             let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
             let mut t = TransmitGather {
                 src: s.src,
-                dst: out.dst,
+                dst: s.to,
                 src_port,
                 head_len: out.head_len,
                 pad_len: out.len - out.head_len - in_pieces,
@@ -1336,17 +1337,26 @@ pub fn pkey_matches(packet: u16, ours: u16) -> bool {
     a != 0 && a == b && (packet | ours) & 0x8000 != 0
 }
 
-/// The source address of packet `out` and what its ICRC covers besides
-/// it. Not inlined and by reference: where an `IpAddr` is both matched on
-/// and moved, LLVM moves it byte by byte.
+/// The source and destination addresses of packet `out` and what its ICRC
+/// covers besides them. Not inlined and by reference: where an `IpAddr` is
+/// both matched on and moved, LLVM moves it byte by byte.
+///
+/// A loopback device's GID 0 is made up from its IPv4 address (loopback
+/// has no link-local address; see [`crate::devattr::loopback_of_gid`]):
+/// packets from it leave from that IPv4 address, and a loopback device's
+/// packets to such a GID go to the IPv4 address it stands for, so GID 0
+/// (libfabric's default GID index) reaches the host's other loopback
+/// devices as it reaches a peer on a NIC.
 #[inline(never)]
-fn addressing(cfg: &DeviceConfig, out: &Outgoing, src_port: u16) -> Option<(IpAddr, IcrcContext)> {
-    let src = cfg.gids.get(usize::from(out.sgid_index))?;
-    let ip = match (src, &out.dst) {
+fn addressing(cfg: &DeviceConfig, out: &Outgoing, src_port: u16) -> Option<(IpAddr, IpAddr, IcrcContext)> {
+    let gid = cfg.gids.get(usize::from(out.sgid_index))?;
+    let src = crate::devattr::loopback_route(gid);
+    let dst = if src.is_loopback() { crate::devattr::loopback_route(&out.dst) } else { out.dst };
+    let ip = match (&src, &dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => IpContext::v4_socket(*s, *d),
         (s, d) => IpContext::V6 { src: to_v6(*s), dst: to_v6(*d) },
     };
-    Some((*src, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
+    Some((src, dst, IcrcContext { ip, src_port, dst_port: ROCE_V2_UDP_PORT }))
 }
 
 /// What packets of one length from one source GID and port to one peer
@@ -1357,6 +1367,8 @@ struct Seed {
     src_port: u16,
     len: usize,
     src: IpAddr,
+    /// Where they go (`dst`, routed by [`addressing`]).
+    to: IpAddr,
     hasher: IcrcHasher,
 }
 

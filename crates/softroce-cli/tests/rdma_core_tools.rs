@@ -552,6 +552,32 @@ fn plain_softroce_run_shares_one_device_ibv_ud_pingpong() {
     shared(|| pingpong(&cmd, &cmd, 1, 2 * size as u64 * 1000));
 }
 
+/// GID 0 of a loopback device (made up from its IPv4 address, loopback
+/// having no link-local one) reaches another loopback device of the host:
+/// `ibv_rc_pingpong -g 0` and `ibv_ud_pingpong -g 0` between two leased
+/// devices exchange their `fe80::` GIDs and complete.
+#[test]
+fn pingpongs_over_gid_0_between_two_loopback_devices() {
+    if !have("pingpong_gid0_lo", &["ibv_rc_pingpong", "ibv_ud_pingpong"]) {
+        return;
+    }
+    for (tool, size) in [("ibv_rc_pingpong", 4096u64), ("ibv_ud_pingpong", 1024)] {
+        let sz = size.to_string();
+        let server = [tool, "-g", "0", "-s", &sz, "-n", "200", "-p", PORT];
+        let client: Vec<&str> = server.iter().copied().chain(["127.0.0.1"]).collect();
+        let (s, c) = server_client(&server, &client, ServerEnd::Exits, &[]);
+        let (ps, pc) = (parse_pingpong(&s), parse_pingpong(&c));
+        for (d, p) in [(&s, &ps), (&c, &pc)] {
+            assert_eq!((p.bytes, p.iters), (2 * size * 200, 200), "{tool}: {p:?}\n{}", d.report());
+            let made_up = |g: &String| g.starts_with("fe80::200:7fff:fe");
+            assert!(p.local_gids.iter().chain(&p.remote_gids).all(made_up), "{p:?}\n{}", d.report());
+        }
+        assert_eq!(ps.local_gids, pc.remote_gids, "{}\n{}", s.report(), c.report());
+        assert_ne!(ps.local_gids, pc.local_gids, "two leases, two devices\n{}", s.report());
+        println!("{tool} -g 0 between two loopback devices: {} usec/iter", pc.usec_per_iter);
+    }
+}
+
 #[test]
 fn plain_softroce_run_shares_one_device_ib_write_bw() {
     if !have("ib_write_bw", &["ibv_devinfo", "ib_write_bw"]) {
@@ -1353,7 +1379,8 @@ fn riostream_writes_into_the_peers_riomap() {
 /// `ofi_rxd` on those, on the shared device, with libfabric's defaults: rxm
 /// sizes its CQ as 1,024 entries per peer of the universe (262,144 by
 /// default), which kernel rxe's `max_cqe` of 32,767 refuses and softroce's
-/// (mlx5's, 4,194,303) takes.
+/// (mlx5's, 4,194,303) takes; dgram and rxd address by GID index 0, which
+/// on loopback is made up and routed to the device's IPv4 address.
 #[test]
 fn libfabric_fi_pingpong_over_verbs_msg_rxm_dgram_and_rxd() {
     if !have("fi_pingpong", &["fi_pingpong"]) {
@@ -1361,11 +1388,7 @@ fn libfabric_fi_pingpong_over_verbs_msg_rxm_dgram_and_rxd() {
     }
     shared(|| {
         for (prov, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm"), ("verbs", "dgram"), ("verbs;ofi_rxd", "rdm")] {
-            // The verbs dgram endpoint (and rxd on it) addresses by GID,
-            // index 0 unless told, and loopback's index 0 is a made-up
-            // link-local address: the IPv4 address's is 1 (README,
-            // "Devices"; between hosts index 0 works, see the GID 0 test).
-            let base = ["env", "FI_VERBS_GID_IDX=1", "fi_pingpong", "-p", prov, "-e", ep, "-I", "20"];
+            let base = ["fi_pingpong", "-p", prov, "-e", ep, "-I", "20"];
             let server: Vec<&str> = base.iter().copied().chain(["-B", PORT]).collect();
             let client: Vec<&str> = base.iter().copied().chain(["-P", PORT, "127.0.0.1"]).collect();
             let (s, c) = server_client(&server, &client, ServerEnd::Exits, &[]);

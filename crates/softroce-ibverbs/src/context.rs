@@ -22,6 +22,9 @@ use crate::export::{ibv_export, set_errno};
 pub(crate) struct CtxBlock {
     pub(crate) vctx: VerbsContext,
     pub(crate) ctx: Context,
+    /// This context's async events (its `async_fd`): those of the objects
+    /// made on it, and device-wide ones.
+    pub(crate) events: softroce::AsyncEvents,
     /// C objects by engine handle, for events that name them.
     pub(crate) objects: Mutex<Objects>,
     _cmd_fd: OwnedFd,
@@ -147,7 +150,8 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     let c = &mut vctx.context;
     c.device = &e.dev as *const IbvDevice as *mut IbvDevice;
     c.cmd_fd = cmd_fd.as_raw_fd();
-    c.async_fd = ctx.async_fd().as_raw_fd();
+    let events = ctx.async_events()?;
+    c.async_fd = events.as_raw_fd();
     c.num_comp_vectors = roce_proto::device::NUM_COMP_VECTORS as c_int;
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops.poll_cq = Some(crate::cq::poll_cq);
@@ -159,7 +163,7 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     c.ops.bind_mw = Some(crate::mw::bind_mw);
     c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     let pid = std::process::id();
-    let block = Box::new(CtxBlock { vctx, ctx, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd, pid });
+    let block = Box::new(CtxBlock { vctx, ctx, events, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd, pid });
     let block = Box::into_raw(block);
     // SAFETY: a live allocation we just made.
     Ok(unsafe { &mut (*block).vctx.context as *mut IbvContext })
@@ -224,7 +228,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         let fd = b.vctx.context.async_fd;
         let ev = loop {
-            match b.ctx.get_async_event(Some(std::time::Duration::ZERO)) {
+            match b.events.get(Some(std::time::Duration::ZERO)) {
                 Ok(Some(ev)) => break ev,
                 Ok(None) if nonblocking(fd) => {
                     set_errno(libc::EAGAIN);

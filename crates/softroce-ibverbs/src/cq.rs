@@ -164,6 +164,7 @@ fn make_cq(
         ex_cur: UnsafeCell::new(blank_wc()),
     }));
     b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.insert(handle, o as usize);
+    b.events.claim(softroce::EventSource::Cq(handle));
     Ok(o)
 }
 

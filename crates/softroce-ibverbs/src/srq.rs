@@ -53,6 +53,7 @@ fn make(pd: *mut IbvPd, srq_context: *mut c_void, attr: &IbvSrqAttr) -> Result<*
     // SAFETY: the PD's context is live.
     if let Some(b) = unsafe { context::block(p.c.context) } {
         b.objects.lock().unwrap_or_else(|p| p.into_inner()).srqs.insert(handle, o as usize);
+        b.events.claim(softroce::EventSource::Srq(handle));
     }
     Ok(o)
 }

@@ -352,6 +352,7 @@ fn async_events() {
             "async_qp_fatal",
             "async_srq_limit",
             "srq_limit_disarmed_after_event",
+            "two_contexts_own_async_fds",
         ],
         &[],
     );

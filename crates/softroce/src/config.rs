@@ -36,7 +36,7 @@
 //! The active MTU follows rxe: the interface MTU less 80 bytes of headers,
 //! rounded down to 256..4096.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use roce_proto::Mtu;
@@ -229,17 +229,6 @@ pub(crate) fn scoped(ip: IpAddr, port: u16, scope: u32) -> std::net::SocketAddr 
     }
 }
 
-/// The `fe80::` address of an EUI-64 GUID (what rxe's GID 0 is for a MAC).
-fn link_local_of(guid: u64) -> Ipv6Addr {
-    let g = guid.to_be_bytes();
-    let mut o = [0u8; 16];
-    o[0] = 0xfe;
-    o[1] = 0x80;
-    o[8..].copy_from_slice(&g);
-    o[8] ^= 0x02;
-    Ipv6Addr::from(o)
-}
-
 /// Builds the device for `addr`, looked up among the host's interfaces.
 fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
     let interface = ifaddrs.iter().find(|i| i.addr == addr).map(|i| i.interface.clone()).or_else(|| {
@@ -264,7 +253,7 @@ fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
         }
         None => {
             let guid = roce_proto::devattr::node_guid(&[addr]);
-            gids.push(IpAddr::V6(link_local_of(guid)));
+            gids.push(IpAddr::V6(roce_proto::devattr::link_local_of(guid)));
             bindable.push(false);
         }
     }

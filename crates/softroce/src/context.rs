@@ -13,7 +13,6 @@ use roce_proto::{AsyncEvent, Device, DeviceConfig, Limits};
 use roce_udp::Waker;
 use roce_wire::IcrcPolicy;
 
-use crate::channel::EventQueue;
 use crate::config::{self, DeviceInfo};
 use crate::driver::{DriverStats, Progress, Shared, State};
 use crate::error::Error;
@@ -238,7 +237,7 @@ impl Context {
             waker: Waker::new()?,
             stop: AtomicBool::new(false),
             mode: opts.progress,
-            async_events: EventQueue::new()?,
+            async_routes: crate::async_events::AsyncRoutes::new()?,
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
             in_socket: std::sync::atomic::AtomicBool::new(false),
@@ -380,14 +379,22 @@ impl Context {
     /// The next async event (`ibv_get_async_event`), waiting up to
     /// `timeout` (`None`: forever). Events need no acknowledgement here.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>, Error> {
-        Ok(self.shared().async_events.pop_wait(timeout)?)
+        Ok(self.shared().async_routes.default_queue().pop_wait(timeout)?)
+    }
+
+    /// An async event queue of its own, for the events of the objects it
+    /// claims (what each `ibv_open_device` gets; see [`AsyncEvents`]).
+    ///
+    /// [`AsyncEvents`]: crate::AsyncEvents
+    pub fn async_events(&self) -> Result<crate::AsyncEvents, Error> {
+        crate::AsyncEvents::new(self)
     }
 
     /// The async event queue's file descriptor: readable while an event
     /// waits (for poll/epoll/`AsyncFd`).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        self.shared().async_events.as_fd()
+        self.shared().async_routes.default_queue().as_fd()
     }
 }
 

@@ -229,7 +229,7 @@ pub(crate) struct Shared {
     pub(crate) waker: Waker,
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Progress,
-    pub(crate) async_events: EventQueue<AsyncEvent>,
+    pub(crate) async_routes: crate::async_events::AsyncRoutes,
     /// Wakes application threads blocked in `Cq::wait` when a pass made
     /// completions (only while some are blocked).
     pub(crate) cq_waker: Waker,
@@ -308,7 +308,7 @@ impl Shared {
         if self.fatal.set(why).is_err() {
             return;
         }
-        self.async_events.push(AsyncEvent::DeviceFatal);
+        self.async_routes.push(AsyncEvent::DeviceFatal);
         let _ = self.cq_waker.wake();
         let _ = self.sock.wake_receiver();
         let _ = self.waker.wake();
@@ -566,7 +566,7 @@ impl Shared {
             }
         }
         while let Some(e) = st.dev.poll_event() {
-            self.async_events.push(e);
+            self.async_routes.push(e);
         }
     }
 

@@ -34,13 +34,20 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// The addresses of `info` to receive on besides its own, each with the
 /// scope it binds with: its interface's addresses among its GIDs, but
-/// loopback ones and those another device of `all` binds as its own.
+/// loopback ones, those another device of `all` binds as its own, and,
+/// for a device that is not in `all` (one rdma_cm opened on an address of
+/// a listed device's interface, as libfabric's probes bind every address),
+/// those a listed device receives on: two devices' sockets in one
+/// address's group would each take datagrams for the other's QPs.
 pub(crate) fn other_addrs(info: &DeviceInfo, all: &[DeviceInfo], scope: u32) -> Vec<SocketAddr> {
+    let listed = all.iter().any(|d| d.name == info.name && d.addr == info.addr);
+    let received_by_listed =
+        |g: &std::net::IpAddr| !listed && all.iter().any(|d| d.gids.iter().zip(&d.bindable).any(|(a, b)| *b && a == g));
     info.gids
         .iter()
         .zip(&info.bindable)
         .filter(|(g, b)| **b && **g != info.addr && !g.is_loopback())
-        .filter(|(g, _)| !all.iter().any(|d| d.addr == **g))
+        .filter(|(g, _)| !all.iter().any(|d| d.addr == **g) && !received_by_listed(g))
         .map(|(g, _)| crate::config::scoped(*g, roce_udp::ROCE_PORT, scope))
         .collect()
 }
@@ -146,6 +153,11 @@ mod tests {
             "[2001:db8::2]:4791".parse().unwrap(),
         ];
         assert_eq!(got, want);
+        // A device rdma_cm opened on another address of sr0's interface
+        // leaves sr0's addresses to sr0.
+        let adhoc = dev("softroce_2001:db8::2", "2001:db8::2", &[("fe80::1", true), ("2001:db8::2", true)]);
+        assert!(other_addrs(&adhoc, std::slice::from_ref(&d), 7).is_empty());
+        assert_eq!(other_addrs(&adhoc, &[], 7).len(), 1, "alone, it receives on the link-local address");
         // A made-up link-local address (loopback's) is no address to bind.
         let lo = dev("lo2", "127.0.0.2", &[("fe80::200:7fff:fe00:2", false), ("127.0.0.2", true), ("::1", true)]);
         assert!(other_addrs(&lo, &[], 1).is_empty());

@@ -49,6 +49,7 @@
 
 #[cfg(feature = "tokio")]
 mod async_cq;
+mod async_events;
 mod census;
 mod channel;
 pub mod cm;
@@ -72,6 +73,7 @@ mod verbs;
 
 #[cfg(feature = "tokio")]
 pub use async_cq::AsyncCq;
+pub use async_events::{AsyncEvents, EventSource};
 pub use config::DeviceInfo;
 pub use context::{Context, DEFAULT_DRIVER_SPIN, Options, WeakContext, devices};
 pub use driver::{DriverStats, Progress};

@@ -502,6 +502,7 @@ struct CqInner {
 impl Drop for CqInner {
     fn drop(&mut self) {
         let h = self.handle;
+        self.ctx.shared().async_routes.release(crate::EventSource::Cq(h));
         let mut st = self.ctx.shared().lock();
         st.channels.remove(&h);
         let _ = st.dev.destroy_cq(h);
@@ -719,6 +720,7 @@ struct SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         let h = self.handle;
+        self.pd.ctx().shared().async_routes.release(crate::EventSource::Srq(h));
         let _ = self.pd.ctx().shared().with_dev(false, |d| d.destroy_srq(h));
     }
 }
@@ -964,6 +966,8 @@ impl Drop for QpInner {
         let _ = s.flush(&mut st);
         let _ = st.dev.destroy_qp(q);
         s.route_events(&mut st);
+        drop(st);
+        s.async_routes.release(crate::EventSource::Qp(q));
     }
 }
 

@@ -3,7 +3,8 @@
  * when the engine raises an event; ibv_get_async_event returns it with the
  * right element; ibv_ack_async_event. Two events softroce's engine raises:
  * IBV_EVENT_QP_FATAL (a responder QP that NAKed a bad R_Key) and
- * IBV_EVENT_SRQ_LIMIT_REACHED (an armed SRQ limit).
+ * IBV_EVENT_SRQ_LIMIT_REACHED (an armed SRQ limit). Each ibv_open_device
+ * has its own async_fd, which carries its own objects' events.
  */
 #include "common.h"
 
@@ -185,6 +186,61 @@ int main(void)
 	n = poll_n(cq, 2, &wc, 3000);
 	EXPECT(n == 2, "%d completions of the third SEND", n);
 	EXPECT(!async_readable(30), "the limit event fired twice");
+	end();
+
+	begin("two_contexts_own_async_fds");
+	/* A second ibv_open_device of the same device has an async_fd of its
+	 * own, and an event reaches the context its QP was made on only (as
+	 * with rdma-core: UCX registers one handler per context's fd). */
+	{
+		struct dev d2 = d;
+		struct ibv_cq *cq2;
+		struct ibv_qp *q2a, *q2b;
+		struct ibv_mr *mr2;
+		struct ibv_sge sge;
+		struct ibv_send_wr wr, *bad;
+		struct pollfd p[2];
+
+		d2.ctx = ibv_open_device(d.ctx->device);
+		REQUIRE(d2.ctx, "second ibv_open_device: errno %d", errno);
+		d2.pd = ibv_alloc_pd(d2.ctx);
+		REQUIRE(d2.pd, "ibv_alloc_pd: errno %d", errno);
+		EXPECT(d2.ctx->async_fd >= 0 && d2.ctx->async_fd != d.ctx->async_fd, "async_fds %d and %d",
+		       d.ctx->async_fd, d2.ctx->async_fd);
+		cq2 = ibv_create_cq(d2.ctx, 16, NULL, NULL, 0);
+		REQUIRE(cq2, "ibv_create_cq: errno %d", errno);
+		mr2 = ibv_reg_mr(d2.pd, abuf, LEN, ALL_ACCESS);
+		REQUIRE(mr2, "ibv_reg_mr: errno %d", errno);
+		q2a = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
+		q2b = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
+		connect_pair(&d2, q2a, q2b);
+		sge = (struct ibv_sge){ (uintptr_t)abuf, 16, mr2->lkey };
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 2;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = (uintptr_t)abuf;
+		wr.wr.rdma.rkey = mr2->rkey ^ 0x300;
+		REQUIRE(ibv_post_send(q2a, &wr, &bad) == 0, "ibv_post_send");
+		n = poll_n(cq2, 1, &wc, 3000);
+		EXPECT(n == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "requester: %d completions", n);
+		p[0] = (struct pollfd){ d2.ctx->async_fd, POLLIN, 0 };
+		EXPECT(poll(p, 1, 3000) == 1, "the second context's async_fd did not become readable");
+		p[1] = (struct pollfd){ d.ctx->async_fd, POLLIN, 0 };
+		EXPECT(poll(&p[1], 1, 50) == 0, "the first context's async_fd is readable with the second's event");
+		r = ibv_get_async_event(d2.ctx, &e);
+		EXPECT(r == 0 && e.event_type == IBV_EVENT_QP_FATAL && e.element.qp == q2b,
+		       "second context: %d, event %d, QP %p (expected %p)", r, r == 0 ? (int)e.event_type : -1,
+		       r == 0 ? (void *)e.element.qp : NULL, (void *)q2b);
+		if (r == 0)
+			ibv_ack_async_event(&e);
+		REQUIRE(ibv_destroy_qp(q2a) == 0 && ibv_destroy_qp(q2b) == 0, "ibv_destroy_qp");
+		REQUIRE(ibv_destroy_cq(cq2) == 0 && ibv_dereg_mr(mr2) == 0, "destroy");
+		REQUIRE(ibv_dealloc_pd(d2.pd) == 0, "ibv_dealloc_pd");
+		REQUIRE(ibv_close_device(d2.ctx) == 0, "ibv_close_device");
+	}
 	end();
 
 	REQUIRE(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
