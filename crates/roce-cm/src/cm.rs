@@ -196,6 +196,8 @@ pub struct CmStats {
     pub no_listener: u64,
     /// REQs rejected as stale (REJ 10).
     pub stale: u64,
+    /// Connections whose peer died unheard ([`Cm::handle_peer_gone`]).
+    pub peers_gone: u64,
 }
 
 /// What `connect` needs beyond the REQ itself.
@@ -451,6 +453,49 @@ impl Cm {
         for id in ids {
             self.destroy(now, CommId(id));
         }
+    }
+
+    /// The connections whose peer QP is known and that a dead peer would
+    /// leave hanging: `(id, peer address, peer QPN)`, for a host that can
+    /// tell whether that QP's process still lives ([`Cm::handle_peer_gone`]).
+    pub fn watched(&self) -> Vec<(CommId, IpAddr, u32)> {
+        let hanging = |s: State| !matches!(s, State::ReqSent | State::DreqRcvd | State::Timewait | State::Idle);
+        let mut w: Vec<(CommId, IpAddr, u32)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.detached && c.remote_qpn != 0 && c.remote.is_some() && hanging(c.state))
+            .map(|(k, c)| (CommId(*k), c.peer, c.remote_qpn))
+            .collect();
+        w.sort_unstable_by_key(|(id, _, _)| id.0);
+        w
+    }
+
+    /// The peer of `id` died with no kernel outliving it to end its side
+    /// (a softroce process of this host; Linux's CM, in the kernel, ends a
+    /// dead process's connections in `cm_destroy_id`). `id` gets what that
+    /// would have sent, as if it had arrived: a DREQ for a connection
+    /// established (or whose RTU is pending), the DREP of this side's
+    /// DREQ, a REJ for one being set up.
+    pub fn handle_peer_gone(&mut self, now: Instant, id: CommId) {
+        let Some(c) = self.conns.get(&id.0) else { return };
+        let Some((theirs, _)) = c.remote else { return };
+        let message: CmMessage = match c.state {
+            State::Established | State::MraRepRcvd | State::RepSent => DreqRepr::new(theirs, id.0, c.local_qpn).into(),
+            State::DreqSent => DrepRepr::new(theirs, id.0).into(),
+            // The peer had this side's REQ (passive, not yet answered) or
+            // REP (active, not yet established): `cm_destroy_id`'s REJ.
+            State::MraReqRcvd => RejRepr::new(theirs, id.0, MsgResponse::Req, RejReason::CONSUMER_DEFINED).into(),
+            State::MraRepSent => RejRepr::new(theirs, id.0, MsgResponse::Rep, RejReason::CONSUMER_DEFINED).into(),
+            State::MraReqSent => RejRepr::new(theirs, id.0, MsgResponse::Req, RejReason::TIMEOUT).into(),
+            State::ReqSent | State::DreqRcvd | State::Timewait | State::Idle => return,
+        };
+        let tid = if c.state == State::DreqSent { c.dreq_tid } else { c.tid };
+        let (peer, local) = (c.peer, c.local);
+        self.stats.peers_gone += 1;
+        let mad = CmMad::new(tid, message);
+        self.handle_mad(now, peer, local, &mad.to_bytes());
+        // Not a MAD that came in.
+        self.stats.received -= 1;
     }
 
     /// When [`Cm::handle_timeout`] is next due.

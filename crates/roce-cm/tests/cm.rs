@@ -456,3 +456,48 @@ fn four_hundred_lossy_runs_connect_and_disconnect_cleanly() {
     );
     assert!(retransmitted > 200 && ignored > 100 && answered > 50);
 }
+
+/// A peer that dies unheard is handled as if its `destroy` had sent what
+/// Linux's `cm_destroy_id` sends: the survivor of an established
+/// connection gets the DREQ's event (its DREP goes nowhere), one whose
+/// REQ the dead side held gets the REJ's. Each outcome equals the one the
+/// dead side's real destroy causes.
+#[test]
+fn a_dead_peer_is_handled_as_its_destroy_would_have_been() {
+    // Established: the survivor sees the DREQ.
+    let (mut a, b, ia, ib, now) = connected();
+    assert_eq!(a.watched(), [(ia, B_IP, B_QPN)]);
+    assert_eq!(b.watched(), [(ib, A_IP, A_QPN)]);
+    a.handle_peer_gone(now, ia);
+    assert_eq!(events(&mut a), [CmEvent::DreqReceived { id: ia }]);
+    assert_eq!((a.state(ia), a.stats().peers_gone, a.stats().received), (Some(State::DreqRcvd), 1, 1));
+    assert!(a.watched().is_empty(), "nothing more to watch");
+    // The same as b's destroy, really delivered.
+    let (mut a2, mut b2, ia2, ib2, now2) = connected();
+    b2.destroy(now2, ib2);
+    deliver(&mut a2, now2, &sends(&mut b2)[0]);
+    assert_eq!(events(&mut a2), [CmEvent::DreqReceived { id: ia2 }]);
+    assert_eq!(a2.state(ia2), a.state(ia));
+    drop(b);
+
+    // The passive side holds the REQ (its consumer deciding) and dies:
+    // the active side is rejected, as by the REJ its destroy sends.
+    let now = Instant::now();
+    let (mut a, mut b) = agents(9);
+    let ia = a.connect(now, req());
+    deliver(&mut b, now, &sends(&mut a)[0]);
+    let Some(CmEvent::ReqReceived { id: ib, .. }) = b.poll_event() else { panic!("no REQ event") };
+    // An MRA makes the REQ's holder known to the active side.
+    let t = now + Duration::from_millis(6144);
+    a.handle_timeout(t);
+    deliver(&mut b, t, &sends(&mut a)[0]);
+    deliver(&mut a, t, &sends(&mut b)[0]);
+    assert_eq!(a.state(ia), Some(State::MraReqRcvd));
+    // Its QP is not known before the REP: nothing to watch yet.
+    assert!(a.watched().is_empty());
+    assert_eq!(b.watched(), [(ib, A_IP, A_QPN)]);
+    // The active side dies while the passive consumer decides.
+    b.handle_peer_gone(t, ib);
+    assert!(matches!(&events(&mut b)[..], [CmEvent::Rejected { id, .. }] if *id == ib));
+    assert_eq!(b.state(ib), None);
+}

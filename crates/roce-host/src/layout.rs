@@ -70,6 +70,16 @@ pub const MAX_SERVICES: usize = 256;
 /// Words in the file.
 pub const WORDS: usize = SERVICE_TABLE + MAX_SERVICES * 2;
 
+/// The word of `BLOCK_TABLE` naming block `b`'s owner (see [`Table::block_owner`]).
+pub fn block_word(b: usize) -> usize {
+    BLOCK_TABLE + (b % BLOCKS) * 2
+}
+
+/// The first word of member `slot`: its incarnation (see [`Table::incarnation`]).
+pub fn member_word(slot: usize) -> usize {
+    MEMBERS + (slot % MAX_MEMBERS) * MEMBER_WORDS
+}
+
 /// Typed access to the mapped words. Every value read may have been
 /// written by a buggy or dead process: readers validate before use.
 #[derive(Clone, Copy)]
@@ -219,7 +229,7 @@ impl<'a> Table<'a> {
     }
 
     fn block(&self, b: u32) -> usize {
-        BLOCK_TABLE + (b as usize % BLOCKS) * 2
+        block_word(b as usize)
     }
 
     /// The owner of block `b`, if any.

@@ -16,6 +16,7 @@ pub mod envelope;
 pub mod gsi;
 pub mod layout;
 mod member;
+mod peers;
 pub mod resources;
 pub mod seats;
 mod shm;
@@ -25,4 +26,5 @@ pub mod steer;
 pub use member::{
     Control, HostError, LISTEN_GRACE, LOCK_PATIENCE, Member, PROBE_PATIENCE, QUARANTINE, Route, device_file, port_owner,
 };
+pub use peers::PeerWatch;
 pub use stats::HostStats;

@@ -95,3 +95,35 @@ fn a_hung_lock_holder_makes_joins_fail_loudly_and_the_data_path_goes_on() {
     m2.leave(sock2);
     m.leave(sock);
 }
+
+/// A peer on this host learns that a QP's process died (what its CM acts
+/// on in place of the dead process's kernel): alive while the child holds
+/// its membership, dead the moment it is killed, before anyone reaped it
+/// and with no packet sent; a member that leaves takes its QPs along; an
+/// address with no shared device is none of its business.
+#[test]
+fn a_peer_sees_a_killed_members_qps_die() {
+    let addr = fresh_addr();
+    let (me, my_sock) = Member::join(addr).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "joined_process", "--nocapture", "--test-threads", "1"])
+        .env("ROCE_HOST_TEST_JOIN", addr.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let line = out.lines().map_while(Result::ok).find(|l| l.starts_with("JOINED ")).expect("the child joined");
+    let theirs: u32 = line["JOINED ".len()..].split(',').next().unwrap().parse().unwrap();
+    let (their_qpn, my_qpn) = (theirs << 12 | 7, me.alloc_qpn(&my_sock, |_| false).unwrap());
+    let mut w = roce_host::PeerWatch::new();
+    let now = Instant::now();
+    assert_eq!(w.qp_alive(addr, their_qpn, now), Some(true));
+    assert_eq!(w.qp_alive(addr, my_qpn, now), Some(true));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(w.qp_alive(addr, their_qpn, Instant::now()), Some(false), "killed");
+    assert_eq!(w.qp_alive(addr, my_qpn, Instant::now()), Some(true));
+    assert_eq!(w.qp_alive(fresh_addr(), 0x1005, Instant::now()), None, "no shared device there");
+    me.leave(my_sock);
+    assert_eq!(w.qp_alive(addr, my_qpn, Instant::now()), Some(false), "left: its blocks are free");
+}

@@ -847,9 +847,12 @@ fn ib_write_lat() {
     }
 }
 
-/// The `SOFTROCE_STATS` line's `name=value` field (0 when left out).
+/// The `SOFTROCE_STATS` line's `name=value` field (0 when left out): of
+/// the line with traffic, written when its context closed or, still open,
+/// at exit.
 fn stats_field(d: &Done, name: &str) -> u64 {
-    let line = d.stderr.lines().find(|l| l.contains(") closed: ") && l.contains(" rcvd_pkts="));
+    let line =
+        d.stderr.lines().find(|l| (l.contains(") closed: ") || l.contains(") at exit: ")) && l.contains(" rcvd_pkts="));
     let line = line.unwrap_or_else(|| panic!("no SOFTROCE_STATS line\n{}", d.report()));
     line.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
 }
@@ -987,14 +990,26 @@ fn rping_connects_by_rdma_cm_and_pings_20_times() {
     }
     shared(|| {
         let port = cm_port(0).to_string();
-        let server = ["rping", "-s", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
-        let client = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"];
+        // rping keeps its device open to the end (rdma_cm's devices live
+        // as long as the process): SOFTROCE_STATS reports it at exit.
+        let stats = ["env", "SOFTROCE_STATS=1"];
+        let server: Vec<&str> =
+            stats.into_iter().chain(["rping", "-s", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"]).collect();
+        let client: Vec<&str> =
+            stats.into_iter().chain(["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-v", "-C", "20"]).collect();
         let (s, c) = cm_server_client(&server, &client);
         let pings: Vec<&str> = c.stdout.lines().filter_map(|l| l.strip_prefix("ping data: ")).collect();
         let served: Vec<&str> = s.stdout.lines().filter_map(|l| l.strip_prefix("server ping data: ")).collect();
         let want: Vec<String> = (0..20).map(rping_line).collect();
         assert_eq!(pings, want, "the client's pings\n{}", c.report());
         assert_eq!(served, want, "what the server received\n{}", s.report());
+        // Each ping: the client's SEND of its buffer's address, the server's
+        // READ of it and WRITE back, the client's second SEND (rping's
+        // protocol), so both ends received at least 2 packets a ping.
+        for d in [&s, &c] {
+            assert!(stats_field(d, "rcvd_pkts") >= 40, "{}", d.report());
+            assert!(stats_field(d, "sent_pkts") >= 40, "{}", d.report());
+        }
     });
 }
 

@@ -561,6 +561,18 @@ fn rdmacm_signals() {
     run_program("rdmacm_signals", &["signalfd_reads_a_signal_the_process_sent_itself"], &[]);
 }
 
+/// A connected peer killed with SIGKILL: the other side's DISCONNECTED
+/// comes within a second (the server killed, then the client), as the
+/// kernel's DREQ for a dead process brings it.
+#[test]
+fn rdmacm_peer_death() {
+    run_program(
+        "rdmacm_peer_death",
+        &["server_killed_client_disconnected_within_1s", "client_killed_server_disconnected_within_1s"],
+        &[],
+    );
+}
+
 /// Dual-stack servers: 0.0.0.0:P beside an AFONLY [::]:P, each taking its
 /// family's requests; a [::]:P without AFONLY takes both.
 #[test]

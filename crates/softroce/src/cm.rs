@@ -60,7 +60,16 @@ struct State {
     ahs: Vec<(IpAddr, Ah)>,
     /// Service IDs listened on (given up when the service closes).
     listening: Vec<u64>,
+    /// Whether the peers' QPs on this host's shared devices still have a
+    /// process (see [`WATCH`]), and when to look next.
+    peers: roce_host::PeerWatch,
+    next_watch: Instant,
 }
+
+/// How often the connections' peers on this host are looked at: a peer
+/// process that dies is noticed within this (and the thread's tick), as
+/// its kernel's DREQ or REJ would be at once (roce-host's `peers`).
+const WATCH: Duration = Duration::from_millis(200);
 
 /// Where a service's events go instead of [`CmService::wait_event`]'s
 /// queue: called from the service's thread or the consumer's call that made
@@ -138,6 +147,8 @@ impl CmService {
                 busy: vec![false; SEND_RING],
                 ahs: Vec::new(),
                 listening: Vec::new(),
+                peers: roce_host::PeerWatch::new(),
+                next_watch: Instant::now(),
             }),
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -413,6 +424,15 @@ impl Inner {
                 }
             }
             st.cm.handle_timeout(now);
+            if now >= st.next_watch {
+                st.next_watch = now + WATCH;
+                for (id, peer, qpn) in st.cm.watched() {
+                    let at = std::net::SocketAddr::new(peer, roce_udp::ROCE_PORT);
+                    if st.peers.qp_alive(at, qpn, now) == Some(false) {
+                        st.cm.handle_peer_gone(now, id);
+                    }
+                }
+            }
             let events = self.flush(&mut st);
             drop(st);
             self.deliver(events);

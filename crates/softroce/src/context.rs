@@ -105,6 +105,64 @@ pub(crate) struct Owner {
     /// The process that opened the device: in a `fork()` child the driver
     /// thread, the socket and the pcap file are the parent's (see `fork`).
     pid: u32,
+    /// Whether its `SOFTROCE_STATS` line was written (at exit or close).
+    reported: AtomicBool,
+}
+
+/// Whether `SOFTROCE_STATS` asks for counters.
+fn stats_wanted() -> bool {
+    std::env::var_os("SOFTROCE_STATS").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The contexts still open, for their `SOFTROCE_STATS` lines at `exit()`:
+/// MPI ranks and rdma_cm programs exit with their devices open (rdma_cm's
+/// stay open for the process's life), and those lines are the ones with
+/// the traffic.
+static LIVE: Mutex<Vec<std::sync::Weak<Owner>>> = Mutex::new(Vec::new());
+
+fn report_at_exit(owner: &Arc<Owner>) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: an `extern "C"` function that never unwinds; libc runs it
+        // in the thread calling exit(), with the process still whole.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(report_live);
+        }
+    });
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(owner));
+}
+
+/// At `exit()`: the `SOFTROCE_STATS` line of every context of this process
+/// still open (a thread holding a device's lock for long is passed over).
+extern "C" fn report_live() {
+    let _ = std::panic::catch_unwind(|| {
+        let live: Vec<Arc<Owner>> = match LIVE.try_lock() {
+            Ok(l) => l.iter().filter_map(std::sync::Weak::upgrade).collect(),
+            Err(_) => return,
+        };
+        for o in live.iter().filter(|o| o.pid == std::process::id()) {
+            let deadline = std::time::Instant::now() + Duration::from_millis(100);
+            let st = loop {
+                match o.shared.state.try_lock() {
+                    Ok(st) => break Some(st),
+                    Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => break None,
+                }
+            };
+            if let Some(st) = st
+                && !o.reported.swap(true, Ordering::AcqRel)
+            {
+                let driver = o.shared.driver_stats(&st);
+                eprint!("{}", stats_report(&o.shared.info.name, o.pid, "at exit", st.dev.counters(), &driver));
+            }
+        }
+    });
 }
 
 impl Drop for Owner {
@@ -133,18 +191,19 @@ impl Drop for Owner {
             let st = &mut *st;
             st.published.publish(std::time::Instant::now(), &st.dev, m);
         }
-        if std::env::var_os("SOFTROCE_STATS").is_some_and(|v| !v.is_empty() && v != "0") {
+        if stats_wanted() && !self.reported.swap(true, Ordering::AcqRel) {
             let driver = self.shared.driver_stats(&st);
-            eprint!("{}", stats_report(&self.shared.info.name, self.pid, st.dev.counters(), &driver));
+            eprint!("{}", stats_report(&self.shared.info.name, self.pid, "closed", st.dev.counters(), &driver));
         }
     }
 }
 
 /// `SOFTROCE_STATS=1`: what a context counted, written to stderr when it
-/// closes (unmodified programs have no `perf --stats`; kernel rxe shows
-/// its counters under `hw_counters`). Counters still at zero are left out.
-fn stats_report(device: &str, pid: u32, engine: &Counters, driver: &DriverStats) -> String {
-    let mut out = format!("softroce: {device} (pid {pid}) closed:");
+/// closes or, still open, when the process exits (`when`; unmodified
+/// programs have no `perf --stats`; kernel rxe shows its counters under
+/// `hw_counters`). Counters still at zero are left out.
+fn stats_report(device: &str, pid: u32, when: &str, engine: &Counters, driver: &DriverStats) -> String {
+    let mut out = format!("softroce: {device} (pid {pid}) {when}:");
     for (name, v) in engine.iter().chain(driver.iter()).filter(|&(_, v)| v != 0) {
         out.push_str(&format!(" {name}={v}"));
     }
@@ -287,7 +346,12 @@ impl Context {
             }
             Progress::Inline => None,
         };
-        Ok(Context { owner: Arc::new(Owner { shared, thread: Mutex::new(thread), pid: std::process::id() }) })
+        let reported = AtomicBool::new(false);
+        let owner = Arc::new(Owner { shared, thread: Mutex::new(thread), pid: std::process::id(), reported });
+        if stats_wanted() {
+            report_at_exit(&owner);
+        }
+        Ok(Context { owner })
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -424,7 +488,7 @@ mod tests {
         let engine = roce_proto::counters::Counters { sent_pkts: 7, ..Default::default() };
         let driver = crate::driver::DriverStats { tx_messages: 3, ..Default::default() };
         assert_eq!(
-            super::stats_report("softroce_lo", 42, &engine, &driver),
+            super::stats_report("softroce_lo", 42, "closed", &engine, &driver),
             "softroce: softroce_lo (pid 42) closed: sent_pkts=7 tx_messages=3\n"
         );
     }
