@@ -27,9 +27,9 @@ fn joined_process() {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-#[test]
-fn a_crashed_runs_file_does_not_block_the_next_run() {
-    let addr = fresh_addr();
+/// A child process of this test binary joined to `addr` ([`joined_process`])
+/// and its `JOINED` line.
+fn spawn_joined(addr: SocketAddr) -> (std::process::Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "joined_process", "--nocapture", "--test-threads", "1"])
         .env("ROCE_HOST_TEST_JOIN", addr.to_string())
@@ -38,6 +38,13 @@ fn a_crashed_runs_file_does_not_block_the_next_run() {
         .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
     let line = out.lines().map_while(Result::ok).find(|l| l.starts_with("JOINED ")).expect("the child joined");
+    (child, line)
+}
+
+#[test]
+fn a_crashed_runs_file_does_not_block_the_next_run() {
+    let addr = fresh_addr();
+    let (mut child, line) = spawn_joined(addr);
     let dead_blocks: Vec<u32> = line["JOINED ".len()..].split(',').map(|b| b.parse().unwrap()).collect();
     child.kill().unwrap();
     child.wait().unwrap();
@@ -105,14 +112,7 @@ fn a_hung_lock_holder_makes_joins_fail_loudly_and_the_data_path_goes_on() {
 fn a_peer_sees_a_killed_members_qps_die() {
     let addr = fresh_addr();
     let (me, my_sock) = Member::join(addr).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "joined_process", "--nocapture", "--test-threads", "1"])
-        .env("ROCE_HOST_TEST_JOIN", addr.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let line = out.lines().map_while(Result::ok).find(|l| l.starts_with("JOINED ")).expect("the child joined");
+    let (mut child, line) = spawn_joined(addr);
     let theirs: u32 = line["JOINED ".len()..].split(',').next().unwrap().parse().unwrap();
     let (their_qpn, my_qpn) = (theirs << 12 | 7, me.alloc_qpn(&my_sock, |_| false).unwrap());
     let mut w = roce_host::PeerWatch::new();

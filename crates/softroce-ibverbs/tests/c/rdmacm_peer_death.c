@@ -120,13 +120,31 @@ static double disconnected_after(struct rdma_event_channel *ch, double since)
 	return mono_ms() - since;
 }
 
+/* Kills `pid` once it says 'E' (established) on `from`, and checks that
+ * `id`'s side gets DISCONNECTED within a second; then tears `id` down. */
+static void kill_and_expect_disconnect(const char *who, pid_t pid, int from, struct rdma_event_channel *ch,
+				       struct rdma_cm_id *id)
+{
+	double ms;
+	char c;
+
+	REQUIRE(read(from, &c, 1) == 1 && c == 'E', "the %s did not see ESTABLISHED", who);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ms = disconnected_after(ch, mono_ms());
+	EXPECT(ms >= 0 && ms <= 1000, "DISCONNECTED after %.0f ms (-1: none within 5 s)", ms);
+	printf("%s killed: DISCONNECTED after %.0f ms\n", who, ms);
+	rdma_disconnect(id);
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}
+
 int main(void)
 {
 	int p[2];
 	pid_t pid;
 	uint16_t port;
 	char c;
-	double ms;
 
 	watchdog(60);
 
@@ -146,15 +164,7 @@ int main(void)
 
 		REQUIRE(ch, "rdma_create_event_channel");
 		id = client(ch, port);
-		REQUIRE(read(p[0], &c, 1) == 1 && c == 'E', "the server did not see ESTABLISHED");
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		ms = disconnected_after(ch, mono_ms());
-		EXPECT(ms >= 0 && ms <= 1000, "DISCONNECTED after %.0f ms (-1: none within 5 s)", ms);
-		printf("server killed: the client's DISCONNECTED after %.0f ms\n", ms);
-		rdma_disconnect(id);
-		rdma_destroy_qp(id);
-		rdma_destroy_id(id);
+		kill_and_expect_disconnect("server", pid, p[0], ch, id);
 		rdma_destroy_event_channel(ch);
 	}
 	close(p[0]);
@@ -195,15 +205,7 @@ int main(void)
 		REQUIRE(rdma_accept(id, &param) == 0, "rdma_accept: errno %d", errno);
 		REQUIRE(next_event(ch, 10000, &e) == RDMA_CM_EVENT_ESTABLISHED, "server: no ESTABLISHED");
 		rdma_ack_cm_event(e);
-		REQUIRE(read(q[0], &c, 1) == 1 && c == 'E', "the client did not see ESTABLISHED");
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		ms = disconnected_after(ch, mono_ms());
-		EXPECT(ms >= 0 && ms <= 1000, "DISCONNECTED after %.0f ms (-1: none within 5 s)", ms);
-		printf("client killed: the server's DISCONNECTED after %.0f ms\n", ms);
-		rdma_disconnect(id);
-		rdma_destroy_qp(id);
-		rdma_destroy_id(id);
+		kill_and_expect_disconnect("client", pid, q[0], ch, id);
 		rdma_destroy_id(l);
 		rdma_destroy_event_channel(ch);
 	}
