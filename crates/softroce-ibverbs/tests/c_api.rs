@@ -561,6 +561,24 @@ fn rdmacm_signals() {
     run_program("rdmacm_signals", &["signalfd_reads_a_signal_the_process_sent_itself"], &[]);
 }
 
+/// What a program's process expects: threads on one context, epoll on
+/// every fd, a dup'd channel fd, an exec'd child that exits without
+/// cleaning up, `ibv_close_device` with objects open.
+#[test]
+fn rdmacm_process() {
+    run_program(
+        "rdmacm_process",
+        &[
+            "threads_share_one_context",
+            "epoll_on_every_fd",
+            "dup_channel_fd",
+            "exec_child_exits_without_cleanup",
+            "close_device_with_objects_open",
+        ],
+        &[],
+    );
+}
+
 /// A connected peer killed with SIGKILL: the other side's DISCONNECTED
 /// comes within a second (the server killed, then the client), as the
 /// kernel's DREQ for a dead process brings it.
