@@ -1166,3 +1166,117 @@ fn sockperf_over_the_rsocket_preload_against_tcp() {
         rdma / tcp
     );
 }
+
+/// HPL's input for hpcc on 2 ranks (a 1 x 2 grid, N = 1000): Debian's
+/// example `_hpccinf.txt` with the grid changed.
+const HPCCINF: &str = "HPLinpack benchmark input file
+Innovative Computing Laboratory, University of Tennessee
+HPL.out      output file name (if any)
+8            device out (6=stdout,7=stderr,file)
+1            # of problems sizes (N)
+1000         Ns
+1            # of NBs
+80           NBs
+0            PMAP process mapping (0=Row-,1=Column-major)
+1            # of process grids (P x Q)
+1            Ps
+2            Qs
+16.0         threshold
+1            # of panel fact
+2            PFACTs (0=left, 1=Crout, 2=Right)
+1            # of recursive stopping criterium
+4            NBMINs (>= 1)
+1            # of panels in recursion
+2            NDIVs
+1            # of recursive panel fact.
+1            RFACTs (0=left, 1=Crout, 2=Right)
+1            # of broadcast
+1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
+1            # of lookahead depth
+1            DEPTHs (>=0)
+2            SWAP (0=bin-exch,1=long,2=mix)
+64           swapping threshold
+0            L1 in (0=transposed,1=no-transposed) form
+0            U  in (0=transposed,1=no-transposed) form
+1            Equilibration (0=no,1=yes)
+8            memory alignment in double (> 0)
+##### This line (no. 32) is ignored (it serves as a separator). ######
+0                      		Number of additional problem sizes for PTRANS
+1200 10000 30000        	values of N
+0                       	number of additional blocking sizes for PTRANS
+40 9 8 13 13 20 16 32 64       	values of NB
+";
+
+/// hpcc's summary (`hpccoutf.txt`, between "Begin of Summary section."
+/// and its end): `Key=value` lines.
+fn hpcc_summary(out: &str) -> Vec<(String, String)> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("Begin of Summary section."))
+        .take_while(|l| !l.starts_with("End of Summary section."))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// hpcc (Debian 12's 1.5.0, the HPC Challenge) on 2 ranks of Open MPI over
+/// UCX on softroce, and over Open MPI's shared memory in the same test:
+/// every part (HPL, PTRANS, DGEMM, STREAM, RandomAccess, FFT, the
+/// ping-pong and ring figures) run and verified by hpcc itself: its
+/// summary's `Success=1` and its failure counts at 0.
+#[test]
+fn hpcc_two_ranks_over_ucx_against_shared_memory() {
+    if !have(&["mpirun", "hpcc"]) {
+        return;
+    }
+    let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let keys = [
+        "MaxPingPongLatency_usec",
+        "MaxPingPongBandwidth_GBytes",
+        "RandomlyOrderedRingLatency_usec",
+        "RandomlyOrderedRingBandwidth_GBytes",
+        "HPL_Tflops",
+        "MPIRandomAccess_GUPs",
+    ];
+    let mut figures = Vec::new();
+    for over_softroce in [true, false] {
+        let dir = Scratch::new(if over_softroce { "hpcc-softroce" } else { "hpcc-shm" });
+        std::fs::write(dir.0.join("hpccinf.txt"), HPCCINF).unwrap();
+        let mut cmd = vec!["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"];
+        let mut c = if over_softroce {
+            cmd.extend(MPI_OVER_SOFTROCE);
+            cmd.push("hpcc");
+            softroce(&[], &cmd)
+        } else {
+            cmd.extend(["--mca", "pml", "ob1", "--mca", "btl", "self,vader", "hpcc"]);
+            let mut c = Command::new(cmd[0]);
+            c.args(&cmd[1..]).stdin(Stdio::null()).process_group(0);
+            c
+        };
+        let child = c.current_dir(&dir.0).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let o = finish(child, Duration::from_secs(600), "hpcc");
+        let report = std::fs::read_to_string(dir.0.join("hpccoutf.txt")).unwrap_or_default();
+        assert!(o.status.success(), "{}\n{}", cmd.join(" "), text(&o));
+        let s = hpcc_summary(&report);
+        let get = |k: &str| s.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        assert_eq!(get("Success").as_deref(), Some("1"), "{}\n{report}", cmd.join(" "));
+        assert_eq!(get("CommWorldProcs").as_deref(), Some("2"), "{report}");
+        // hpcc's own checks: HPL's residual passed its threshold (else
+        // Success=0), PTRANS's residual and RandomAccess's errors are 0.
+        for f in ["HPL_RnormI", "MPIFFT_maxErr"] {
+            assert!(get(f).is_some(), "no {f} in the summary\n{report}");
+        }
+        for f in ["PTRANS_residual", "MPIRandomAccess_Errors", "MPIRandomAccess_LCG_Errors"] {
+            assert_eq!(get(f).and_then(|v| v.parse::<f64>().ok()), Some(0.0), "{f}\n{report}");
+        }
+        let vals: Vec<f64> = keys
+            .iter()
+            .map(|k| get(k).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {k}\n{report}")))
+            .collect();
+        assert!(vals.iter().all(|v| *v > 0.0), "{vals:?}");
+        figures.push(vals);
+    }
+    for (i, k) in keys.iter().enumerate() {
+        let (s, m) = (figures[0][i], figures[1][i]);
+        println!("hpcc {k}: softroce {s:.4}, shared memory {m:.4} ({:.2}x)", s / m);
+    }
+}
