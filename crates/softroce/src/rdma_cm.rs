@@ -582,19 +582,29 @@ fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
 }
 
 /// The local address used to reach `dst`: itself when it is a local
-/// device's, else the first device on loopback for a loopback `dst`, else
-/// the first device that is not on loopback.
+/// device's, else, among the devices of `dst`'s family, the first on
+/// loopback for a loopback `dst`, else the first that is not on loopback.
+/// None such: no route (ENODEV, as the kernel's ADDR_ERROR
+/// when no RDMA device serves the way to `dst`); an IPv4 device's packets
+/// cannot reach an IPv6 address, and resolving `::1` with only
+/// `softroce_lo` on 127.0.0.1 hung in connect before.
 fn source_for(dst: IpAddr) -> Result<IpAddr, Error> {
-    let devs = crate::devices()?;
+    source_among(&crate::devices()?, dst)
+}
+
+fn source_among(devs: &[DeviceInfo], dst: IpAddr) -> Result<IpAddr, Error> {
     if devs.iter().any(|d| d.addr == dst) {
         return Ok(dst);
     }
+    let dst = dst.to_canonical();
     let want_lo = dst.is_loopback();
-    devs.iter()
-        .find(|d| d.addr.is_loopback() == want_lo)
-        .or_else(|| devs.first())
-        .map(|d| d.addr)
-        .ok_or_else(|| Error::NoSuchDevice { name: format!("for {dst}"), known: Vec::new() })
+    let family: Vec<&DeviceInfo> = devs.iter().filter(|d| d.addr.is_ipv4() == dst.is_ipv4()).collect();
+    // A loopback device reaches loopback addresses only, and the others
+    // reach none.
+    family.iter().find(|d| d.addr.is_loopback() == want_lo).map(|d| d.addr).ok_or_else(|| Error::NoSuchDevice {
+        name: format!("for {dst} (no device of its address family and scope)"),
+        known: devs.iter().map(|d| d.name.clone()).collect(),
+    })
 }
 
 fn mtu_of(p: PathMtu) -> Mtu {
@@ -1495,6 +1505,31 @@ impl Id {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_source_is_a_device_of_the_destinations_family_and_scope() {
+        let dev = |name: &str, a: &str| crate::DeviceInfo {
+            name: name.into(),
+            addr: a.parse().unwrap(),
+            interface: None,
+            gids: vec![a.parse().unwrap()],
+            bindable: vec![true],
+            active_mtu: roce_proto::Mtu::Mtu1024,
+        };
+        let devs = [dev("softroce_eth0", "192.0.2.2"), dev("softroce_lo", "127.0.0.1")];
+        let src = |dst: &str| super::source_among(&devs, dst.parse().unwrap()).ok().map(|a| a.to_string());
+        assert_eq!(src("192.0.2.2").as_deref(), Some("192.0.2.2"), "a device's own address");
+        assert_eq!(src("127.0.0.9").as_deref(), Some("127.0.0.1"));
+        assert_eq!(src("10.1.1.1").as_deref(), Some("192.0.2.2"));
+        assert_eq!(src("::ffff:127.0.0.1").as_deref(), Some("127.0.0.1"), "IPv4-mapped is IPv4");
+        assert_eq!(src("::1"), None, "no IPv6 loopback device: no route (it hung)");
+        assert_eq!(src("fd00::3"), None);
+        let only_lo = [dev("softroce_lo", "127.0.0.1")];
+        assert!(super::source_among(&only_lo, "10.1.1.1".parse().unwrap()).is_err(), "loopback reaches no host");
+        let v6 = [dev("lo6", "::1"), dev("eth6", "fd00::2")];
+        assert_eq!(super::source_among(&v6, "::1".parse().unwrap()).ok(), Some("::1".parse().unwrap()));
+        assert_eq!(super::source_among(&v6, "fd00::3".parse().unwrap()).ok(), Some("fd00::2".parse().unwrap()));
+    }
+
     use std::time::Duration;
 
     use std::net::IpAddr;
