@@ -197,8 +197,6 @@ int main(void)
 		struct ibv_cq *cq2;
 		struct ibv_qp *q2a, *q2b;
 		struct ibv_mr *mr2;
-		struct ibv_sge sge;
-		struct ibv_send_wr wr, *bad;
 		struct pollfd p[2];
 
 		d2.ctx = ibv_open_device(d.ctx->device);
@@ -214,16 +212,7 @@ int main(void)
 		q2a = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
 		q2b = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
 		connect_pair(&d2, q2a, q2b);
-		sge = (struct ibv_sge){ (uintptr_t)abuf, 16, mr2->lkey };
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = 2;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_RDMA_WRITE;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		wr.wr.rdma.remote_addr = (uintptr_t)abuf;
-		wr.wr.rdma.rkey = mr2->rkey ^ 0x300;
-		REQUIRE(ibv_post_send(q2a, &wr, &bad) == 0, "ibv_post_send");
+		REQUIRE(post_write_bad_rkey(q2a, 2, mr2, abuf) == 0, "ibv_post_send");
 		n = poll_n(cq2, 1, &wc, 3000);
 		EXPECT(n == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "requester: %d completions", n);
 		p[0] = (struct pollfd){ d2.ctx->async_fd, POLLIN, 0 };

@@ -207,18 +207,9 @@ int main(int argc, char **argv)
 		}
 		/* An async event (a WRITE with a bad R_Key: the responder's QP_FATAL): the async fd. */
 		{
-			struct ibv_sge sge = { (uintptr_t)buf, 16, mr->lkey };
-			struct ibv_send_wr wr, *bad;
 			struct ibv_async_event ae;
 
-			memset(&wr, 0, sizeof(wr));
-			wr.sg_list = &sge;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_RDMA_WRITE;
-			wr.send_flags = IBV_SEND_SIGNALED;
-			wr.wr.rdma.remote_addr = (uintptr_t)buf;
-			wr.wr.rdma.rkey = mr->rkey ^ 0x300;
-			REQUIRE(ibv_post_send(qa, &wr, &bad) == 0, "ibv_post_send");
+			REQUIRE(post_write_bad_rkey(qa, 0, mr, buf) == 0, "ibv_post_send");
 			n = epoll_wait(ep, got, 4, 3000);
 			EXPECT(n >= 1 && got[0].data.u32 == 1, "%d ready (first %u), expected the async fd", n,
 			       n > 0 ? got[0].data.u32 : 99);
