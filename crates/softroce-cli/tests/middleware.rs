@@ -361,12 +361,7 @@ fn check_mpi_output(o: &Output, np: usize, cmd: &[String], devices: &[String]) -
     // itself): no shared memory, no TCP.
     // UCX 1.13 logs `ep_cfg[N]: tag(LANES)`, 1.18 `ucp_context_0 intra-node
     // cfg#N tag(LANES)`.
-    let lanes: Vec<&str> = all
-        .lines()
-        .filter(|l| l.contains(" ep_cfg[") || l.contains(" cfg#"))
-        .filter_map(|l| l.split_once(" tag(")?.1.split_once(')'))
-        .flat_map(|(lanes, _)| lanes.split_whitespace())
-        .collect();
+    let lanes = ucx_tag_lanes(&all);
     let softroce = |l: &str, tl: &str| {
         l.strip_prefix(tl).and_then(|d| d.strip_suffix(":1")).is_some_and(|d| devices.iter().any(|s| s == d))
     };
@@ -376,6 +371,30 @@ fn check_mpi_output(o: &Output, np: usize, cmd: &[String], devices: &[String]) -
         assert!(ok, "a lane that is not softroce's ({devices:?}): {l}\n{all}");
     }
     r
+}
+
+/// The lanes of UCX's `tag(...)` lists in `all` (its info log). Two ranks
+/// share stderr: a line may be cut by the other rank's (whose
+/// `[timestamp]` then sits inside the list); such a spliced line is passed
+/// over, as its lanes are whole on the ranks' other lines.
+fn ucx_tag_lanes(all: &str) -> Vec<&str> {
+    all.lines()
+        .filter(|l| l.contains(" ep_cfg[") || l.contains(" cfg#"))
+        .filter_map(|l| l.split_once(" tag(")?.1.split_once(')'))
+        .filter(|(lanes, _)| !lanes.contains('['))
+        .flat_map(|(lanes, _)| lanes.split_whitespace())
+        .collect()
+}
+
+#[test]
+fn ucx_lanes_of_two_ranks_lines_cut_into_each_other() {
+    // As CI's stderr had it: rank 4342's line cut by 4343's.
+    let log = "[1.6] [vm:4342 :0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 self cfg#0 tag(self/memory rc_verbs/softroce_[1.65] [vm:4343 :0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#0 tag(rc_verbs/softroce_lo:1)  rma(rc_verbs/softroce_lo:1)\n\
+               lo:1)  rma(self/memory)  am(self/memory rc_verbs/softroce_lo:1)\n\
+               [1.66] [vm:4342 :0] ucp_worker.c:1903 UCX  INFO    ucp_context_0 intra-node cfg#1 tag(rc_verbs/softroce_lo:1)  rma(rc_verbs/softroce_lo:1)\n";
+    assert_eq!(ucx_tag_lanes(log), ["rc_verbs/softroce_lo:1"]);
+    let one = "[1] [vm:1 :0] ucp_worker.c:1 UCX INFO ucp_context_0 self cfg#0 tag(self/memory rc_verbs/softroce_lo:1)";
+    assert_eq!(ucx_tag_lanes(one), ["self/memory", "rc_verbs/softroce_lo:1"]);
 }
 
 /// RoCE payload bytes in a rank's capture, by (source, destination)
