@@ -531,17 +531,29 @@ fn check_onesided(o: &Output, np: usize, what: &str) -> (f64, f64) {
     (put, get)
 }
 
-/// MPI one-sided communication over `osc ucx` on softroce (`MPI_Win_allocate`,
+/// How Open MPI runs one-sided communication over softroce: UCX's PML and
+/// its `osc` component, on softroce's transports only.
+const OMPI_ONESIDED: [&str; 10] =
+    ["-np", "3", "--mca", "pml", "ucx", "--mca", "osc", "ucx", "-x", "UCX_TLS=rc_verbs,ud_verbs,self"];
+
+/// MPI one-sided communication over UCX on softroce (`MPI_Win_allocate`,
 /// `MPI_Put`/`MPI_Get`/`MPI_Accumulate` in fence epochs, exclusive
 /// lock/unlock, timed put and get bandwidth; tests/mpi/onesided.c checks
-/// every value), 3 ranks of `mpirun` (`mpirun_head`), each rank's packets
+/// every value), 3 ranks of `mpirun` (`mpirun_head`, then `over`), each rank's packets
 /// captured: rank 0's capture holds every byte of the timed puts and gets;
 /// the figures come from a second run without the capture.
 /// Until each `ibv_open_device` had its own async fd, UCX failed here with
 /// "Cannot add async handler ... id range is full". The same program over
 /// Open MPI's own shared-memory and TCP paths (`baselines`, without
 /// softroce) runs in the same test for the figures beside it.
-fn mpi_one_sided(mpicc: &str, mpirun_head: &[&str], rank_var: &str, baselines: &[(&str, &[&str])], what: &str) {
+fn mpi_one_sided(
+    mpicc: &str,
+    mpirun_head: &[&str],
+    over: &[&str],
+    rank_var: &str,
+    baselines: &[(&str, &[&str])],
+    what: &str,
+) {
     let _turn = MPI_TURN.lock().unwrap_or_else(|e| e.into_inner());
     let dir = Scratch::new(what);
     let prog = build_in(mpicc, "tests/mpi/onesided.c", &dir.0, &[]);
@@ -549,10 +561,8 @@ fn mpi_one_sided(mpicc: &str, mpirun_head: &[&str], rank_var: &str, baselines: &
     let np = 3;
     let rank =
         format!("SOFTROCE_PCAP={}/rank${rank_var}.pcap exec {} {iters} {bytes}", dir.0.display(), prog.display());
-    let over_softroce =
-        ["-np", "3", "--mca", "pml", "ucx", "--mca", "osc", "ucx", "-x", "UCX_TLS=rc_verbs,ud_verbs,self"];
     let mut cmd: Vec<&str> = mpirun_head.to_vec();
-    cmd.extend(over_softroce);
+    cmd.extend(over);
     cmd.extend(["sh", "-c", &rank]);
     let c = softroce(&[], &cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let o = finish(c, Duration::from_secs(300), what);
@@ -562,12 +572,12 @@ fn mpi_one_sided(mpicc: &str, mpirun_head: &[&str], rank_var: &str, baselines: &
     // The figures from a run without the capture (writing every packet to
     // a file costs more than moving it).
     let mut cmd: Vec<&str> = mpirun_head.to_vec();
-    cmd.extend(over_softroce);
+    cmd.extend(over);
     cmd.extend([prog.to_str().unwrap(), &iters, &bytes]);
     let c = softroce(&[], &cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (put, get) = check_onesided(&finish(c, Duration::from_secs(300), what), np, &cmd.join(" "));
     println!(
-        "{what} one-sided over softroce (osc ucx): put {put:.0} MiB/s, get {get:.0} MiB/s; captured: rank 0 {:.1} MiB",
+        "{what} one-sided over softroce (UCX): put {put:.0} MiB/s, get {get:.0} MiB/s; captured: rank 0 {:.1} MiB",
         moved as f64 / MIB as f64
     );
     for (name, args) in baselines {
@@ -617,7 +627,8 @@ fn open_mpi_one_sided_over_osc_ucx() {
         "osc",
         "pt2pt",
     ];
-    mpi_one_sided("mpicc", &head, "OMPI_COMM_WORLD_RANK", &[("shared memory", shm), ("TCP", tcp)], "open-mpi-4");
+    let base: &[(&str, &[&str])] = &[("shared memory", shm), ("TCP", tcp)];
+    mpi_one_sided("mpicc", &head, &OMPI_ONESIDED, "OMPI_COMM_WORLD_RANK", base, "open-mpi-4");
 }
 
 /// The agent `mpirun` starts its daemon on another host with
@@ -843,7 +854,7 @@ fn trixie_open_mpi_5_one_sided_over_osc_ucx() {
         // memory): shared memory is its one baseline here.
         let shm: &[&str] = &["--mca", "pml", "ob1", "--mca", "btl", "self,sm", "--mca", "osc", "rdma"];
         let base: &[(&str, &[&str])] = &[("shared memory", shm)];
-        mpi_one_sided("mpicc.openmpi", &head, "OMPI_COMM_WORLD_RANK", base, "open-mpi-5");
+        mpi_one_sided("mpicc.openmpi", &head, &OMPI_ONESIDED, "OMPI_COMM_WORLD_RANK", base, "open-mpi-5");
     });
 }
 
@@ -877,6 +888,35 @@ fn trixie_mpich_4_2_over_ucx_two_ranks() {
         .map(|s| s.to_string())
         .collect();
         mpi_two_ranks("mpicc.mpich", &mpirun, "PMI_RANK", "mpich-4.2");
+    });
+}
+
+/// MPI one-sided communication on MPICH 4.2 (ch4:ucx, its RMA over UCX)
+/// on softroce, against MPICH's own shared memory in the same test.
+#[test]
+fn trixie_mpich_4_2_one_sided_over_ucx() {
+    in_release("trixie", || {
+        if !have(&["mpirun.mpich", "mpicc.mpich"]) {
+            return;
+        }
+        let head = ["mpirun.mpich", "-launcher", "fork"];
+        // NOLOCAL keeps MPICH's shared memory out of the way (as in the
+        // two-sided test); without it, ranks of one host use it.
+        let over = [
+            "-np",
+            "3",
+            "-genv",
+            "MPIR_CVAR_NOLOCAL",
+            "1",
+            "-genv",
+            "UCX_TLS",
+            "rc_verbs,ud_verbs,self",
+            "-genv",
+            "UCX_NET_DEVICES",
+            "softroce_lo:1",
+        ];
+        let base: &[(&str, &[&str])] = &[("shared memory", &[])];
+        mpi_one_sided("mpicc.mpich", &head, &over, "PMI_RANK", base, "mpich-4.2");
     });
 }
 
