@@ -492,10 +492,7 @@ impl Cm {
         let tid = if c.state == State::DreqSent { c.dreq_tid } else { c.tid };
         let (peer, local) = (c.peer, c.local);
         self.stats.peers_gone += 1;
-        let mad = CmMad::new(tid, message);
-        self.handle_mad(now, peer, local, &mad.to_bytes());
-        // Not a MAD that came in.
-        self.stats.received -= 1;
+        self.on_message(now, peer, local, tid, message);
     }
 
     /// When [`Cm::handle_timeout`] is next due.
@@ -541,8 +538,12 @@ impl Cm {
                 return;
             }
         };
-        let tid = mad.header.tid;
-        match mad.message {
+        self.on_message(now, peer, local, mad.header.tid, mad.message);
+    }
+
+    /// A CM message with transaction ID `tid` from `peer` to `local`.
+    fn on_message(&mut self, now: Instant, peer: IpAddr, local: IpAddr, tid: u64, message: CmMessage) {
+        match message {
             CmMessage::Req(req) => self.on_req(now, peer, local, tid, req),
             CmMessage::Rep(rep) => {
                 let Some(id) = self.conn_of(rep.remote_comm_id, None) else { return };
