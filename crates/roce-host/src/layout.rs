@@ -96,6 +96,26 @@ pub struct Owner {
     pub incarnation: u64,
 }
 
+impl Owner {
+    /// The owner a block word names (`slot + 1` in its low 16 bits, the
+    /// incarnation above), if any.
+    pub fn from_word(o: u64) -> Option<Owner> {
+        let slot = (o & 0xffff).checked_sub(1)? as usize;
+        (slot < MAX_MEMBERS).then_some(Owner { slot, incarnation: o >> 16 })
+    }
+}
+
+/// Whether a member word's incarnation `current` is `inc` (48 bits; 0 is
+/// no incarnation).
+pub fn same_incarnation(current: u64, inc: u64) -> bool {
+    inc != 0 && current & 0xffff_ffff_ffff == inc & 0xffff_ffff_ffff
+}
+
+/// The QPN block of destination QP `qpn`.
+pub fn block_of(qpn: u32) -> u32 {
+    (qpn & 0x00ff_ffff) >> BLOCK_BITS
+}
+
 impl<'a> Table<'a> {
     /// A view of `w`, which has [`WORDS`] words.
     pub fn new(w: &'a [AtomicU64]) -> Table<'a> {
@@ -234,9 +254,7 @@ impl<'a> Table<'a> {
 
     /// The owner of block `b`, if any.
     pub fn block_owner(&self, b: u32) -> Option<Owner> {
-        let o = self.get(self.block(b));
-        let slot = (o & 0xffff).checked_sub(1)? as usize;
-        (slot < MAX_MEMBERS).then_some(Owner { slot, incarnation: o >> 16 })
+        Owner::from_word(self.get(self.block(b)))
     }
 
     /// Gives block `b` to the member in `slot`.
@@ -315,7 +333,7 @@ impl<'a> Table<'a> {
 
     /// Whether a member incarnation's low 48 bits are `inc`.
     pub fn is_incarnation(&self, slot: usize, inc: u64) -> bool {
-        inc != 0 && self.incarnation(slot) & 0xffff_ffff_ffff == inc & 0xffff_ffff_ffff
+        same_incarnation(self.incarnation(slot), inc)
     }
 }
 

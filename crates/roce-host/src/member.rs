@@ -459,7 +459,7 @@ impl Member {
 
     /// Where a packet for `dest_qpn` belongs. Lock-free: the data path.
     pub fn route(&self, dest_qpn: u32) -> Route {
-        let block = (dest_qpn & 0x00ff_ffff) >> BLOCK_BITS;
+        let block = layout::block_of(dest_qpn);
         if self.owns(block) {
             return Route::Mine;
         }

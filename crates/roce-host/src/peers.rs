@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
-use crate::layout::{self, BLOCK_BITS, BLOCKS, LIVENESS_BASE, MAX_MEMBERS};
+use crate::layout::{self, LIVENESS_BASE};
 
 /// How long an address without a device file is taken to have none.
 const RECHECK: Duration = Duration::from_secs(5);
@@ -52,18 +52,14 @@ impl PeerWatch {
         if word(0)? != layout::MAGIC || word(1)? != layout::VERSION {
             return None;
         }
-        let block = ((qpn & 0x00ff_ffff) >> BLOCK_BITS) as usize % BLOCKS;
-        let owner = word(layout::block_word(block))?;
-        let Some(slot) = (owner & 0xffff).checked_sub(1).map(|s| s as usize).filter(|&s| s < MAX_MEMBERS) else {
+        let Some(owner) = layout::Owner::from_word(word(layout::block_word(layout::block_of(qpn) as usize))?) else {
             // Free: left or reaped (a block is never free while its QPs live).
             return Some(false);
         };
-        let inc = owner >> 16;
-        let current = word(layout::member_word(slot))?;
-        if inc == 0 || current & 0xffff_ffff_ffff != inc & 0xffff_ffff_ffff {
+        if !layout::same_incarnation(word(layout::member_word(owner.slot))?, owner.incarnation) {
             return Some(false);
         }
-        crate::shm::byte_held(file, LIVENESS_BASE + slot as u64).ok()
+        crate::shm::byte_held(file, LIVENESS_BASE + owner.slot as u64).ok()
     }
 }
 
