@@ -155,11 +155,8 @@ extern "C" fn report_live() {
                     Err(std::sync::TryLockError::WouldBlock) => break None,
                 }
             };
-            if let Some(st) = st
-                && !o.reported.swap(true, Ordering::AcqRel)
-            {
-                let driver = o.shared.driver_stats(&st);
-                eprint!("{}", stats_report(&o.shared.info.name, o.pid, "at exit", st.dev.counters(), &driver));
+            if let Some(st) = st {
+                o.report(&st, "at exit");
             }
         }
     });
@@ -191,9 +188,19 @@ impl Drop for Owner {
             let st = &mut *st;
             st.published.publish(std::time::Instant::now(), &st.dev, m);
         }
-        if stats_wanted() && !self.reported.swap(true, Ordering::AcqRel) {
-            let driver = self.shared.driver_stats(&st);
-            eprint!("{}", stats_report(&self.shared.info.name, self.pid, "closed", st.dev.counters(), &driver));
+        if stats_wanted() {
+            self.report(&st, "closed");
+        }
+    }
+}
+
+impl Owner {
+    /// Writes its `SOFTROCE_STATS` line, `when` it is written, unless it
+    /// was written already.
+    fn report(&self, st: &State, when: &str) {
+        if !self.reported.swap(true, Ordering::AcqRel) {
+            let driver = self.shared.driver_stats(st);
+            eprint!("{}", stats_report(&self.shared.info.name, self.pid, when, st.dev.counters(), &driver));
         }
     }
 }
