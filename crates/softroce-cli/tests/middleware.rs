@@ -858,35 +858,31 @@ fn trixie_open_mpi_5_one_sided_over_osc_ucx() {
     });
 }
 
+/// MPICH's environment for softroce: ch4:ucx on softroce's transports of
+/// softroce_lo, NOLOCAL keeping MPICH's own shared memory out of the way
+/// (without it, ranks of one host use it).
+const MPICH_OVER_SOFTROCE: [&str; 9] = [
+    "-genv",
+    "MPIR_CVAR_NOLOCAL",
+    "1",
+    "-genv",
+    "UCX_TLS",
+    "rc_verbs,ud_verbs,self",
+    "-genv",
+    "UCX_NET_DEVICES",
+    "softroce_lo:1",
+];
+
 #[test]
 fn trixie_mpich_4_2_over_ucx_two_ranks() {
     in_release("trixie", || {
         if !have(&["mpirun.mpich", "mpicc.mpich"]) {
             return;
         }
-        // ch4:ucx; NOLOCAL keeps MPICH's own shared memory out of the way.
-        let mpirun: Vec<String> = [
-            "mpirun.mpich",
-            "-launcher",
-            "fork",
-            "-np",
-            "2",
-            "-genv",
-            "MPIR_CVAR_NOLOCAL",
-            "1",
-            "-genv",
-            "UCX_TLS",
-            "rc_verbs,ud_verbs,self",
-            "-genv",
-            "UCX_NET_DEVICES",
-            "softroce_lo:1",
-            "-genv",
-            "UCX_LOG_LEVEL",
-            "info",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut mpirun: Vec<String> =
+            ["mpirun.mpich", "-launcher", "fork", "-np", "2"].iter().map(|s| s.to_string()).collect();
+        mpirun.extend(MPICH_OVER_SOFTROCE.iter().map(|s| s.to_string()));
+        mpirun.extend(["-genv", "UCX_LOG_LEVEL", "info"].iter().map(|s| s.to_string()));
         mpi_two_ranks("mpicc.mpich", &mpirun, "PMI_RANK", "mpich-4.2");
     });
 }
@@ -900,21 +896,7 @@ fn trixie_mpich_4_2_one_sided_over_ucx() {
             return;
         }
         let head = ["mpirun.mpich", "-launcher", "fork"];
-        // NOLOCAL keeps MPICH's shared memory out of the way (as in the
-        // two-sided test); without it, ranks of one host use it.
-        let over = [
-            "-np",
-            "3",
-            "-genv",
-            "MPIR_CVAR_NOLOCAL",
-            "1",
-            "-genv",
-            "UCX_TLS",
-            "rc_verbs,ud_verbs,self",
-            "-genv",
-            "UCX_NET_DEVICES",
-            "softroce_lo:1",
-        ];
+        let over: Vec<&str> = ["-np", "3"].into_iter().chain(MPICH_OVER_SOFTROCE).collect();
         let base: &[(&str, &[&str])] = &[("shared memory", &[])];
         mpi_one_sided("mpicc.mpich", &head, &over, "PMI_RANK", base, "mpich-4.2");
     });
