@@ -46,22 +46,24 @@ static void cm_qp(struct rdma_cm_id *id)
 	REQUIRE(rdma_create_qp(id, NULL, &a) == 0, "rdma_create_qp: errno %d", errno);
 }
 
-/* Serves one connection: writes its port, then 'E' once established, to
- * `out`; then waits to be killed. */
-static void server(int out)
+/* A listener of `ch` on SOFTROCE_C_ADDR and a port of its own. */
+static struct rdma_cm_id *listener(struct rdma_event_channel *ch)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1 };
 	struct sockaddr_in a = addr_of(0);
-	struct rdma_cm_id *l, *id;
-	struct rdma_cm_event *e;
-	uint16_t port;
-	char c = 'E';
+	struct rdma_cm_id *l;
 
 	REQUIRE(ch && rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: errno %d", errno);
 	REQUIRE(rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 1) == 0, "listen: errno %d", errno);
-	port = rdma_get_src_port(l);
-	REQUIRE(write(out, &port, sizeof(port)) == sizeof(port), "write");
+	return l;
+}
+
+/* Accepts the next connection request on `ch`; returns its id once established. */
+static struct rdma_cm_id *accept_one(struct rdma_event_channel *ch)
+{
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *e;
+
 	REQUIRE(next_event(ch, 10000, &e) == RDMA_CM_EVENT_CONNECT_REQUEST, "no CONNECT_REQUEST");
 	id = e->id;
 	rdma_ack_cm_event(e);
@@ -69,6 +71,20 @@ static void server(int out)
 	REQUIRE(rdma_accept(id, &param) == 0, "rdma_accept: errno %d", errno);
 	REQUIRE(next_event(ch, 10000, &e) == RDMA_CM_EVENT_ESTABLISHED, "server: no ESTABLISHED");
 	rdma_ack_cm_event(e);
+	return id;
+}
+
+/* Serves one connection: writes its port, then 'E' once established, to
+ * `out`; then waits to be killed. */
+static void server(int out)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *l = listener(ch);
+	uint16_t port = rdma_get_src_port(l);
+	char c = 'E';
+
+	REQUIRE(write(out, &port, sizeof(port)) == sizeof(port), "write");
+	accept_one(ch);
 	REQUIRE(write(out, &c, 1) == 1, "write");
 	for (;;)
 		pause();
@@ -174,15 +190,10 @@ int main(void)
 	{
 		int q[2];
 		struct rdma_event_channel *ch = rdma_create_event_channel();
-		struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1 };
-		struct sockaddr_in a = addr_of(0);
 		struct rdma_cm_id *l, *id;
-		struct rdma_cm_event *e;
 
-		REQUIRE(ch && pipe(q) == 0, "pipe");
-		REQUIRE(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: errno %d", errno);
-		REQUIRE(rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 1) == 0, "listen: errno %d",
-			errno);
+		REQUIRE(pipe(q) == 0, "pipe");
+		l = listener(ch);
 		port = rdma_get_src_port(l);
 		/* The client: a process of its own, which joins the device after
 		 * the fork; killed once established. */
@@ -198,13 +209,7 @@ int main(void)
 			for (;;)
 				pause();
 		}
-		REQUIRE(next_event(ch, 10000, &e) == RDMA_CM_EVENT_CONNECT_REQUEST, "no CONNECT_REQUEST");
-		id = e->id;
-		rdma_ack_cm_event(e);
-		cm_qp(id);
-		REQUIRE(rdma_accept(id, &param) == 0, "rdma_accept: errno %d", errno);
-		REQUIRE(next_event(ch, 10000, &e) == RDMA_CM_EVENT_ESTABLISHED, "server: no ESTABLISHED");
-		rdma_ack_cm_event(e);
+		id = accept_one(ch);
 		kill_and_expect_disconnect("client", pid, q[0], ch, id);
 		rdma_destroy_id(l);
 		rdma_destroy_event_channel(ch);
