@@ -81,21 +81,8 @@ int main(void)
 	qa = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
 	qb = make_qp(&d, IBV_QPT_RC, cq, cq, NULL, 0);
 	connect_pair(&d, qa, qb);
-	{
-		struct ibv_sge sge = { (uintptr_t)abuf, 16, amr->lkey };
-		struct ibv_send_wr wr, *bad;
-
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = 1;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_RDMA_WRITE;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		wr.wr.rdma.remote_addr = (uintptr_t)bbuf;
-		wr.wr.rdma.rkey = bmr->rkey ^ 0x300;
-		r = ibv_post_send(qa, &wr, &bad);
-		REQUIRE(r == 0, "ibv_post_send: %d", r);
-	}
+	r = post_write_bad_rkey(qa, 1, amr, abuf, bmr, bbuf);
+	REQUIRE(r == 0, "ibv_post_send: %d", r);
 	n = poll_n(cq, 1, &wc, 3000);
 	EXPECT(n == 1 && wc.wr_id == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "requester: %d completions, status %s",
 	       n, n == 1 ? ibv_wc_status_str(wc.status) : "-");
@@ -212,7 +199,7 @@ int main(void)
 		q2a = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
 		q2b = make_qp(&d2, IBV_QPT_RC, cq2, cq2, NULL, 0);
 		connect_pair(&d2, q2a, q2b);
-		REQUIRE(post_write_bad_rkey(q2a, 2, mr2, abuf) == 0, "ibv_post_send");
+		REQUIRE(post_write_bad_rkey(q2a, 2, mr2, abuf, mr2, abuf) == 0, "ibv_post_send");
 		n = poll_n(cq2, 1, &wc, 3000);
 		EXPECT(n == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, "requester: %d completions", n);
 		p[0] = (struct pollfd){ d2.ctx->async_fd, POLLIN, 0 };

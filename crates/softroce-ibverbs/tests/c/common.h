@@ -407,12 +407,14 @@ static inline int post_send1(struct ibv_qp *qp, uint64_t wr_id, struct ibv_mr *m
 	return ibv_post_send(qp, &wr, &bad);
 }
 
-/* Posts a signaled 16-byte RDMA WRITE from `addr` to `addr` under a wrong
- * R_Key: the requester completes with REM_ACCESS_ERR and the responder's
- * QP goes to ERR with IBV_EVENT_QP_FATAL. */
-static inline int post_write_bad_rkey(struct ibv_qp *qp, uint64_t wr_id, struct ibv_mr *mr, void *addr)
+/* Posts a signaled 16-byte RDMA WRITE from `src` (in `mr`) to `dst` (in
+ * `dst_mr`) under a wrong R_Key: the requester completes with
+ * REM_ACCESS_ERR and the responder's QP goes to ERR with
+ * IBV_EVENT_QP_FATAL. */
+static inline int post_write_bad_rkey(struct ibv_qp *qp, uint64_t wr_id, struct ibv_mr *mr, void *src,
+				      struct ibv_mr *dst_mr, void *dst)
 {
-	struct ibv_sge sge = { (uintptr_t)addr, 16, mr->lkey };
+	struct ibv_sge sge = { (uintptr_t)src, 16, mr->lkey };
 	struct ibv_send_wr wr, *bad = NULL;
 
 	memset(&wr, 0, sizeof(wr));
@@ -421,8 +423,8 @@ static inline int post_write_bad_rkey(struct ibv_qp *qp, uint64_t wr_id, struct 
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_RDMA_WRITE;
 	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.wr.rdma.remote_addr = (uintptr_t)addr;
-	wr.wr.rdma.rkey = mr->rkey ^ 0x300;
+	wr.wr.rdma.remote_addr = (uintptr_t)dst;
+	wr.wr.rdma.rkey = dst_mr->rkey ^ 0x300;
 	return ibv_post_send(qp, &wr, &bad);
 }
 

@@ -209,7 +209,7 @@ int main(int argc, char **argv)
 		{
 			struct ibv_async_event ae;
 
-			REQUIRE(post_write_bad_rkey(qa, 0, mr, buf) == 0, "ibv_post_send");
+			REQUIRE(post_write_bad_rkey(qa, 0, mr, buf, mr, buf) == 0, "ibv_post_send");
 			n = epoll_wait(ep, got, 4, 3000);
 			EXPECT(n >= 1 && got[0].data.u32 == 1, "%d ready (first %u), expected the async fd", n,
 			       n > 0 ? got[0].data.u32 : 99);
