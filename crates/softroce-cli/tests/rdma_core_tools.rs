@@ -204,18 +204,23 @@ impl Proc {
             }
             (None, None) => Command::new(softroce()),
         };
+        cmd.args(run).args(program);
+        Proc::spawn(what, cmd, CHILD_TIMEOUT)
+    }
+
+    /// Starts `cmd` (named `what`) in a process group of its own, with no
+    /// input and its output drained, to be killed past `timeout`.
+    fn spawn(what: String, mut cmd: Command, timeout: Duration) -> Proc {
         let mut child = cmd
-            .args(run)
-            .args(program)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start softroce run -- {what}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let stdout = Some(drain(child.stdout.take().unwrap()));
         let stderr = Some(drain(child.stderr.take().unwrap()));
-        Proc { what, child: Some(child), stdout, stderr, deadline: Instant::now() + CHILD_TIMEOUT }
+        Proc { what, child: Some(child), stdout, stderr, deadline: Instant::now() + timeout }
     }
 
     /// Whether it has exited (then `finish` returns at once).

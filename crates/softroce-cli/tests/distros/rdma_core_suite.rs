@@ -20,14 +20,11 @@
 //! 204 skipped as on kernel rxe: mlx5, EFA, XRC, ODP, flow steering...; 44:
 //! 100 of 273), and every failure and error must be a known one below.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, kill_process_group};
-
-use crate::{drain, softroce};
+use crate::softroce;
 
 /// Longest a whole suite may run (both take seconds here).
 const SUITE_TIMEOUT: Duration = Duration::from_secs(180);
@@ -113,28 +110,8 @@ fn run_isolated(softroce_cmd: Command, script: &str) -> (Option<std::process::Ex
     cmd.args(["--net", "--", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"]);
     cmd.arg(softroce_cmd.get_program()).args(softroce_cmd.get_args());
     cmd.args(["run", "--device", "softroce_lo=127.0.0.1", "--", "sh", "-c", script]);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start the suite: {e}"));
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let until = Instant::now() + SUITE_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() >= until {
-            let _ = kill_process_group(Pid::from_child(&child), Signal::KILL);
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    (status, out.join().unwrap(), err.join().unwrap())
+    let d = crate::Proc::spawn("the suite".into(), cmd, SUITE_TIMEOUT).finish(SUITE_TIMEOUT);
+    (d.status, d.stdout, d.stderr)
 }
 
 /// The suite's arguments: softroce's device, its IPv4 GID, each test named.
