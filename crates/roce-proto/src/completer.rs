@@ -5,9 +5,9 @@
 use roce_wire::{NakCode, Packet, Psn, Syndrome};
 
 use crate::ctx::Ctx;
-use crate::qp::Qp;
+use crate::qp::{Credits, Qp};
 use crate::queue::WqeState;
-use crate::requester::scatter;
+use crate::requester::{msn_after, scatter};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 impl Qp {
@@ -25,6 +25,11 @@ impl Qp {
         }
         let op = p.bth().opcode();
         let aeth = p.aeth().map(|a| a.syndrome());
+        if let Some(a) = p.aeth()
+            && let Syndrome::Ack { credits } = a.syndrome()
+        {
+            self.take_credits(ctx, a.msn(), credits);
+        }
         match aeth {
             Some(Syndrome::Ack { .. }) | None => {}
             Some(Syndrome::RnrNak { timer }) => return self.on_rnr_nak(ctx, psn, timer),
@@ -41,6 +46,35 @@ impl Qp {
                 self.on_atomic_ack(ctx, psn, orig);
             }
             _ => self.on_read_response(ctx, p),
+        }
+    }
+
+    /// The responder's end-to-end credits (IBTA 9.7.7.2): the limit moves to
+    /// its MSN plus the receive WQEs it has, never back; "invalid" (rxe, an
+    /// SRQ) lifts it, as rdmavt does.
+    fn take_credits(&mut self, ctx: &mut Ctx<'_>, msn: u32, code: u8) {
+        if msn_after(msn, self.req.sent_ssn) {
+            return;
+        }
+        let before = self.req.credits;
+        self.req.credits = match (Syndrome::credit_count(code), self.req.credits) {
+            (None, _) | (_, Credits::Unlimited) => Credits::Unlimited,
+            (Some(n), Credits::Unknown) => Credits::Limit(msn.wrapping_add(n) & 0xff_ffff),
+            (Some(n), Credits::Limit(lsn)) => {
+                let new = msn.wrapping_add(n) & 0xff_ffff;
+                Credits::Limit(if msn_after(new, lsn) { new } else { lsn })
+            }
+        };
+        if self.req.credits != before && self.req.probe_at.take().is_some() {
+            // An update while a probe waited (nothing was in flight): the
+            // responder announces credits; the SEND goes now.
+            self.req.credit_updates = Some(true);
+            self.set_rnr_until(ctx, None);
+        }
+        if std::mem::take(&mut self.req.blind_probe) && self.req.credit_updates.is_none() {
+            // The probe sent after waiting in vain found a receive WQE: the
+            // responder had one and said nothing.
+            self.req.credit_updates = Some(false);
         }
     }
 
@@ -245,6 +279,7 @@ impl Qp {
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: roce_wire::RnrTimer) {
         ctx.counters.rcvd_rnr_err += 1;
+        self.req.blind_probe = false;
         self.retire_before(ctx, psn);
         if self.comp.psn != psn {
             self.advance_comp_psn(ctx, psn);

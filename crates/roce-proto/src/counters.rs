@@ -80,6 +80,13 @@ crate::counter_struct! {
         pub np_ecn_marked_roce_packets,
         /// CNPs sent for them, at most one per QP per [`crate::cc::CNP_INTERVAL`].
         pub np_cnp_sent,
+        /// Times a SEND or WRITE with immediate waited for the responder's
+        /// end-to-end credits (IBTA 9.7.7.2) instead of meeting an empty
+        /// receive queue.
+        pub credit_waits,
+        /// Credit updates sent: duplicate ACKs that announce a receive WQE
+        /// posted after the last ACK or NAK left the requester none.
+        pub credit_updates,
     }
 }
 
@@ -91,13 +98,13 @@ mod tests {
     fn iter_lists_every_counter_once_in_rxe_order() {
         let c = Counters { sent_pkts: 1, link_downed: 5, completions: 9, ..Counters::default() };
         let all: Vec<(&str, u64)> = c.iter().collect();
-        assert_eq!(all.len(), 26);
+        assert_eq!(all.len(), 28);
         assert_eq!(all[0], ("sent_pkts", 1));
         assert_eq!(all[12], ("link_downed", 5), "after send_err, as rxe lists it");
         assert_eq!(all[20], ("completions", 9));
         let mut names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 26);
+        assert_eq!(names.len(), 28);
     }
 }

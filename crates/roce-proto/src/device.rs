@@ -832,7 +832,7 @@ impl Device {
         qp.sq.post(wr)?;
         let len = qp.sq.get(qp.sq.producer - 1).length;
         if len > self.cfg.limits.max_msg_sz || (ty == QpType::Ud && len > qp.mtu()) {
-            qp.sq.producer -= 1;
+            qp.sq.unpost_last();
             return Err(PostError::TooLong(len).into());
         }
         if qp.state() == QpState::Err {
@@ -844,8 +844,10 @@ impl Device {
         Ok(())
     }
 
-    /// Posts a receive WR.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+    /// Posts a receive WR. `true`: the post made a packet to send, the
+    /// credit update of a responder that had reported none
+    /// ([`Qp::announce_credits`]); the caller should transmit.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<bool, VerbError> {
         let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         if qp.init.srq.is_some() {
@@ -859,8 +861,11 @@ impl Device {
             let mut ctx = ctx!(self, now);
             qp.flush(&mut ctx);
             self.after_call();
+        } else if qp.announce_credits() {
+            self.mark_ready(qpn);
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Pops up to `out.len()` completions of CQ `cq`.

@@ -28,6 +28,21 @@ pub fn ack_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
 }
 
+/// What the responder's end-to-end credits allow (IBTA 9.7.7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credits {
+    /// No ACK yet (from RESET): one SEND goes alone, then the first ACK
+    /// tells (rdmavt starts at a limit of 0 to the same effect), so a
+    /// connection's first burst cannot outrun a receive queue being filled.
+    Unknown,
+    /// The limit sequence number, the responder's MSN plus its credits: a
+    /// SEND or WRITE with immediate starts only if its SSN is within it, or
+    /// as a lone probe when nothing is in flight.
+    Limit(u32),
+    /// The responder sends "credits invalid" (rxe; a QP on an SRQ).
+    Unlimited,
+}
+
 /// The requester's state (rxe `qp->req`).
 #[derive(Debug, Clone)]
 pub struct Requester {
@@ -44,6 +59,22 @@ pub struct Requester {
     /// Set AckReq on the next packet: the first of a retransmission asks for
     /// an answer at once, so a lost NAK costs one round trip, not a timeout.
     pub ack_next: bool,
+    /// End-to-end flow control (IBTA 9.7.7.2), learned from the responder's ACKs.
+    pub credits: Credits,
+    /// A message is held back by `credits` (counted once per wait).
+    pub credit_wait: bool,
+    /// With nothing in flight and no credits, the lone probe waits until
+    /// then for the responder's credit update (an RNR wait's timer).
+    pub probe_at: Option<Instant>,
+    /// Whether the responder announces new credits by itself: `Some(true)`
+    /// once an update came, `Some(false)` once a probe sent after waiting in
+    /// vain found a receive WQE (a NIC: probes go at once from then on).
+    pub credit_updates: Option<bool>,
+    /// The probe in flight was sent after waiting in vain for an update.
+    pub blind_probe: bool,
+    /// SSN of the newest message started: an ACK reporting an MSN past it
+    /// speaks of messages never sent, and its credits are ignored.
+    pub sent_ssn: u32,
 }
 
 /// The completer's state (rxe `qp->comp`).
@@ -194,6 +225,13 @@ pub struct Responder {
     pub srq_held: bool,
     /// No CNP before this instant (the notification point's pacing).
     pub cnp_after: Option<Instant>,
+    /// The last ACK or NAK sent left the requester no credits (0, or an
+    /// RNR NAK): the next receive WQE posted is announced by a credit
+    /// update ([`Qp::announce_credits`]).
+    pub credits_exhausted: bool,
+    /// The PSN of the credit update queued and not yet sent (counted in
+    /// `credit_updates` when it leaves, not when a newer ACK replaced it).
+    pub announced: Option<Psn>,
 }
 
 /// A queue pair.
@@ -276,6 +314,12 @@ impl Qp {
                 rd_atomic: 0,
                 rnr_until: None,
                 ack_next: false,
+                credits: Credits::Unknown,
+                credit_wait: false,
+                probe_at: None,
+                credit_updates: None,
+                blind_probe: false,
+                sent_ssn: 0,
             },
             comp: Completer {
                 psn: Psn::ZERO,
@@ -300,6 +344,8 @@ impl Qp {
                 srq_wqe: RecvWqe { wr_id: 0, sges: Vec::new(), length: 0 },
                 srq_held: false,
                 cnp_after: None,
+                credits_exhausted: false,
+                announced: None,
             },
             src_port: rxe_init_sport(qpn),
             sqd_notified: false,

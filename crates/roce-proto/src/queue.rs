@@ -113,6 +113,10 @@ pub struct SendWqe {
     pub state: WqeState,
     /// Outcome once `Done`.
     pub status: WcStatus,
+    /// Send sequence number (IBTA 9.7.7.2): the message's number among the
+    /// QP's messages on the wire (24 bits, from 1), compared against the
+    /// responder's MSN plus its credits.
+    pub ssn: u32,
 }
 
 impl SendWqe {
@@ -142,6 +146,7 @@ impl SendWqe {
             psns_assigned: false,
             state: WqeState::Posted,
             status: WcStatus::Success,
+            ssn: 0,
         }
     }
 
@@ -166,6 +171,15 @@ impl SendWqe {
     /// packet, answered by an RDMA READ response of zero length.
     pub fn is_placement(&self) -> bool {
         matches!(self.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite)
+    }
+
+    /// SEND or RDMA WRITE with immediate: takes a receive WQE at the
+    /// responder, so the responder's end-to-end credits limit it.
+    pub fn consumes_recv(&self) -> bool {
+        matches!(
+            self.opcode,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
+        )
     }
 
     /// LOCAL_INV or BIND_MW: executed by the requester, no packet.
@@ -196,6 +210,8 @@ pub struct SendQueue {
     pub high: u64,
     /// Next free slot.
     pub producer: u64,
+    /// SSN of the next message posted (24 bits; the first is 1, IBTA 9.7.7.2).
+    next_ssn: u32,
     max_sge: u32,
     max_inline: u32,
 }
@@ -214,6 +230,7 @@ impl SendQueue {
             next: 0,
             high: 0,
             producer: 0,
+            next_ssn: 1,
             max_sge,
             max_inline,
         }
@@ -268,6 +285,7 @@ impl SendQueue {
         if wr.opcode == WrOpcode::AtomicWrite && !matches!(wr.payload, Payload::Inline(d) if d.len() == 8) {
             return Err(PostError::BadOperands("an ATOMIC WRITE carries exactly 8 bytes inline"));
         }
+        let ssn = self.next_ssn;
         let w = self.get_mut(self.producer);
         w.sges.clear();
         w.inline.clear();
@@ -315,8 +333,25 @@ impl SendQueue {
         w.psns_assigned = false;
         w.state = WqeState::Posted;
         w.status = WcStatus::Success;
+        // Local operations send nothing: the responder's MSN never counts them.
+        let local = w.is_local();
+        w.ssn = if local { 0 } else { ssn };
+        if !local {
+            self.next_ssn = (ssn + 1) & 0xff_ffff;
+        }
         self.producer += 1;
         Ok(())
+    }
+
+    /// Takes back the WQE just posted (a check after `post` refused it),
+    /// with its SSN.
+    pub fn unpost_last(&mut self) {
+        debug_assert!(self.producer > self.next, "the last WQE already went out");
+        self.producer -= 1;
+        let ssn = self.get(self.producer).ssn;
+        if ssn != 0 {
+            self.next_ssn = ssn;
+        }
     }
 }
 

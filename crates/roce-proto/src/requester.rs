@@ -10,9 +10,16 @@ use roce_wire::{
 };
 
 use crate::ctx::Ctx;
-use crate::qp::{MAX_PKT_PER_ACK, Qp};
+use crate::qp::{Credits, MAX_PKT_PER_ACK, Qp};
 use crate::queue::{SendWqe, WqeState};
 use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+/// How long a SEND with no credits and nothing in flight waits for the
+/// responder's credit update before it goes as a probe (which an empty
+/// receive queue answers with an RNR NAK). Long enough for a receiver
+/// descheduled on a loaded machine; paid once per QP toward a responder
+/// that never announces (a NIC), which from then on is probed at once.
+pub const CREDIT_UPDATE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Payloads up to this size are copied behind the headers even for a
 /// scatter-gather send: an extra iovec costs more than the copy.
@@ -65,6 +72,11 @@ fn opcode(ty: QpType, w: &SendWqe, fits: bool) -> Opcode {
         (_, true, true) => 0x0a,
     };
     Opcode(base | op)
+}
+
+/// Whether 24-bit sequence number `a` (an SSN or MSN) is after `b`.
+pub(crate) fn msn_after(a: u32, b: u32) -> bool {
+    ((a.wrapping_sub(b) << 8) as i32) > 0
 }
 
 impl Qp {
@@ -159,6 +171,7 @@ impl Qp {
             return None;
         }
         let starting = w.offset == 0 && w.state == WqeState::Posted;
+        let psn = self.req.psn;
         // READ and atomics carry no payload; FLUSH has none either (its
         // length is the RETH's), ATOMIC WRITE its 8 bytes.
         let is_rd_atomic = w.is_read_or_atomic();
@@ -172,8 +185,52 @@ impl Qp {
             if takes_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
                 return None;
             }
+            // End-to-end credits (IBTA 9.7.7.2): a message that takes a
+            // receive WQE goes if its SSN is within the limit, or alone, as
+            // the probe that learns of new credits when nothing is in flight
+            // (no ACK is coming that could raise the limit, so whatever MSN
+            // the responder reports, the QP cannot stall). rdmavt probes one
+            // past the limit even with requests in flight; that probe meets
+            // an empty receive queue whenever the receiver is slower than
+            // the wire, which fails a QP with rnr_retry 0 (fio).
+            let limited = match self.req.credits {
+                Credits::Unknown => Some(true),
+                Credits::Limit(lsn) => Some(msn_after(w.ssn, lsn)),
+                Credits::Unlimited => None,
+            };
+            if ty == QpType::Rc && w.consumes_recv() && limited == Some(true) {
+                // Alone, it goes at once when an RNR NAK would only delay
+                // it (`rnr_retry` > 0: IBTA's limited send), before any
+                // ACK, and to a responder known not to announce credits.
+                // With `rnr_retry` 0 an RNR NAK fails the QP: it waits
+                // first for the responder's credit update (softroce
+                // announces a receive WQE posted after it ran out), then
+                // goes anyway.
+                let lone = self.comp.psn == psn;
+                let waited = match self.req.probe_at {
+                    Some(t) => ctx.now >= t,
+                    None => self.req.credit_updates == Some(false),
+                };
+                let at_once = self.req.credits == Credits::Unknown || self.attr.rnr_retry > 0;
+                let probe = lone && (at_once || waited);
+                if !probe {
+                    if lone && self.req.probe_at.is_none() {
+                        let t = ctx.now + CREDIT_UPDATE_WAIT;
+                        // `set_rnr_until`, spelled out: `w` borrows the send queue.
+                        ctx.timers.update(self.qpn, crate::timers::TimerKind::Rnr, self.req.rnr_until, Some(t));
+                        self.req.rnr_until = Some(t);
+                        self.req.probe_at = Some(t);
+                    }
+                    if !self.req.credit_wait {
+                        self.req.credit_wait = true;
+                        ctx.counters.credit_waits += 1;
+                    }
+                    return None;
+                }
+                self.req.blind_probe = self.req.probe_at.take().is_some();
+            }
+            self.req.credit_wait = false;
         }
-        let psn = self.req.psn;
         let pd = self.init.pd;
         if starting {
             // The message's PSN range is fixed when it starts: ACKs are
@@ -189,6 +246,9 @@ impl Qp {
             w.last_psn = psn.add(npkts as u32 - 1);
             w.psns_assigned = true;
             w.state = WqeState::Sending;
+            if msn_after(w.ssn, self.req.sent_ssn) {
+                self.req.sent_ssn = w.ssn;
+            }
         }
         debug_assert!(
             u64::from(w.first_psn.distance_to(psn) as u32) * mtu == w.offset,

@@ -707,6 +707,43 @@ impl Qp {
         ctx.push_wc(self.init.recv_cq, wc, p.bth().solicited());
     }
 
+    /// The end-to-end credits a positive ACK carries (IBTA 9.7.5.1.5,
+    /// 9.7.7.2): the receive WQEs posted beyond the message its MSN names
+    /// (the one a SEND in progress fills counts: it is that MSN's next).
+    /// A QP on an SRQ has no credits of its own: "invalid", as rxe sends
+    /// for every QP. Read when the ACK leaves, so it is never older than
+    /// its MSN.
+    fn recv_credits(&self) -> u8 {
+        match self.init.srq {
+            Some(_) => Syndrome::CREDITS_INVALID,
+            None => Syndrome::credits_for(self.rq.len()),
+        }
+    }
+
+    /// A receive WQE was posted: if the last ACK or NAK left the requester
+    /// without credits, tell it, by a repeat of the ACK of the last PSN
+    /// received with the credits of now (a duplicate ACK, which IBTA
+    /// requesters and rxe ignore but for its credits). Without it a
+    /// softroce requester would have to probe, and a probe that meets an
+    /// empty queue fails a QP with `rnr_retry` 0. Returns whether one was
+    /// queued.
+    pub fn announce_credits(&mut self) -> bool {
+        let active = matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd);
+        if self.qp_type() != QpType::Rc
+            || !active
+            || !self.resp.credits_exhausted
+            || self.init.srq.is_some()
+            || !self.resp.responses.is_empty()
+        {
+            return false;
+        }
+        self.resp.credits_exhausted = false;
+        let (psn, msn) = (self.resp.psn.sub(1), self.resp.msn);
+        self.resp.responses.push_back(Response::Ack { psn, syndrome: Syndrome::Ack { credits: 0 }, msn });
+        self.resp.announced = Some(psn);
+        true
+    }
+
     /// Whether the responder has something to send.
     pub fn responder_has_work(&self) -> bool {
         !self.resp.responses.is_empty()
@@ -731,7 +768,7 @@ impl Qp {
         let front = *self.resp.responses.front()?;
         let dest_qpn = self.attr.dest_qp_num;
         let bth = |opcode, psn| BthRepr::new(opcode, dest_qpn, psn);
-        let ack = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
+        let ack = Syndrome::Ack { credits: self.recv_credits() };
         let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
             Response::Cnp => {
                 self.resp.responses.pop_front();
@@ -740,6 +777,16 @@ impl Qp {
             Response::Ack { psn, syndrome, msn } => {
                 self.resp.responses.pop_front();
                 self.resp.ack_waited = false;
+                if self.resp.announced.take() == Some(psn) {
+                    ctx.counters.credit_updates += 1;
+                }
+                // Credits as of now, not of when the ACK was queued.
+                let syndrome = if let Syndrome::Ack { .. } = syndrome { ack } else { syndrome };
+                match syndrome {
+                    Syndrome::Ack { credits } => self.resp.credits_exhausted = credits == 0,
+                    Syndrome::RnrNak { .. } => self.resp.credits_exhausted = true,
+                    _ => {}
+                }
                 let ext = ExtRepr { aeth: Some(AethRepr { syndrome, msn }), ..Default::default() };
                 (PacketRepr { bth: bth(Opcode::RC_ACKNOWLEDGE, psn), ext }, None)
             }

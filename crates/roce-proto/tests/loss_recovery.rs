@@ -175,6 +175,8 @@ fn retry_cnt_counts_local_ack_timeouts_without_progress_not_the_faster_retransmi
     let s = Setup { timeout: 12, retry_cnt: 3, ..Setup::default() };
     let full = ack_timeout(s.timeout).unwrap();
     let mut p = Pair::new(s);
+    // A receive WQE at B, which the warm-up's ACK reports as a credit.
+    p.recv(B, 7, 0, 64);
     warm_up(&mut p);
     p.send(A, 1, WrOpcode::Send, 0, 16, 0);
     let start = p.now;

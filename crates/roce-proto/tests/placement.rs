@@ -18,7 +18,8 @@ use roce_wire::{
     AethRepr, BthRepr, ExtRepr, FethRepr, IcrcContext, IpContext, NakCode, Opcode, PacketRepr, Psn, RethRepr, Syndrome,
 };
 
-const ACK: Syndrome = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
+/// B's QP has no receive WQE posted: its ACKs carry 0 end-to-end credits.
+const ACK: Syndrome = Syndrome::Ack { credits: 0 };
 const FLUSH_QP: AccessFlags = AccessFlags(
     AccessFlags::REMOTE_WRITE.0
         | AccessFlags::REMOTE_READ.0

@@ -60,7 +60,8 @@ fn answers(p: &mut Pair) -> Vec<Answer> {
         .collect()
 }
 
-const ACK: Syndrome = Syndrome::Ack { credits: Syndrome::CREDITS_INVALID };
+/// Every ACK here leaves B with no receive WQE posted: 0 end-to-end credits.
+const ACK: Syndrome = Syndrome::Ack { credits: 0 };
 
 #[test]
 fn pkey_matching_follows_ibta_10_9_3() {
@@ -227,11 +228,14 @@ fn ack_req_on_every_packet_is_answered_by_a_coalesced_ack() {
         req(&mut p, bth(QB, op, psn.add(i as u32), true), None, &vec![i as u8; len]);
         got.extend(answers(&mut p));
     }
+    // While the SEND is being received, its WQE still counts as a credit
+    // (it belongs to the message after MSN 1); the LAST uses it up.
+    let filling = Syndrome::Ack { credits: 1 };
     assert_eq!(
         got,
         [
-            (Opcode::RC_ACKNOWLEDGE, psn, Some((ACK, 1))),
-            (Opcode::RC_ACKNOWLEDGE, psn.add(1), Some((ACK, 1))),
+            (Opcode::RC_ACKNOWLEDGE, psn, Some((filling, 1))),
+            (Opcode::RC_ACKNOWLEDGE, psn.add(1), Some((filling, 1))),
             (Opcode::RC_ACKNOWLEDGE, psn.add(2), Some((ACK, 2))),
         ]
     );

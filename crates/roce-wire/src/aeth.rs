@@ -75,6 +75,25 @@ impl Syndrome {
     /// The credit code that means "credit count invalid" (IBTA 9.7.5.1.5).
     pub const CREDITS_INVALID: u8 = 0x1f;
 
+    /// Receive WQEs each credit code 0..=30 stands for (IBTA 9.7.5.1.5,
+    /// the end-to-end credit encoding; rdmavt's `credit_table`).
+    pub const CREDIT_COUNTS: [u32; 31] = [
+        0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+        6144, 8192, 12288, 16384, 24576, 32768,
+    ];
+
+    /// The code for `wqes` available receive WQEs: the largest count not
+    /// above it (a responder may understate its credits, never overstate).
+    pub fn credits_for(wqes: u64) -> u8 {
+        Self::CREDIT_COUNTS.iter().rposition(|&c| u64::from(c) <= wqes).unwrap_or(0) as u8
+    }
+
+    /// The receive WQEs credit code `code` stands for; `None` for
+    /// [`Syndrome::CREDITS_INVALID`] (no end-to-end flow control).
+    pub fn credit_count(code: u8) -> Option<u32> {
+        Self::CREDIT_COUNTS.get(usize::from(code)).copied()
+    }
+
     /// Decodes a syndrome byte. Never fails: unknown forms become `Reserved`.
     pub const fn from_byte(b: u8) -> Syndrome {
         let value = b & 0x1f;
@@ -211,6 +230,23 @@ mod tests {
         for c in 1..31u8 {
             assert!(RnrTimer(c).duration() < RnrTimer(c + 1).duration());
         }
+    }
+
+    #[test]
+    fn credit_codes_round_down() {
+        assert_eq!(Syndrome::credits_for(0), 0);
+        assert_eq!(Syndrome::credits_for(5), 4);
+        assert_eq!(Syndrome::credits_for(6), 5);
+        assert_eq!(Syndrome::credits_for(63), 11);
+        assert_eq!(Syndrome::credits_for(64), 12);
+        assert_eq!(Syndrome::credits_for(1 << 40), 30);
+        for n in 0..40_000u64 {
+            let c = Syndrome::credits_for(n);
+            let v = u64::from(Syndrome::credit_count(c).unwrap());
+            let above = Syndrome::credit_count(c + 1).map_or(u64::MAX, u64::from);
+            assert!(v <= n && n < above, "{n} -> code {c} ({v})");
+        }
+        assert_eq!(Syndrome::credit_count(Syndrome::CREDITS_INVALID), None);
     }
 
     #[test]

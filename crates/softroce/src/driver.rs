@@ -336,20 +336,54 @@ impl Shared {
         let r = f(&mut st);
         self.route_events(&mut st);
         if kick {
-            // Only send: receiving is for whoever waits (or the driver).
-            // Sending can complete WRs (UC, UD, local errors): wake waiters.
-            let made = st.dev.counters().completions;
-            let now = Instant::now();
-            let first_alone = self.reply_first && self.tx_owed.load(Ordering::Acquire) != 0;
-            let _ = self.transmit(&mut st, now, first_alone);
-            self.route_events(&mut st);
-            self.wake_waiters_if_made(st.dev.counters().completions, made);
-            let next = st.dev.poll_timeout();
-            drop(st);
-            self.note_app_post();
-            self.nudge_driver(next);
+            self.kick(st);
         }
         r
+    }
+
+    /// Sends what the verb just done made ready, from the caller's thread.
+    fn kick(&self, mut st: MutexGuard<'_, State>) {
+        // Only send: receiving is for whoever waits (or the driver).
+        // Sending can complete WRs (UC, UD, local errors): wake waiters.
+        let made = st.dev.counters().completions;
+        let now = Instant::now();
+        let first_alone = self.reply_first && self.tx_owed.load(Ordering::Acquire) != 0;
+        let _ = self.transmit(&mut st, now, first_alone);
+        self.route_events(&mut st);
+        self.wake_waiters_if_made(st.dev.counters().completions, made);
+        let next = st.dev.poll_timeout();
+        drop(st);
+        self.note_app_post();
+        self.nudge_driver(next);
+    }
+
+    /// [`Shared::with_live_dev`] for a receive post. A post that made a
+    /// packet (a credit update, docs/engine.md) defers it as a waiter's
+    /// pass defers an ACK: the application's next post or poll takes it
+    /// along (in a ping-pong, the reply it is about to send, which goes
+    /// first), its next sleep sends it, or the driver thread when it next
+    /// looks (not woken for it: a wake-up per receive posted would cost
+    /// more than the update). Without a driver thread it is sent at once.
+    pub(crate) fn post_recv_with<E: Into<crate::Error>>(
+        &self,
+        f: impl FnOnce(&mut Device) -> Result<bool, E>,
+    ) -> Result<(), crate::Error> {
+        self.live()?;
+        let mut st = self.lock();
+        let r = f(&mut st.dev);
+        self.route_events(&mut st);
+        if matches!(r, Ok(true)) {
+            if self.mode == Progress::Thread {
+                let now = Instant::now();
+                if self.tx_owed.load(Ordering::Acquire) == 0 {
+                    self.tx_owed.store(self.nanos(now) + 1, Ordering::Release);
+                    st.stats.tx_deferred += 1;
+                }
+            } else {
+                self.kick(st);
+            }
+        }
+        r.map(|_| ()).map_err(Into::into)
     }
 
     /// [`Shared::with_live_dev`] for a verb that makes or moves QP

@@ -1184,7 +1184,7 @@ impl Qp {
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let q = self.0.qpn;
-        self.ctx().shared().with_live_dev(false, |d| d.post_recv(q, wr))
+        self.ctx().shared().post_recv_with(|d| d.post_recv(q, wr))
     }
 }
 

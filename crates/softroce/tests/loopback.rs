@@ -577,6 +577,7 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     let (x, y) = pair(&la, &lb, Progress::Thread);
     const TURNS: u64 = 4000;
     let before = (x.ctx.driver_stats(), y.ctx.driver_stats());
+    let y_updates = y.ctx.counters().credit_updates;
     ping_pong(&x, &y, TURNS, wait_one);
     // y's last send completes when its ACK arrives, which x sends at teardown.
     drop(x);
@@ -590,10 +591,14 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     // in 4000 turns here); with it, a handful at most.
     assert!(driver < TURNS / 100, "y's driver thread made {driver} passes in {TURNS} turns");
     let (sent, msgs) = (after.tx_packets - before.1.tx_packets, after.tx_messages - before.1.tx_messages);
-    assert_eq!(sent, 2 * TURNS, "a reply and an ACK per turn");
+    // And a credit update when the ACK left before the receive was posted
+    // again (its one receive WQE taken: 0 credits; docs/engine.md).
+    let updates = y.ctx.counters().credit_updates - y_updates;
+    assert_eq!(sent, 2 * TURNS + updates, "a reply and an ACK per turn, and {updates} credit updates");
     if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
-        // The reply leaves alone, its ACK in a second send of the same post.
-        assert_eq!(msgs, sent, "{msgs} sends for {sent} packets");
+        // The reply leaves alone, its ACK in a second send of the same post;
+        // a credit update alone or beside a packet of its size.
+        assert!((2 * TURNS..=sent).contains(&msgs), "{msgs} sends for {sent} packets");
         assert!(after.tx_deferred - before.1.tx_deferred >= TURNS - TURNS / 100);
     } else {
         assert!(msgs < TURNS + TURNS / 200, "the ACKs left with the replies: {msgs} sends for {sent} packets");

@@ -275,7 +275,7 @@ struct Side {
     sq: VecDeque<Posted>,
     rq: VecDeque<Posted>,
     /// Packets delivered to this device since its transmits were last
-    /// polled (each may queue one response).
+    /// polled (each may queue one response), and credit announcements.
     since_poll: usize,
 }
 
@@ -1406,9 +1406,13 @@ impl Harness {
         let wr_id = self.next_wr_id;
         let side = &mut self.sides[s];
         let index = side.qp().rq.producer;
+        let queued = side.qp().resp.responses.len();
         if side.dev.post_recv(side.qpn, &RecvWr { wr_id, sg_list: sges }).is_err() {
             return false;
         }
+        // A receive WQE posted after the credits ran out is announced by
+        // one ACK (`Qp::announce_credits`): an answer to the post.
+        side.since_poll += side.qp().resp.responses.len() - queued;
         self.next_wr_id += 1;
         let len = sges.iter().map(|g| u64::from(g.length)).sum();
         let p = Posted { wr_id, index, opcode: WrOpcode::Send, signaled: true, len, writes };
@@ -1604,11 +1608,14 @@ impl Harness {
             if self.cfg.timeout != 0 && self.cfg.max_rd_atomic[s] > 0 && q.state() == QpState::Rts {
                 assert!(
                     q.sq.is_empty(),
-                    "side {s}: {} send WRs never complete on a quiet, lossless connection (comp {:?} req {:?} sent {:?})",
+                    "side {s}: {} send WRs never complete on a quiet, lossless connection (comp {:?} req {:?} sent {:?}; next WQE {:?} SSN {}, {:?})",
                     q.sq.len(),
                     q.comp.psn,
                     q.req.psn,
-                    q.req.sent_psn
+                    q.req.sent_psn,
+                    q.sq.get(q.sq.next).opcode,
+                    q.sq.get(q.sq.next).ssn,
+                    q.req.credits
                 );
             }
         }
