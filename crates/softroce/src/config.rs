@@ -261,8 +261,13 @@ fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
         gids.push(addr);
         bindable.push(true);
     }
+    // The interface's other IPv6 addresses, as rxe lists them, but
+    // loopback's `::1`: every loopback device (127.0.0.x) would list it,
+    // none can receive it for the others (a `::1` device of its own may
+    // hold that port), so a peer addressing it would reach nobody.
     for a in same_if {
-        if matches!(a, IpAddr::V6(_)) && !is_link_local(&a) && !gids.contains(&a) && addr.is_ipv4() {
+        if matches!(a, IpAddr::V6(_)) && !is_link_local(&a) && !a.is_loopback() && !gids.contains(&a) && addr.is_ipv4()
+        {
             gids.push(a);
             bindable.push(true);
         }
@@ -637,6 +642,7 @@ mod tests {
             IfAddr { interface: "eth0".into(), addr: "fe80::5054:ff:fe77:2".parse().unwrap(), up: true },
             IfAddr { interface: "eth0".into(), addr: "2001:db8::2".parse().unwrap(), up: true },
             IfAddr { interface: "lo".into(), addr: "127.0.0.1".parse().unwrap(), up: true },
+            IfAddr { interface: "lo".into(), addr: "::1".parse().unwrap(), up: true },
         ];
         let d = device_for("sr0".into(), "10.77.0.2".parse().unwrap(), &ifs);
         let want: Vec<IpAddr> =
@@ -652,6 +658,9 @@ mod tests {
         assert!(is_link_local(&d.gids[0]));
         assert_eq!(d.gids[1], IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
         assert_eq!(d.bindable, [false, true]);
+        // `::1` is no GID of a loopback device: none receives it.
+        let d = device_for("softroce_lo".into(), IpAddr::V4(Ipv4Addr::LOCALHOST), &ifs);
+        assert_eq!(d.gids.len(), 2, "{:?}", d.gids);
     }
 
     /// Names UCX can hold: `softroce_<if>` where it fits 15 characters,

@@ -15,8 +15,10 @@
 //! for them). The same socket sends what leaves from that address and
 //! port 4791 ([`crate::sources::Sources::add_listener`]).
 //!
-//! Loopback addresses (`::1`) are left out: every loopback device
-//! (127.0.0.x) lists them, and a datagram there could be for any of them.
+//! Loopback addresses (`::1`) are left out: a datagram there could be for
+//! any loopback device (127.0.0.x) or for a `::1` device of its own, so
+//! no loopback device lists `::1` among its GIDs either
+//! ([`crate::config`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
