@@ -1,20 +1,29 @@
 //! `softroce perf-lossy`: goodput on a lossy network, softroce against TCP
-//! on the same path in the same run.
+//! on the same path in the same run, with loss, reordering and ECN marks
+//! applied to single wire packets.
 //!
-//! Two network namespaces joined by a veth pair are the two hosts; the
-//! kernel impairs the path at its own speed (well over 1 Gbit/s, unlike a
-//! user-space relay): an nftables rule on each side's input drops a random
-//! share of the UDP and TCP packets (`numgen random`), and for reordering
-//! an output rule sends a random share into a slow HTB class, where they
-//! queue while later packets overtake them (this kernel has no netem).
-//! For each loss rate, with and without reordering, `softroce perf
-//! write-bw` (its default QP attributes) and a TCP stream each run for the
-//! same time, taking turns; the table gives both goodputs and the ratio.
-//! A second table replaces the drops with ECN marks: the same rule marks a
-//! share of the ECN-capable packets CE instead (as a congested queue with
-//! ECN does), TCP negotiates ECN (`net.ipv4.tcp_ecn=1` in both namespaces),
-//! and softroce's receiver answers the marks with CNPs, which the table
-//! counts from `perf --stats`.
+//! Three network namespaces are two hosts and a router between them: A -
+//! R - B, joined by two veth pairs, R forwarding. Every veth end has its
+//! segmentation offloads and GRO off (`ethtool -K ... tso off gso off gro
+//! off tx-udp-segmentation off`), so the senders' kernels cut softroce's
+//! UDP GSO batches and TCP's segments into wire packets before they leave
+//! and R forwards them one by one: with the offloads a veth has by
+//! default, a 64 KiB GSO batch crosses whole, and a rule that drops "1%
+//! of packets" drops 1% of batches (docs/engine.md). R impairs what it
+//! forwards, at the kernel's speed: an nftables rule in its forward chain
+//! drops a random share of the UDP and TCP packets (`numgen random`), for
+//! reordering sends a random share into a slow HTB class of R's output
+//! queue, where they wait while later packets overtake them (this kernel
+//! has no netem), and for the ECN runs marks a share of the ECN-capable
+//! packets CE (as a congested queue with ECN does). Named nftables
+//! counters count what R saw, dropped, marked and held back; each row
+//! prints them beside the packets the two ends sent (softroce's
+//! `sent_pkts`, TCP's `OutSegs`), which shows the rule worked per packet.
+//! For each MTU (1500 and 9000 by default; RoCE MTU 1024 and 4096) and
+//! loss rate, with and without reordering, `softroce perf write-bw` (its
+//! default QP attributes) and a TCP stream each run for the same time,
+//! taking turns. TCP negotiates ECN (`net.ipv4.tcp_ecn=1` on both hosts);
+//! softroce's receiver answers marks with CNPs, which the ECN table counts.
 //! Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for the namespaces).
 
 use std::io::{Read as _, Write as _};
@@ -34,9 +43,12 @@ use super::{
 /// `softroce perf-lossy` options.
 #[derive(Debug, Args)]
 pub struct LossyArgs {
-    /// Loss rates in percent, each applied to both directions.
+    /// Loss rates in percent per wire packet, each applied to both directions.
     #[arg(long, value_delimiter = ',', default_value = "0,0.1,1,2,5")]
     loss: Vec<f64>,
+    /// Interface MTUs of the path (RoCE's MTU follows: 1024 at 1500, 4096 at 9000).
+    #[arg(long, value_delimiter = ',', default_value = "1500,9000")]
+    mtu: Vec<u32>,
     /// Seconds each transfer runs.
     #[arg(short = 'D', long, default_value_t = 3)]
     duration: u64,
@@ -52,7 +64,7 @@ pub struct LossyArgs {
     /// Rounds; the table gives each figure's median.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// One-second runs at 0, 1 and 5% loss (a quick check, as CI runs it).
+    /// One-second runs at MTU 1500 and 0, 1 and 5% loss (a quick check, as CI runs it).
     #[arg(long)]
     quick: bool,
     /// Measure this softroce binary's `perf write-bw` instead of this one's
@@ -67,9 +79,12 @@ pub struct LossyArgs {
     tcp_source: Option<SocketAddr>,
 }
 
-/// Where the two hosts are.
-const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 1);
-const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 2);
+/// The hosts' addresses, each on its own link to R.
+const ADDR_A: Ipv4Addr = Ipv4Addr::new(10, 251, 1, 1);
+const ADDR_B: Ipv4Addr = Ipv4Addr::new(10, 251, 2, 1);
+/// R's address on each link: the hosts' gateway.
+const GW_A: Ipv4Addr = Ipv4Addr::new(10, 251, 1, 254);
+const GW_B: Ipv4Addr = Ipv4Addr::new(10, 251, 2, 254);
 /// The perf exchange and the TCP stream listen here, inside B's own
 /// namespace (nothing else can hold a port there).
 const PERF_PORT: u16 = 18515;
@@ -99,15 +114,39 @@ struct Impairment {
     mark_pct: f64,
 }
 
-/// One softroce run: the client's goodput, and with `--stats` the CNPs the
-/// server sent and the client handled.
+/// One softroce run: the client's goodput, the RoCE packets both ends
+/// sent, and the CNPs the server sent and the client handled.
 struct SoftroceRun {
     mib_s: f64,
-    cnps: Option<(u64, u64)>,
+    sent_pkts: u64,
+    cnps: (u64, u64),
+}
+
+/// What R's rules counted in one run, by protocol: packets forwarded to
+/// the rules, dropped, marked CE, held back.
+#[derive(Debug, Default, Clone, Copy)]
+struct RouterCounts {
+    seen: u64,
+    dropped: u64,
+    marked: u64,
+    held: u64,
+}
+
+/// The target ratio for a loss rate (issue: goodput under real loss).
+fn target(loss_pct: f64) -> f64 {
+    match loss_pct {
+        l if l >= 5.0 => 0.7,
+        l if l >= 1.0 => 0.9,
+        _ => 1.0,
+    }
 }
 
 fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
-    let (losses, secs) = if args.quick { (vec![0.0, 1.0, 5.0], 1) } else { (args.loss.clone(), args.duration) };
+    let (losses, mtus, secs) = if args.quick {
+        (vec![0.0, 1.0, 5.0], vec![1500], 1)
+    } else {
+        (args.loss.clone(), args.mtu.clone(), args.duration)
+    };
     let pcts = losses.iter().chain([&args.reorder, &args.marks]);
     if pcts.into_iter().any(|l| !(0.0..=50.0).contains(l)) {
         return Err(PerfError::Usage("--loss, --reorder and --marks are percentages in 0..=50".into()));
@@ -117,6 +156,9 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     }
     if !(1..=1 << 24).contains(&args.size) {
         return Err(PerfError::Usage("-s must be 1..=16777216".into()));
+    }
+    if mtus.is_empty() || mtus.iter().any(|m| !(1280..=9000).contains(m)) {
+        return Err(PerfError::Usage("--mtu takes MTUs in 1280..=9000".into()));
     }
     let exe = std::env::current_exe()?;
     let measured = args.softroce_bin.clone().unwrap_or_else(|| exe.clone());
@@ -130,99 +172,185 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
     }
     println!("{RULE}");
     println!(
-        " softroce perf write-bw -s {} against a TCP stream, {secs} s each, between two network namespaces",
+        " softroce perf write-bw -s {} against a TCP stream, {secs} s each, host A to host B through router R",
         args.size
     );
-    println!(" (veth; loss by nftables on both directions; reordering by a slow HTB class)");
+    println!(" (veths without segmentation offloads or GRO: R's nftables rules drop, mark and, by a slow HTB");
+    println!(" class, reorder single wire packets, both directions; R's counters beside what the ends sent)");
     if let Some(b) = &args.softroce_bin {
         println!(" softroce measured: {}", b.display());
     }
     println!("{RULE}");
-    println!(" {:>6} {:>8} {:>18} {:>14} {:>8}   target", "loss", "reorder", "softroce[MiB/s]", "TCP[MiB/s]", "ratio");
-    let run = |imp: Impairment| -> Result<(f64, f64, Vec<SoftroceRun>, Option<String>), PerfError> {
+    println!(
+        " {:>5} {:>6} {:>7} {:>16} {:>11} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}   target",
+        "mtu",
+        "loss",
+        "reorder",
+        "softroce[MiB/s]",
+        "TCP[MiB/s]",
+        "ratio",
+        "RoCE sent",
+        "R saw",
+        "dropped",
+        "TCP sent",
+        "R saw",
+        "dropped"
+    );
+    // Each figure's median over the rounds, and R's and the ends' counts
+    // summed over them.
+    type Outcome = (f64, f64, Vec<SoftroceRun>, u64, RouterCounts, RouterCounts, Option<String>);
+    let run = |imp: Impairment| -> Result<Outcome, PerfError> {
         hosts.impair(imp)?;
         let (mut ours, mut tcp, mut failure) = (Vec::new(), Vec::new(), None);
+        let (mut udp_counts, mut tcp_counts, mut tcp_sent) = (RouterCounts::default(), RouterCounts::default(), 0);
         for r in 0..args.rounds {
             // Alternate who goes first, so a drift in the machine's speed favours neither.
             for first in [r % 2 == 0, r % 2 != 0] {
+                hosts.reset_counters()?;
                 if first {
-                    match hosts.softroce(&measured, args.size, secs, imp.mark_pct > 0.0) {
+                    match hosts.softroce(&measured, args.size, secs) {
                         Ok(v) => ours.push(v),
                         Err(e) => failure = Some(e),
                     }
+                    udp_counts = udp_counts.add(hosts.counts("udp")?);
                 } else {
+                    let before = hosts.tcp_segments_sent()?;
                     tcp.push(hosts.tcp(&exe, args.size, secs)?);
+                    tcp_sent += hosts.tcp_segments_sent()?.saturating_sub(before);
+                    tcp_counts = tcp_counts.add(hosts.counts("tcp")?);
                 }
             }
         }
         let goodputs: Vec<f64> = ours.iter().map(|r| r.mib_s).collect();
-        Ok((median(&goodputs), median(&tcp), ours, failure))
+        Ok((median(&goodputs), median(&tcp), ours, tcp_sent, udp_counts, tcp_counts, failure))
     };
-    for imp in settings {
-        let (a, b, _, failure) = run(imp)?;
-        let ratio = judged_ratio(a, b, false);
-        let target = match imp.loss_pct {
-            l if l >= 5.0 => Some(0.5),
-            l if (1.0..2.0).contains(&l) => Some(0.8),
-            _ => None,
-        };
-        let verdict = match (target, &failure) {
-            (_, Some(e)) => format!("FAILED: {e}"),
-            (Some(t), None) => verdict(ratio, t, false),
-            (None, None) => String::new(),
-        };
-        println!(" {:>5}% {:>7}% {:>18.1} {:>14.1} {:>7.3}x   {verdict}", imp.loss_pct, imp.reorder_pct, a, b, ratio);
-    }
-    if args.marks > 0.0 {
+    for &mtu in &mtus {
+        hosts.set_mtu(mtu)?;
+        for &imp in &settings {
+            let (a, b, ours, tcp_sent, udp, tcpc, failure) = run(imp)?;
+            let ratio = judged_ratio(a, b, false);
+            let verdict = match failure {
+                Some(e) => format!("FAILED: {e}"),
+                None => verdict(ratio, target(imp.loss_pct), false),
+            };
+            let sent: u64 = ours.iter().map(|r| r.sent_pkts).sum();
+            println!(
+                " {mtu:>5} {:>5}% {:>6}% {a:>16.1} {b:>11.1} {ratio:>6.3}x  {sent:>9} {:>9} {:>7}  {tcp_sent:>9} {:>9} {:>7}   {verdict}",
+                imp.loss_pct, imp.reorder_pct, udp.seen, udp.dropped, tcpc.seen, tcpc.dropped
+            );
+            if imp.reorder_pct > 0.0 {
+                println!("   (held back: {} RoCE packets, {} TCP segments)", udp.held, tcpc.held);
+            }
+        }
+        if args.marks > 0.0 {
+            println!(
+                " {:>5} {:>9} {:>16} {:>11} {:>7}  {:>9} {:>9} {:>7}  {:>9} {:>9}",
+                "mtu",
+                "marked",
+                "softroce[MiB/s]",
+                "TCP[MiB/s]",
+                "ratio",
+                "RoCE sent",
+                "R saw",
+                "CE",
+                "CNPs sent",
+                "handled"
+            );
+            let (a, b, ours, _, udp, _, failure) =
+                run(Impairment { loss_pct: 0.0, reorder_pct: 0.0, mark_pct: args.marks })?;
+            let ratio = if b > 0.0 { a / b } else { 0.0 };
+            let (sent_cnps, handled) = ours.iter().map(|r| r.cnps).fold((0, 0), |(s, h), (a, b)| (s + a, h + b));
+            let sent: u64 = ours.iter().map(|r| r.sent_pkts).sum();
+            let verdict = failure.map(|e| format!("   FAILED: {e}")).unwrap_or_default();
+            println!(
+                " {mtu:>5} {:>6}% CE {a:>16.1} {b:>11.1} {ratio:>6.2}x  {sent:>9} {:>9} {:>7}  {sent_cnps:>9} {handled:>9}{verdict}",
+                args.marks, udp.seen, udp.marked
+            );
+        }
         println!("{RULE}");
-        println!(" no loss; instead nftables marks ECN-capable packets CE on both sides (TCP with ECN)");
-        println!(
-            " {:>9} {:>18} {:>14} {:>8} {:>12} {:>12}",
-            "marked", "softroce[MiB/s]", "TCP[MiB/s]", "ratio", "CNPs sent", "handled"
-        );
-        let (a, b, ours, failure) = run(Impairment { loss_pct: 0.0, reorder_pct: 0.0, mark_pct: args.marks })?;
-        let ratio = if b > 0.0 { a / b } else { 0.0 };
-        let (sent, handled) = ours.iter().filter_map(|r| r.cnps).fold((0, 0), |(s, h), (a, b)| (s + a, h + b));
-        let verdict = failure.map(|e| format!("   FAILED: {e}")).unwrap_or_default();
-        println!(" {:>5}% CE {a:>18.1} {b:>14.1} {ratio:>7.2}x {sent:>12} {handled:>12}{verdict}", args.marks);
     }
-    println!("{RULE}");
     Ok(())
 }
 
-/// Two namespaces joined by a veth pair, deleted on drop.
+impl RouterCounts {
+    fn add(self, o: RouterCounts) -> RouterCounts {
+        RouterCounts {
+            seen: self.seen + o.seen,
+            dropped: self.dropped + o.dropped,
+            marked: self.marked + o.marked,
+            held: self.held + o.held,
+        }
+    }
+}
+
+/// Host A, router R and host B (namespaces) and their two links, deleted
+/// on drop.
 struct Hosts {
-    ns: [String; 2],
-    dev: [String; 2],
+    /// A, R, B.
+    ns: [String; 3],
+    /// A's end, R's end toward A, R's end toward B, B's end.
+    dev: [String; 4],
 }
 
 impl Hosts {
     fn new() -> Result<Hosts, PerfError> {
         let id = std::process::id();
+        let short = id % 100_000;
         let h = Hosts {
-            ns: [format!("srlossy{id}a"), format!("srlossy{id}b")],
-            dev: [format!("srl{}a", id % 100_000), format!("srl{}b", id % 100_000)],
+            ns: [format!("srlossy{id}a"), format!("srlossy{id}r"), format!("srlossy{id}b")],
+            dev: [format!("srl{short}a"), format!("srl{short}ra"), format!("srl{short}rb"), format!("srl{short}b")],
         };
         for ns in &h.ns {
             ip(&["netns", "add", ns]).map_err(|e| PerfError::Usage(format!("{e} (perf-lossy needs root)")))?;
         }
-        ip(&[
-            "link", "add", &h.dev[0], "netns", &h.ns[0], "type", "veth", "peer", "name", &h.dev[1], "netns", &h.ns[1],
-        ])?;
-        for (i, addr) in [ADDR_A, ADDR_B].iter().enumerate() {
-            let (ns, dev) = (&h.ns[i], &h.dev[i]);
+        let [a, r, b] = &h.ns;
+        ip(&["link", "add", &h.dev[0], "netns", a, "type", "veth", "peer", "name", &h.dev[1], "netns", r])?;
+        ip(&["link", "add", &h.dev[3], "netns", b, "type", "veth", "peer", "name", &h.dev[2], "netns", r])?;
+        let ends = [(a, &h.dev[0], ADDR_A), (r, &h.dev[1], GW_A), (r, &h.dev[2], GW_B), (b, &h.dev[3], ADDR_B)];
+        for (ns, dev, addr) in ends {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            // Wire packets leave and arrive one by one (see the module docs).
+            tool(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    ns,
+                    "ethtool",
+                    "-K",
+                    dev,
+                    "tso",
+                    "off",
+                    "gso",
+                    "off",
+                    "gro",
+                    "off",
+                    "tx-udp-segmentation",
+                    "off",
+                ],
+                None,
+            )
+            .map_err(|e| PerfError::Usage(format!("{e} (perf-lossy needs ethtool)")))?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;
+        }
+        for ns in &h.ns {
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        ip(&["-n", a, "route", "add", "default", "via", &GW_A.to_string()])?;
+        ip(&["-n", b, "route", "add", "default", "via", &GW_B.to_string()])?;
+        tool("ip", &["netns", "exec", r, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], None)?;
+        for ns in [a, b] {
             // TCP negotiates ECN, so that both react to the CE marks.
             tool("ip", &["netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_ecn=1"], None)?;
-            // Output goes through HTB: class 1 at line rate for everything,
-            // class 2 slow for the packets a reordering rule picks.
-            tool("tc", &["-n", ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"], None)?;
+        }
+        for dev in &h.dev[1..3] {
+            // R's output goes through HTB: class 1 at line rate for
+            // everything, class 2 slow for the packets a reordering rule picks.
+            tool("tc", &["-n", r, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"], None)?;
             for (class, rate) in [("1:1", "100gbit"), ("1:2", "50mbit")] {
                 tool(
                     "tc",
-                    &["-n", ns, "class", "add", "dev", dev, "parent", "1:", "classid", class, "htb", "rate", rate],
+                    &["-n", r, "class", "add", "dev", dev, "parent", "1:", "classid", class, "htb", "rate", rate],
                     None,
                 )?;
             }
@@ -230,42 +358,97 @@ impl Hosts {
         Ok(h)
     }
 
-    /// Sets the loss and reordering rules on both sides (replacing the last).
-    fn impair(&self, imp: Impairment) -> Result<(), PerfError> {
-        // numgen's range: a share in units of 1/100000.
-        let share = |pct: f64| (pct * 1000.0).round() as u32;
-        for (i, ns) in self.ns.iter().enumerate() {
-            let _ = tool("ip", &["netns", "exec", ns, "nft", "delete", "table", "inet", "srlossy"], None);
-            let rules = format!(
-                "table inet srlossy {{\n\
-                 chain input {{ type filter hook input priority 0; policy accept;\n\
-                 iifname \"{dev}\" meta l4proto {{ udp, tcp }} numgen random mod 100000 < {loss} drop\n\
-                 iifname \"{dev}\" meta l4proto {{ udp, tcp }} ip ecn != not-ect numgen random mod 100000 < {mark} ip ecn set ce\n}}\n\
-                 chain output {{ type filter hook output priority 0; policy accept;\n\
-                 oifname \"{dev}\" meta l4proto {{ udp, tcp }} numgen random mod 100000 < {reorder} meta priority set 1:2\n}}\n}}\n",
-                dev = self.dev[i],
-                loss = share(imp.loss_pct),
-                reorder = share(imp.reorder_pct),
-                mark = share(imp.mark_pct),
-            );
-            tool("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(&rules))?;
+    /// Sets every link's MTU.
+    fn set_mtu(&self, mtu: u32) -> Result<(), PerfError> {
+        let [a, r, b] = &self.ns;
+        for (ns, dev) in [(a, &self.dev[0]), (r, &self.dev[1]), (r, &self.dev[2]), (b, &self.dev[3])] {
+            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string()])?;
         }
         Ok(())
     }
 
-    /// `softroce perf write-bw` from A to B: the client's BW average, MiB/s,
-    /// and with `stats` the CNPs B sent and A handled.
-    fn softroce(&self, exe: &Path, size: usize, secs: u64, stats: bool) -> Result<SoftroceRun, String> {
+    /// Sets R's rules (replacing the last): loss, CE marks and reordering
+    /// of forwarded UDP and TCP packets, each counted by protocol.
+    fn impair(&self, imp: Impairment) -> Result<(), PerfError> {
+        // numgen's range: a share in units of 1/100000.
+        let share = |pct: f64| (pct * 1000.0).round() as u32;
+        let r = &self.ns[1];
+        let _ = tool("ip", &["netns", "exec", r, "nft", "delete", "table", "inet", "srlossy"], None);
+        let mut rules = String::from("table inet srlossy {\n");
+        for p in ["udp", "tcp"] {
+            for c in ["seen", "dropped", "marked", "held"] {
+                rules.push_str(&format!("counter {p}_{c} {{}}\n"));
+            }
+        }
+        rules.push_str("chain forward { type filter hook forward priority 0; policy accept;\n");
+        for p in ["udp", "tcp"] {
+            rules.push_str(&format!(
+                "meta l4proto {p} counter name \"{p}_seen\"\n\
+                 meta l4proto {p} numgen random mod 100000 < {loss} counter name \"{p}_dropped\" drop\n\
+                 meta l4proto {p} ip ecn != not-ect numgen random mod 100000 < {mark} counter name \"{p}_marked\" ip ecn set ce\n\
+                 meta l4proto {p} numgen random mod 100000 < {reorder} counter name \"{p}_held\" meta priority set 1:2\n",
+                loss = share(imp.loss_pct),
+                mark = share(imp.mark_pct),
+                reorder = share(imp.reorder_pct),
+            ));
+        }
+        rules.push_str("}\n}\n");
+        tool("ip", &["netns", "exec", r, "nft", "-f", "-"], Some(&rules))
+    }
+
+    /// Zeroes R's counters.
+    fn reset_counters(&self) -> Result<(), PerfError> {
+        tool("ip", &["netns", "exec", &self.ns[1], "nft", "reset", "counters", "table", "inet", "srlossy"], None)
+    }
+
+    /// R's counts for protocol `p` ("udp" or "tcp") since the last reset.
+    fn counts(&self, p: &str) -> Result<RouterCounts, PerfError> {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.ns[1], "nft", "list", "counters", "table", "inet", "srlossy"])
+            .output()?;
+        let all = counter_packets(&String::from_utf8_lossy(&o.stdout));
+        let get = |c: &str| {
+            let name = format!("{p}_{c}");
+            all.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).ok_or_else(|| {
+                PerfError::Usage(format!("no counter {name} in R's table: {}", String::from_utf8_lossy(&o.stderr)))
+            })
+        };
+        Ok(RouterCounts { seen: get("seen")?, dropped: get("dropped")?, marked: get("marked")?, held: get("held")? })
+    }
+
+    /// TCP segments A and B have sent so far: `OutSegs` (which leaves out
+    /// retransmissions) and `RetransSegs` of their `/proc/net/snmp`.
+    fn tcp_segments_sent(&self) -> Result<u64, PerfError> {
+        let mut total = 0;
+        for ns in [&self.ns[0], &self.ns[2]] {
+            let o = Command::new("ip").args(["netns", "exec", ns, "cat", "/proc/net/snmp"]).output()?;
+            let text = String::from_utf8_lossy(&o.stdout);
+            let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+            let (names, values) = (tcp.next().unwrap_or(""), tcp.next().unwrap_or(""));
+            for field in ["OutSegs", "RetransSegs"] {
+                let at = names.split_whitespace().position(|n| n == field);
+                total += at
+                    .and_then(|i| values.split_whitespace().nth(i)?.parse::<u64>().ok())
+                    .ok_or_else(|| PerfError::Usage(format!("no Tcp {field} in {ns}'s /proc/net/snmp")))?;
+            }
+        }
+        Ok(total)
+    }
+
+    /// `softroce perf write-bw --stats` from A to B: the client's BW
+    /// average (MiB/s), the RoCE packets both sent, the CNPs B sent and A
+    /// handled.
+    fn softroce(&self, exe: &Path, size: usize, secs: u64) -> Result<SoftroceRun, String> {
         let common = |c: &mut Command| {
             c.args(["perf", "write-bw", "-s", &size.to_string(), "-D", &secs.to_string(), "-p"])
                 .arg(PERF_PORT.to_string())
-                .args(stats.then_some("--stats"))
+                .arg("--stats")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
         };
         let mut s = Command::new("ip");
-        s.args(["netns", "exec", &self.ns[1]]).arg(exe);
+        s.args(["netns", "exec", &self.ns[2]]).arg(exe);
         common(&mut s);
         let server = s.spawn().map_err(|e| e.to_string())?;
         let mut c = Command::new("ip");
@@ -276,6 +459,7 @@ impl Hosts {
         let out = client.wait_with_output().map_err(|e| e.to_string())?;
         let srv = server.wait_with_output().map_err(|e| e.to_string())?;
         let text = String::from_utf8_lossy(&out.stdout);
+        let srv_text = String::from_utf8_lossy(&srv.stdout);
         let row = text
             .lines()
             .skip_while(|l| !l.trim_start().starts_with("#bytes"))
@@ -285,10 +469,10 @@ impl Hosts {
         let counter = |text: &str, name: &str| {
             text.lines().find_map(|l| l.trim().strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0)
         };
-        let cnps = stats
-            .then(|| (counter(&String::from_utf8_lossy(&srv.stdout), "np_cnp_sent"), counter(&text, "rp_cnp_handled")));
+        let sent_pkts = counter(&text, "sent_pkts ") + counter(&srv_text, "sent_pkts ");
+        let cnps = (counter(&srv_text, "np_cnp_sent"), counter(&text, "rp_cnp_handled"));
         match (out.status.success(), row.and_then(|r| r.get(3).and_then(|v| v.parse::<f64>().ok()))) {
-            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, cnps }),
+            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, sent_pkts, cnps }),
             _ => Err(format!(
                 "client {}: {}; server {}: {}",
                 out.status,
@@ -302,7 +486,7 @@ impl Hosts {
     /// A TCP stream from A to B: the receiver's goodput, MiB/s.
     fn tcp(&self, exe: &Path, size: usize, secs: u64) -> Result<f64, PerfError> {
         let sink = Command::new("ip")
-            .args(["netns", "exec", &self.ns[1]])
+            .args(["netns", "exec", &self.ns[2]])
             .arg(exe)
             .args(["perf-lossy", "--tcp-sink", &TCP_PORT.to_string()])
             .stdout(Stdio::piped())
@@ -365,6 +549,24 @@ fn tool(prog: &str, args: &[&str], input: Option<&str>) -> Result<(), PerfError>
     }
 }
 
+/// The packets of each named counter in `nft list counters` output:
+/// `counter NAME {` followed by `packets N bytes M`.
+fn counter_packets(text: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut name = None;
+    for l in text.lines().map(str::trim) {
+        if let Some(n) = l.strip_prefix("counter ").and_then(|r| r.strip_suffix(" {")) {
+            name = Some(n.to_string());
+        } else if let (Some(n), Some(v)) = (&name, l.strip_prefix("packets ")) {
+            if let Some(v) = v.split_whitespace().next().and_then(|v| v.parse().ok()) {
+                out.push((n.clone(), v));
+            }
+            name = None;
+        }
+    }
+    out
+}
+
 /// Accepts one stream and prints `MiB/s bytes seconds`, timed from its
 /// first byte to its end.
 fn tcp_sink(port: u16) -> Result<(), PerfError> {
@@ -407,4 +609,16 @@ fn tcp_source(to: SocketAddr, d: Duration, size: usize) -> Result<(), PerfError>
     // Wait for the sink to take everything (it closes after reading EOF).
     let _ = s.read(&mut [0u8; 1]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counter_packets;
+
+    #[test]
+    fn reads_nfts_named_counters() {
+        let text = "table inet srlossy {\n\tcounter udp_seen {\n\t\tpackets 4460001 bytes 4780000000\n\t}\n\
+                    \tcounter udp_dropped {\n\t\tpackets 44744 bytes 47960000\n\t}\n}\n";
+        assert_eq!(counter_packets(text), [("udp_seen".to_string(), 4460001), ("udp_dropped".to_string(), 44744)]);
+    }
 }
