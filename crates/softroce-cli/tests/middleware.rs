@@ -1007,6 +1007,7 @@ struct FioJob {
     /// Bytes moved in the job's direction.
     io_bytes: u64,
     bw_mibs: f64,
+    iops: f64,
     /// Mean completion latency, us.
     clat_us: f64,
 }
@@ -1023,6 +1024,7 @@ fn fio_job(o: &Output, dir: &str) -> FioJob {
         error: j["error"].as_i64().unwrap_or(-1),
         io_bytes: d["io_bytes"].as_u64().unwrap_or(0),
         bw_mibs: d["bw_bytes"].as_f64().unwrap_or(0.0) / MIB as f64,
+        iops: d["iops"].as_f64().unwrap_or(0.0),
         clat_us: d["clat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1e3,
     }
 }
@@ -1140,7 +1142,7 @@ fn fio_pair(
         if !net && verb == "send" {
             assert_eq!(sj.io_bytes, size, "the receiver's bytes\n{}", text(&s));
         }
-        assert!(cj.bw_mibs > 0.0 && cj.clat_us > 0.0, "{cj:?}");
+        assert!(cj.bw_mibs > 0.0 && cj.iops > 0.0 && cj.clat_us > 0.0, "{cj:?}");
         return (sj, cj);
     }
     unreachable!("the loop returns or panics")
@@ -1173,15 +1175,20 @@ fn fio_against_tcp(size: u64, hosts: Option<&TwoHosts>) {
     let where_ = if hosts.is_some() { "across two namespaces" } else { "on one host" };
     let (_, tcp) = fio_pair(true, "", "64k", size, 16, free_port(), hosts);
     let (_, tcp_lat) = fio_pair(true, "", "4k", size / 16, 1, free_port(), hosts);
-    println!("fio TCP {where_}: 64 KiB {:.0} MiB/s; 4 KiB depth 1 {:.1} us", tcp.bw_mibs, tcp_lat.clat_us);
+    println!(
+        "fio TCP {where_}: 64 KiB {:.0} MiB/s ({:.0} IOPS); 4 KiB depth 1 {:.1} us ({:.0} IOPS)",
+        tcp.bw_mibs, tcp.iops, tcp_lat.clat_us, tcp_lat.iops
+    );
     for verb in ["write", "read", "send"] {
         let (_, bw) = fio_pair(false, verb, "64k", size, 16, free_port(), hosts);
         let (_, lat) = fio_pair(false, verb, "4k", size / 16, 1, free_port(), hosts);
         println!(
-            "fio rdma {verb} {where_}: 64 KiB {:.0} MiB/s ({:.2}x TCP); 4 KiB depth 1 {:.1} us ({:.2}x TCP's latency)",
+            "fio rdma {verb} {where_}: 64 KiB {:.0} MiB/s ({:.0} IOPS, {:.2}x TCP); 4 KiB depth 1 {:.1} us ({:.0} IOPS, {:.2}x TCP's latency)",
             bw.bw_mibs,
+            bw.iops,
             bw.bw_mibs / tcp.bw_mibs,
             lat.clat_us,
+            lat.iops,
             lat.clat_us / tcp_lat.clat_us
         );
     }
@@ -1228,6 +1235,23 @@ fn sockperf_result(o: &Output) -> (u64, f64) {
 /// preload: rsockets have no SO_REUSEPORT, and rdma-core's do not either.)
 #[test]
 fn sockperf_over_the_rsocket_preload_against_tcp() {
+    sockperf_against_tcp(None);
+}
+
+/// The same between two network namespaces over a veth (two hosts): the
+/// server on the first host's link address, the client on the second.
+#[test]
+fn sockperf_over_the_rsocket_preload_across_two_network_namespaces() {
+    if !have(&["ip"]) {
+        return;
+    }
+    let Some(h) = TwoHosts::new("sock") else { return };
+    sockperf_against_tcp(Some(&h));
+}
+
+/// `sockperf ping-pong --tcp` over the rsocket preload, then over TCP, on
+/// `hosts` or on 127.0.0.1; both checked, the latencies printed.
+fn sockperf_against_tcp(hosts: Option<&TwoHosts>) {
     let preload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
     if !have(&["sockperf"]) || !Path::new(preload).is_file() {
         assert!(std::env::var_os("CI").is_none() || Path::new(preload).is_file(), "CI installs {preload}");
@@ -1238,25 +1262,31 @@ fn sockperf_over_the_rsocket_preload_against_tcp() {
     let mut results = Vec::new();
     for over_rdma in [true, false] {
         let port = free_port().to_string();
-        let server = ["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", &port];
-        let client = ["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", &port, "-t", "2", "-m", "64"];
-        let start = |args: &[&str]| -> Child {
+        let addr = hosts.map_or("127.0.0.1", |h| h.addr[0]);
+        let server = ["sockperf", "server", "--tcp", "-i", addr, "-p", &port];
+        let client = ["sockperf", "ping-pong", "--tcp", "-i", addr, "-p", &port, "-t", "2", "-m", "64"];
+        let start = |args: &[&str], host: usize| -> Child {
             let mut c = if over_rdma {
                 let a: Vec<&str> = ["env", "SOFTROCE_STATS=1", &ld].into_iter().chain(args.iter().copied()).collect();
-                softroce(&[], &a)
+                softroce_at(hosts, host, &[], &a)
             } else {
                 let mut c = Command::new(args[0]);
                 c.args(&args[1..]).stdin(Stdio::null()).process_group(0);
-                c
+                match hosts {
+                    Some(h) => in_netns(&h.ns[host], &c),
+                    None => c,
+                }
             };
             c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
         };
-        let mut s = start(&server);
+        let mut s = start(&server, 0);
+        // The server's network namespace's sockets (this one's without `hosts`).
+        let net = format!("/proc/{}/net", s.id());
         let until = Instant::now() + Duration::from_secs(10);
-        while !listening(port.parse().unwrap()) && Instant::now() < until {
+        while !listening_in(&net, port.parse().unwrap()) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let c = finish(start(&client), Duration::from_secs(60), "sockperf ping-pong");
+        let c = finish(start(&client, 1), Duration::from_secs(60), "sockperf ping-pong");
         let _ = rustix::process::kill_process_group(rustix::process::Pid::from_child(&s), rustix::process::Signal::INT);
         let _ = s.wait();
         assert!(c.status.success(), "sockperf (over RDMA: {over_rdma})\n{}", text(&c));
@@ -1275,8 +1305,9 @@ fn sockperf_over_the_rsocket_preload_against_tcp() {
         results.push((received, lat));
     }
     let ((n, rdma), (m, tcp)) = (results[0], results[1]);
+    let where_ = if hosts.is_some() { "across two namespaces" } else { "on one host" };
     println!(
-        "sockperf ping-pong --tcp 64 B: rsocket preload over softroce {rdma:.1} us ({n} messages), kernel TCP {tcp:.1} us ({m}); {:.2}x TCP's latency",
+        "sockperf ping-pong --tcp 64 B {where_}: rsocket preload over softroce {rdma:.1} us ({n} messages), kernel TCP {tcp:.1} us ({m}); {:.2}x TCP's latency",
         rdma / tcp
     );
 }
