@@ -327,6 +327,7 @@ ibv_export! { "IBVERBS_1.1";
                     set_errno(libc::EAGAIN);
                     return -1;
                 }
+                o.ch.send_deferred();
                 if let Err(e) = context::wait_readable(o.c.fd) {
                     set_errno(e);
                     return -1;

@@ -361,9 +361,10 @@ impl Shared {
     /// packet (a credit update, docs/engine.md) defers it as a waiter's
     /// pass defers an ACK: the application's next post or poll takes it
     /// along (in a ping-pong, the reply it is about to send, which goes
-    /// first), its next sleep sends it, or the driver thread when it next
-    /// looks (not woken for it: a wake-up per receive posted would cost
-    /// more than the update). Without a driver thread it is sent at once.
+    /// first), its next sleep sends it (`Cq::wait`, or arming a CQ to sleep
+    /// on its channel), or the driver thread when it next looks (not woken
+    /// for it: a wake-up per receive posted would cost more than the
+    /// update). Without a driver thread it is sent at once.
     pub(crate) fn post_recv_with<E: Into<crate::Error>>(
         &self,
         f: impl FnOnce(&mut Device) -> Result<bool, E>,
@@ -789,6 +790,16 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// Sends what a waiter's pass or a receive post deferred, if anything:
+    /// the application is about to sleep where softroce cannot see it (on
+    /// a completion channel's fd).
+    pub(crate) fn flush_owed(&self) {
+        if self.tx_owed.load(Ordering::Acquire) != 0 {
+            let mut st = self.lock();
+            let _ = self.flush(&mut st);
+        }
     }
 
     /// Sends everything the engine has to send now (also what a waiter's

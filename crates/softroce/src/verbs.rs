@@ -67,7 +67,7 @@ impl Context {
 
     /// Creates a completion channel (`ibv_create_comp_channel`).
     pub fn create_comp_channel(&self) -> Result<CompChannel, Error> {
-        Ok(CompChannel { queue: Arc::new(EventQueue::new()?), _ctx: self.clone() })
+        Ok(CompChannel { queue: Arc::new(EventQueue::new()?), ctx: self.clone() })
     }
 }
 
@@ -600,8 +600,10 @@ impl Cq {
         let s = self.0.ctx.shared();
         s.with_live_dev(false, |d| d.req_notify_cq(h, solicited_only))?;
         // The application will sleep on the channel: the driver thread
-        // receives for it from now.
+        // receives for it from now, and what its posts deferred (a credit
+        // update) leaves before it sleeps.
         s.end_app_poll();
+        s.flush_owed();
         Ok(())
     }
 
@@ -678,7 +680,7 @@ impl Cq {
 #[derive(Debug, Clone)]
 pub struct CompChannel {
     queue: Arc<EventQueue<u32>>,
-    _ctx: Context,
+    ctx: Context,
 }
 
 impl CompChannel {
@@ -686,7 +688,18 @@ impl CompChannel {
     /// (`ibv_get_cq_event`), waiting up to `timeout` (`None`: forever).
     /// The CQ must be re-armed for the next event.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u32>, Error> {
+        if let Some(cq) = self.queue.try_pop() {
+            return Ok(Some(cq));
+        }
+        self.send_deferred();
         Ok(self.queue.pop_wait(timeout)?)
+    }
+
+    /// Sends what the context's posts deferred (a credit update, an ACK a
+    /// waiting thread's pass held back), for a thread about to sleep on
+    /// the channel's fd: fio reposts its receives, then waits there.
+    pub fn send_deferred(&self) {
+        self.ctx.shared().flush_owed();
     }
 
     /// The next CQ event if one waits, without blocking.
