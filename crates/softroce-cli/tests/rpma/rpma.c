@@ -110,6 +110,16 @@ static void expect_pattern(const char *what, const unsigned char *buf, size_t fr
 		die("%s: byte %zu is 0x%02x, not 0x%02x", what, bad, buf[bad], want(bad));
 }
 
+/* The atomically written word at SHARED_WORD of buf must hold WORD_VALUE. */
+static void expect_word(const char *what, const unsigned char *buf)
+{
+	uint64_t word;
+	memcpy(&word, buf + SHARED_WORD, sizeof(word));
+	if (word != WORD_VALUE)
+		die("%s: the atomic word is 0x%016" PRIx64 ", not 0x%016" PRIx64, what, word,
+				WORD_VALUE);
+}
+
 static double now_us(void)
 {
 	struct timespec ts;
@@ -210,15 +220,11 @@ static int server(const char *addr, const char *port)
 	check(rpma_ep_shutdown(&ep), "rpma_ep_shutdown");
 
 	expect_pattern("the client's write", buf, 0, WRITE_LOOP_END, client_byte);
-	uint64_t word;
-	memcpy(&word, buf + SHARED_WORD, sizeof(word));
-	if (word != WORD_VALUE)
-		die("the atomic word is 0x%016" PRIx64 ", not 0x%016" PRIx64, word,
-				WORD_VALUE);
+	expect_word("the server's region", buf);
 	expect_pattern("the bytes the client did not write", buf, SHARED_WORD + 8,
 			REGION, server_byte);
 	printf("server: verified %zu bytes written, atomic word 0x%016" PRIx64
-			", %zu bytes untouched\n", WRITE_LOOP_END, word, REGION - SHARED_WORD - 8);
+			", %zu bytes untouched\n", WRITE_LOOP_END, WORD_VALUE, REGION - SHARED_WORD - 8);
 
 	check(rpma_mr_dereg(&mr), "rpma_mr_dereg");
 	check(rpma_peer_delete(&peer), "rpma_peer_delete");
@@ -349,18 +355,14 @@ static int client(const char *addr, const char *port)
 			RPMA_F_COMPLETION_ALWAYS, (void *)6), "rpma_read");
 	complete(cq, 2, "rpma_read (back)");
 	expect_pattern("reading its write back", dst, 0, CHECKED_WRITE, client_byte);
-	uint64_t back;
-	memcpy(&back, dst + SHARED_WORD, sizeof(back));
-	if (back != WORD_VALUE)
-		die("the atomic word reads back 0x%016" PRIx64 ", not 0x%016" PRIx64, back,
-				WORD_VALUE);
+	expect_word("reading it back", dst);
 	expect_pattern("the server's bytes before the word", dst, SHARED_WORD - 8,
 			SHARED_WORD, server_byte);
 	expect_pattern("the server's bytes after the word", dst, SHARED_WORD + 8,
 			SHARED_WORD + 16, server_byte);
 	printf("client: read verified (%zu bytes), write+flush verified (%zu bytes), "
 			"atomic write verified (0x%016" PRIx64 " at %zu)\n",
-			REGION, CHECKED_WRITE, back, SHARED_WORD);
+			REGION, CHECKED_WRITE, WORD_VALUE, SHARED_WORD);
 	fflush(stdout);
 
 	/* 5. Timings: 64 KiB writes (then flushed) and reads, 8-byte reads. */
