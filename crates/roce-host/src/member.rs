@@ -237,10 +237,18 @@ fn now_ms() -> u64 {
     (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
 }
 
-/// The device file of `addr` for this user and network namespace.
+/// The device file of `addr` for this user and network namespace. The
+/// namespace is named by its cookie where the kernel has one: a deleted
+/// namespace's inode number is given to the next one made, which would
+/// open the dead namespace's file of the same address (two tests' hosts
+/// at 10.234.0.1 one after the other shared one, and their packets went
+/// to each other's QPNs).
 pub fn device_file(addr: SocketAddr) -> PathBuf {
     let uid = rustix::process::getuid().as_raw();
-    let netns = std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0);
+    let netns = match roce_udp::netns_cookie() {
+        Some(c) => format!("c{c}"),
+        None => std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0).to_string(),
+    };
     let shm = PathBuf::from("/dev/shm");
     let dir = if shm.is_dir() { shm } else { std::env::temp_dir() };
     let a = addr.ip().to_string().replace(':', "_");

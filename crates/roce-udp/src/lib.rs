@@ -73,8 +73,27 @@ mod socket;
 mod sys;
 mod wait;
 
+/// The cookie of this process's network namespace (`SO_NETNS_COOKIE`,
+/// Linux 5.14): unlike the namespace's inode number, never given to
+/// another namespace while the machine runs. `None` on older kernels.
+pub fn netns_cookie() -> Option<u64> {
+    let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)).ok()?;
+    sys::netns_cookie(std::os::fd::AsFd::as_fd(&s)).ok()
+}
+
 pub use group::{GroupSocket, multicast_if};
 pub use recv::{Datagram, Datagrams, Packets, RECV_SLOT, RecvBatch, RecvStats, Segment, Segments};
 pub use send::{BatchFull, Failure, Flushed, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, Queued, SendBatch, SendStats};
 pub use socket::{BindError, BufferSizes, ROCE_PORT, SockFilter, Socket, WANTED_BUFFER};
 pub use wait::{Interest, MAX_WAIT_FDS, Waker, Wakeup, wait, wait_precise};
+
+#[cfg(test)]
+mod netns_tests {
+    #[test]
+    fn the_namespace_cookie_is_one_value_for_the_process() {
+        // Kernels before 5.14 have none; this one (CI's too) has.
+        let a = super::netns_cookie().expect("SO_NETNS_COOKIE");
+        assert_ne!(a, 0);
+        assert_eq!(super::netns_cookie(), Some(a));
+    }
+}

@@ -102,6 +102,22 @@ pub(crate) fn get_int(fd: BorrowedFd<'_>, level: c_int, name: c_int) -> io::Resu
     cvt(rc).map(|_| value)
 }
 
+/// `SO_NETNS_COOKIE` (Linux 5.14): the network namespace's cookie.
+const SO_NETNS_COOKIE: c_int = 71;
+
+/// `getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE)`: the 64-bit cookie of the
+/// socket's network namespace.
+pub(crate) fn netns_cookie(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut value: u64 = 0;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: `fd` is open for the borrow; `value` and `len` are live locals and
+    // `len` tells the kernel it may write at most `sizeof(u64)` bytes.
+    let rc = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_NETNS_COOKIE, (&raw mut value).cast::<c_void>(), &mut len)
+    };
+    cvt(rc).map(|_| value)
+}
+
 /// Writes `addr` as a C socket address into `out`; returns its length.
 fn write_name(addr: &SocketAddr, out: &mut Name) -> libc::socklen_t {
     let b = &mut out.0;
