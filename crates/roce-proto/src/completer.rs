@@ -261,14 +261,26 @@ impl Qp {
     /// restores the retry budgets, and restarts (or stops) the retransmit timer.
     fn progress(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn.after(self.comp.psn) {
+            // Acknowledged past what a rewind has sent again: the responder
+            // had what followed the gap. After a sequence NAK that means it
+            // keeps requests ahead of a gap (a rxe responder drops them, so
+            // only what was sent again could be acknowledged).
+            let overtook = psn.after(self.req.psn);
+            if overtook && self.comp.started_retry {
+                self.comp.peer_keeps = true;
+            }
             let acked = self.comp.psn.distance_to(psn) as u32;
             self.comp.psn = psn;
             self.comp.retry_left = self.attr.retry_cnt;
             self.comp.rnr_left = self.attr.rnr_retry;
             self.comp.started_retry = false;
             self.comp.retry_epoch = Some(ctx.now);
-            self.comp.probed = false;
+            self.comp.probes = 0;
             self.comp.cc.on_progress(ctx.now, psn, acked);
+            if overtook {
+                ctx.counters.resends_skipped += 1;
+                self.rewind_to(psn);
+            }
         }
         if self.comp.psn == self.req.psn {
             self.set_retransmit_timer(ctx, None);
@@ -347,8 +359,44 @@ impl Qp {
         }
         self.comp.started_retry = from_nak;
         ctx.counters.completer_retry_err += 1;
-        self.rewind_to(self.comp.psn);
+        let hole = self.comp.psn;
+        let next_to_last = from_nak && self.comp.last_hole == Some(hole.sub(1));
+        self.comp.hole_streak = if next_to_last { self.comp.hole_streak.saturating_add(1) } else { 0 };
+        if from_nak && self.comp.peer_keeps && self.comp.hole_streak < 2 && self.hole_resendable(hole) {
+            // The responder keeps what follows the gap: only the hole goes again.
+            self.req.hole = Some(hole);
+        } else {
+            if self.comp.hole_streak >= 2 {
+                // Three holes in a row, each NAKed right after the last
+                // resent: a responder that does not keep after all (or a
+                // burst of losses). Back N, and learn again.
+                self.comp.peer_keeps = false;
+                self.comp.hole_streak = 0;
+            }
+            self.rewind_to(hole);
+        }
         self.restart_retransmit_timer(ctx);
+    }
+
+    /// Whether the packet at `psn` can be sent again alone: a SEND or
+    /// WRITE packet sent before and not acknowledged. A READ or atomic is
+    /// asked again by a rewind (its response restarts from there).
+    pub(crate) fn hole_resendable(&self, psn: Psn) -> bool {
+        if psn.before(self.comp.psn) || !psn.before(self.req.psn) {
+            return false;
+        }
+        self.wqe_at(psn).is_some_and(|i| {
+            let w = self.sq.get(i);
+            !w.takes_rd_atomic() && !w.is_local() && w.state != WqeState::Done
+        })
+    }
+
+    /// The started WQE whose PSNs include `psn`.
+    pub(crate) fn wqe_at(&self, psn: Psn) -> Option<u64> {
+        (self.sq.consumer..self.sq.producer).take_while(|&i| self.sq.get(i).psns_assigned).find(|&i| {
+            let w = self.sq.get(i);
+            psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn)
+        })
     }
 
     /// The retransmit timer expired: first the tail probe, then a retry.
@@ -357,7 +405,7 @@ impl Qp {
         if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
             return;
         }
-        if !self.comp.probed && self.comp.cc.pto(ctx.now).is_some() {
+        if self.comp.probes < self.max_probes() && self.comp.cc.pto(ctx.now).is_some() {
             return self.probe(ctx);
         }
         self.retry(ctx, false);
@@ -373,7 +421,17 @@ impl Qp {
     /// READ or atomic is asked again whole (a partial READ re-request would
     /// answer from the middle).
     fn probe(&mut self, ctx: &mut Ctx<'_>) {
-        self.comp.probed = true;
+        self.comp.probes += 1;
+        if self.comp.peer_keeps && self.hole_resendable(self.comp.psn) {
+            // A responder that keeps names one gap once: if that NAK or
+            // the hole resent for it went missing, it will not name it
+            // again, and the last packet would draw no answer. The oldest
+            // unacknowledged packet fills the gap if it is the hole, or
+            // draws an ACK that shows where the gap is (the next probe's).
+            ctx.counters.tail_probes += 1;
+            self.req.hole = Some(self.comp.psn);
+            return self.restart_retransmit_timer(ctx);
+        }
         // (A response that overtook a rewind leaves nothing to probe behind
         // the oldest unacknowledged PSN.)
         let mut psn = if self.comp.psn.before(self.req.psn) { self.req.psn.sub(1) } else { self.comp.psn };

@@ -87,6 +87,18 @@ crate::counter_struct! {
         /// Credit updates sent: duplicate ACKs that announce a receive WQE
         /// posted after the last ACK or NAK left the requester none.
         pub credit_updates,
+        /// RC requests that arrived ahead of a gap and were kept, to be
+        /// executed once it is filled ([`crate::reorder`]).
+        pub reorder_kept,
+        /// RC requests ahead of a gap dropped: too far ahead, or the
+        /// device's reorder budget spent (rxe drops every one).
+        pub reorder_full,
+        /// Single packets resent for a hole a keeping responder named,
+        /// instead of going back N ([`crate::reorder`]).
+        pub hole_resends,
+        /// Times an ACK overtook a go-back-N rewind (the responder had kept
+        /// what followed the gap): the requester skipped ahead.
+        pub resends_skipped,
     }
 }
 
@@ -98,13 +110,13 @@ mod tests {
     fn iter_lists_every_counter_once_in_rxe_order() {
         let c = Counters { sent_pkts: 1, link_downed: 5, completions: 9, ..Counters::default() };
         let all: Vec<(&str, u64)> = c.iter().collect();
-        assert_eq!(all.len(), 28);
+        assert_eq!(all.len(), 32);
         assert_eq!(all[0], ("sent_pkts", 1));
         assert_eq!(all[12], ("link_downed", 5), "after send_err, as rxe lists it");
         assert_eq!(all[20], ("completions", 9));
         let mut names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 28);
+        assert_eq!(names.len(), 32);
     }
 }

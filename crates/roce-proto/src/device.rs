@@ -246,6 +246,8 @@ pub struct Device {
     mcast: McastTable,
     /// The QPs' armed timers in deadline order.
     timers: crate::timers::Timers,
+    /// Bytes the QPs' reorder buffers hold ([`crate::reorder`]).
+    reorder_budget: crate::reorder::Budget,
     next_qpn: u32,
     /// QPs that may have a packet to send, in turn: every call into a QP
     /// that can give it one (a post, a packet for it, its timer, a state
@@ -303,6 +305,7 @@ impl Device {
             qps: BTreeMap::new(),
             mcast: McastTable::default(),
             timers: crate::timers::Timers::default(),
+            reorder_budget: crate::reorder::Budget::default(),
             next_qpn: FIRST_QPN,
             ready: VecDeque::new(),
             burst: None,
@@ -691,6 +694,7 @@ impl Device {
             }
         };
         let mut qp = Qp::new(qpn, init);
+        qp.resp.reorder = crate::reorder::ReorderBuffer::new(self.reorder_budget.clone());
         if init.qp_type == QpType::Ud {
             qp.attr.path_mtu = self.cfg.active_mtu;
         }

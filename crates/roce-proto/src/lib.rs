@@ -18,6 +18,7 @@ pub mod mr;
 pub mod qp;
 pub mod qp_state;
 pub mod queue;
+pub mod reorder;
 pub mod requester;
 pub mod responder;
 pub mod srq;

@@ -13,6 +13,7 @@ use crate::cc::Cc;
 use crate::ctx::Ctx;
 use crate::qp_state::{ModifyError, check_modify};
 use crate::queue::{RecvQueue, RecvWqe, SendQueue, WqeState};
+use crate::reorder::ReorderBuffer;
 use crate::timers::TimerKind;
 use crate::verbs::{QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WrOpcode};
 use crate::wr::Wc;
@@ -75,6 +76,9 @@ pub struct Requester {
     /// SSN of the newest message started: an ACK reporting an MSN past it
     /// speaks of messages never sent, and its credits are ignored.
     pub sent_ssn: u32,
+    /// The one packet to resend before anything else: the hole a keeping
+    /// responder NAKed ([`crate::reorder`]).
+    pub hole: Option<Psn>,
 }
 
 /// The completer's state (rxe `qp->comp`).
@@ -96,8 +100,19 @@ pub struct Completer {
     pub retry_epoch: Option<Instant>,
     /// Congestion window and round-trip estimate.
     pub cc: Cc,
-    /// The tail probe for the current flight was sent (until progress).
-    pub probed: bool,
+    /// Tail probes sent for the current flight (until progress): one, or
+    /// [`KEEPING_PEER_PROBES`] to a responder that keeps.
+    pub probes: u8,
+    /// The responder keeps requests that arrive ahead of a gap: one of
+    /// its ACKs overtook a go-back-N rewind. Sequence NAKs then cost only
+    /// the hole they name ([`crate::reorder`]).
+    pub peer_keeps: bool,
+    /// The last hole resent alone: a NAK for the PSN right after it sends
+    /// the requester back N (two losses in a row, or a responder that
+    /// does not keep after all).
+    pub last_hole: Option<Psn>,
+    /// NAKs in a row for the PSN right after the last hole resent.
+    pub hole_streak: u8,
 }
 
 /// A responder resource: a READ or atomic request, kept so duplicates can be
@@ -196,7 +211,7 @@ pub enum InMessage {
 }
 
 /// The responder's state (rxe `qp->resp`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Responder {
     /// Next expected request PSN.
     pub psn: Psn,
@@ -232,6 +247,8 @@ pub struct Responder {
     /// The PSN of the credit update queued and not yet sent (counted in
     /// `credit_updates` when it leaves, not when a newer ACK replaced it).
     pub announced: Option<Psn>,
+    /// Requests that arrived ahead of a gap ([`crate::reorder`]).
+    pub reorder: ReorderBuffer,
 }
 
 /// A queue pair.
@@ -297,6 +314,12 @@ pub fn rxe_init_sport(qpn: u32) -> u16 {
     0xc000 | (qpn.wrapping_mul(GOLDEN_RATIO_32) >> 18) as u16
 }
 
+/// Tail probes per flight toward a responder that keeps requests ahead of
+/// a gap: a probe there resends one packet, not a window, so a lost NAK or
+/// a lost resent hole costs a few probe waits (each twice the last)
+/// rather than a retransmission timeout (at least 5 ms).
+pub const KEEPING_PEER_PROBES: u8 = 3;
+
 impl Qp {
     /// A new QP in RESET.
     pub fn new(qpn: u32, init: QpInitAttr) -> Qp {
@@ -320,6 +343,7 @@ impl Qp {
                 credit_updates: None,
                 blind_probe: false,
                 sent_ssn: 0,
+                hole: None,
             },
             comp: Completer {
                 psn: Psn::ZERO,
@@ -329,7 +353,10 @@ impl Qp {
                 started_retry: false,
                 retry_epoch: None,
                 cc: Cc::new(MAX_UNACKED_PSNS),
-                probed: false,
+                probes: 0,
+                peer_keeps: false,
+                last_hole: None,
+                hole_streak: 0,
             },
             resp: Responder {
                 psn: Psn::ZERO,
@@ -346,6 +373,7 @@ impl Qp {
                 cnp_after: None,
                 credits_exhausted: false,
                 announced: None,
+                reorder: ReorderBuffer::default(),
             },
             src_port: rxe_init_sport(qpn),
             sqd_notified: false,
@@ -380,11 +408,20 @@ impl Qp {
     pub(crate) fn restart_retransmit_timer(&mut self, ctx: &mut Ctx<'_>) {
         let t = ack_timeout(self.attr.timeout).map(|d| {
             let rto = self.comp.cc.rto(d, ctx.now);
-            // First the tail probe's shorter wait, once per flight.
-            let pto = if self.comp.probed { None } else { self.comp.cc.pto(ctx.now) };
+            // First the tail probes' shorter waits, doubling.
+            let pto = if self.comp.probes >= self.max_probes() {
+                None
+            } else {
+                self.comp.cc.pto(ctx.now).map(|p| p * (1 << self.comp.probes))
+            };
             ctx.now + pto.map_or(rto, |p| p.min(rto))
         });
         self.set_retransmit_timer(ctx, t);
+    }
+
+    /// Tail probes allowed per flight before the retransmission timeout.
+    pub(crate) fn max_probes(&self) -> u8 {
+        if self.comp.peer_keeps { KEEPING_PEER_PROBES } else { 1 }
     }
 
     /// Starts (`Some`) or ends an RNR wait, keeping the index in step.
@@ -499,7 +536,9 @@ impl Qp {
         self.set_retransmit_timer(ctx, None);
         self.set_rnr_until(ctx, None);
         let (init, qpn, queued) = (self.init, self.qpn, self.tx_queued);
+        let budget = self.resp.reorder.budget();
         *self = Qp::new(qpn, init);
+        self.resp.reorder = ReorderBuffer::new(budget);
         // Still listed in the device's transmit queue, if it was.
         self.tx_queued = queued;
     }
@@ -512,6 +551,8 @@ impl Qp {
         self.set_rnr_until(ctx, None);
         self.resp.responses.clear();
         self.resp.current = None;
+        self.resp.reorder.clear();
+        self.req.hole = None;
         self.flush(ctx);
     }
 
@@ -624,6 +665,7 @@ impl Qp {
         self.req.psn = psn;
         self.req.noack_pkts = 0;
         self.req.ack_next = true;
+        self.req.hole = None;
     }
 }
 

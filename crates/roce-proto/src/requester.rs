@@ -41,10 +41,10 @@ pub struct Outgoing {
     pub sgid_index: u8,
 }
 
-/// The opcode for the packet of `w` starting at its `offset`, with
+/// The opcode for the packet of `w` starting at byte `offset`, with
 /// `fits` saying whether the rest fits in one packet.
-fn opcode(ty: QpType, w: &SendWqe, fits: bool) -> Opcode {
-    let first = w.offset == 0;
+fn opcode(ty: QpType, w: &SendWqe, offset: u64, fits: bool) -> Opcode {
+    let first = offset == 0;
     let base: u8 = match ty {
         QpType::Rc => 0x00,
         QpType::Uc => 0x20,
@@ -83,13 +83,20 @@ impl Qp {
     /// Whether the requester could send now (ignoring the window): used to
     /// schedule the QP.
     pub fn requester_has_work(&self) -> bool {
-        matches!(self.state(), QpState::Rts | QpState::Sqd) && self.sq.next < self.sq.producer
+        matches!(self.state(), QpState::Rts | QpState::Sqd)
+            && (self.sq.next < self.sq.producer || self.req.hole.is_some())
     }
 
     /// Runs the local operations (LOCAL_INV, BIND_MW) the requester has
     /// reached, then writes the next request packet into `buf`, if the QP may
     /// send one now.
     pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        if self.req.hole.is_some()
+            && matches!(self.state(), QpState::Rts | QpState::Sqd)
+            && let Some(o) = self.resend_hole(ctx, buf)
+        {
+            return Some(o);
+        }
         while self.sq.next < self.sq.producer && self.sq.get(self.sq.next).is_local() {
             let w = self.sq.get(self.sq.next);
             if w.state == WqeState::Done {
@@ -260,45 +267,6 @@ impl Qp {
         let remaining = w.length - w.offset;
         let payload_len = if is_rd_atomic { 0 } else { remaining.min(mtu) };
         let last = remaining <= mtu || is_rd_atomic;
-        let op = opcode(ty, w, last);
-        let info = op.info().expect("requester opcodes are in the table");
-        let mut ext = ExtRepr::default();
-        if info.headers.contains(roce_wire::ExtHeader::Reth) {
-            let dma_len = match w.opcode {
-                WrOpcode::RdmaRead => remaining,
-                WrOpcode::Flush => u64::from(w.flush.len),
-                _ => w.length,
-            };
-            ext.reth =
-                Some(RethRepr { va: w.remote_addr.wrapping_add(w.offset), rkey: w.rkey, dma_len: dma_len as u32 });
-        }
-        if info.headers.contains(roce_wire::ExtHeader::Feth) {
-            ext.feth = Some(FethRepr { selectivity_level: w.flush.selectivity, placement_type: w.flush.placement });
-        }
-        if info.has_immediate() {
-            ext.immdt = Some(ImmDtRepr { imm: w.imm_data });
-        }
-        if info.has_invalidate() {
-            ext.ieth = Some(IethRepr { rkey: w.invalidate_rkey });
-        }
-        if info.headers.contains(roce_wire::ExtHeader::AtomicEth) {
-            let (swap_add, compare) = match w.opcode {
-                WrOpcode::AtomicCmpAndSwp => (w.swap, w.compare_add),
-                _ => (w.compare_add, 0),
-            };
-            ext.atomic_eth = Some(AtomicEthRepr { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
-        }
-        let (dst, sgid, dest_qpn) = match (ty, w.ud) {
-            (QpType::Ud, Some(ud)) => {
-                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
-                ext.deth = Some(DethRepr { qkey, src_qpn: self.qpn });
-                let Some(ah) = ctx.ah(ud.ah) else {
-                    return self.fail_wqe(ctx, idx, WcStatus::LocQpOpErr);
-                };
-                (ah.dest, ah.sgid_index, ud.remote_qpn)
-            }
-            _ => (self.attr.ah_attr.dest, self.attr.ah_attr.sgid_index, self.attr.dest_qp_num),
-        };
         self.req.noack_pkts += 1;
         // The GSI QP (1) sets AckReq on every packet, as rxe's does.
         let gsi = self.qpn == crate::device::GSI_QPN;
@@ -314,45 +282,12 @@ impl Qp {
             self.req.noack_pkts = 0;
             self.req.ack_next = false;
         }
-        let repr = PacketRepr {
-            bth: BthRepr {
-                solicited: last && w.flags.contains(SendFlags::SOLICITED),
-                ack_req,
-                ..BthRepr::new(op, dest_qpn, psn)
-            },
-            ext,
+        let view = ReqView { qpn: self.qpn, ty, pd, mtu, attr: &self.attr };
+        let (total, head_len, dst, sgid) = match emit_request(ctx, &view, w, psn, w.offset, last, ack_req, buf) {
+            Emit::Done { len, head_len, dst, sgid_index } => (len, head_len, dst, sgid_index),
+            Emit::NoRoom => return None,
+            Emit::Failed(status) => return self.fail_wqe(ctx, idx, status),
         };
-        let plen = payload_len as usize;
-        let hlen = repr.emit_headers(buf, plen).ok()?;
-        let total = hlen + plen + pad_for(plen);
-        if buf.len() < total + roce_wire::ICRC_LEN {
-            return None;
-        }
-        // The payload: copied behind the headers, or (with a gather sink and
-        // registered memory) listed as pieces for a scatter-gather send.
-        let mut head_len = total;
-        if w.is_inline {
-            let off = w.offset as usize;
-            buf[hlen..hlen + plen].copy_from_slice(&w.inline[off..off + plen]);
-            buf[hlen + plen..total].fill(0);
-        } else if plen > SMALL_PAYLOAD
-            && let Some(mut sink) = ctx.gather.take()
-        {
-            let r = walk_sges(ctx, pd, &w.sges, w.offset, plen, AccessFlags::EMPTY, |g, _, n| {
-                sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
-                Ok(())
-            });
-            ctx.gather = Some(sink);
-            if r.is_err() {
-                return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
-            }
-            head_len = hlen;
-        } else {
-            if gather(ctx, pd, &w.sges, w.offset, &mut buf[hlen..hlen + plen]).is_err() {
-                return self.fail_wqe(ctx, idx, WcStatus::LocProtErr);
-            }
-            buf[hlen + plen..total].fill(0);
-        }
         // Advance.
         if w.opcode == WrOpcode::RdmaRead {
             let npsn = remaining.div_ceil(mtu).max(1);
@@ -396,6 +331,39 @@ impl Qp {
         Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })
     }
 
+    /// Sends the hole a keeping responder NAKed, alone and asking for an
+    /// ACK, as it was first sent ([`crate::reorder`]). Nothing else moves:
+    /// the requester goes on from where it was.
+    fn resend_hole(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        let psn = self.req.hole.take()?;
+        if !self.hole_resendable(psn) {
+            // Acknowledged meanwhile.
+            return None;
+        }
+        let idx = self.wqe_at(psn)?;
+        let (ty, mtu, pd) = (self.qp_type(), self.mtu(), self.init.pd);
+        let w = self.sq.get(idx);
+        let offset = u64::from(w.first_psn.distance_to(psn) as u32) * mtu;
+        let last = psn == w.last_psn;
+        let view = ReqView { qpn: self.qpn, ty, pd, mtu, attr: &self.attr };
+        let (len, head_len, dst, sgid_index) = match emit_request(ctx, &view, w, psn, offset, last, true, buf) {
+            Emit::Done { len, head_len, dst, sgid_index } => (len, head_len, dst, sgid_index),
+            Emit::NoRoom => {
+                self.req.hole = Some(psn);
+                return None;
+            }
+            Emit::Failed(status) => return self.fail_wqe(ctx, idx, status),
+        };
+        self.comp.last_hole = Some(psn);
+        self.comp.cc.on_send(ctx.now, psn, false);
+        if self.comp.timer.is_none() {
+            self.restart_retransmit_timer(ctx);
+        }
+        ctx.counters.sent_pkts += 1;
+        ctx.counters.hole_resends += 1;
+        Some(Outgoing { len, head_len, dst, sgid_index })
+    }
+
     /// Ends WQE `idx` with `status` and the QP in error (local errors).
     fn fail_wqe(&mut self, ctx: &mut Ctx<'_>, idx: u64, status: WcStatus) -> Option<Outgoing> {
         let w = self.sq.get_mut(idx);
@@ -415,6 +383,127 @@ impl Qp {
         }
         self.check_drained(ctx);
     }
+}
+
+/// What [`emit_request`] needs of the QP besides the WQE.
+struct ReqView<'a> {
+    qpn: u32,
+    ty: QpType,
+    pd: u32,
+    mtu: u64,
+    attr: &'a crate::attr::QpAttr,
+}
+
+/// The outcome of [`emit_request`].
+enum Emit {
+    /// The packet is in the buffer (and the gather sink).
+    Done { len: usize, head_len: usize, dst: IpAddr, sgid_index: u8 },
+    /// The buffer is too small.
+    NoRoom,
+    /// The WQE cannot be sent: it fails with this status.
+    Failed(WcStatus),
+}
+
+/// Writes the packet of WQE `w` at PSN `psn`, byte `offset` of its message,
+/// into `buf` (headers, then the payload copied or listed in the gather
+/// sink). Changes nothing but the buffer and the sink, so a packet sent
+/// before can be built again as it was ([`Qp::resend_hole`]).
+#[allow(clippy::too_many_arguments)]
+fn emit_request(
+    ctx: &mut Ctx<'_>,
+    qp: &ReqView<'_>,
+    w: &SendWqe,
+    psn: roce_wire::Psn,
+    offset: u64,
+    last: bool,
+    ack_req: bool,
+    buf: &mut [u8],
+) -> Emit {
+    let mtu = qp.mtu;
+    let remaining = w.length - offset;
+    let payload_len = if w.is_read_or_atomic() { 0 } else { remaining.min(mtu) };
+    let op = opcode(qp.ty, w, offset, last);
+    let info = op.info().expect("requester opcodes are in the table");
+    let mut ext = ExtRepr::default();
+    if info.headers.contains(roce_wire::ExtHeader::Reth) {
+        let dma_len = match w.opcode {
+            WrOpcode::RdmaRead => remaining,
+            WrOpcode::Flush => u64::from(w.flush.len),
+            _ => w.length,
+        };
+        ext.reth = Some(RethRepr { va: w.remote_addr.wrapping_add(offset), rkey: w.rkey, dma_len: dma_len as u32 });
+    }
+    if info.headers.contains(roce_wire::ExtHeader::Feth) {
+        ext.feth = Some(FethRepr { selectivity_level: w.flush.selectivity, placement_type: w.flush.placement });
+    }
+    if info.has_immediate() {
+        ext.immdt = Some(ImmDtRepr { imm: w.imm_data });
+    }
+    if info.has_invalidate() {
+        ext.ieth = Some(IethRepr { rkey: w.invalidate_rkey });
+    }
+    if info.headers.contains(roce_wire::ExtHeader::AtomicEth) {
+        let (swap_add, compare) = match w.opcode {
+            WrOpcode::AtomicCmpAndSwp => (w.swap, w.compare_add),
+            _ => (w.compare_add, 0),
+        };
+        ext.atomic_eth = Some(AtomicEthRepr { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
+    }
+    let (dst, sgid_index, dest_qpn) = match (qp.ty, w.ud) {
+        (QpType::Ud, Some(ud)) => {
+            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
+            ext.deth = Some(DethRepr { qkey, src_qpn: qp.qpn });
+            let Some(ah) = ctx.ah(ud.ah) else {
+                return Emit::Failed(WcStatus::LocQpOpErr);
+            };
+            (ah.dest, ah.sgid_index, ud.remote_qpn)
+        }
+        _ => (qp.attr.ah_attr.dest, qp.attr.ah_attr.sgid_index, qp.attr.dest_qp_num),
+    };
+    let repr = PacketRepr {
+        bth: BthRepr {
+            solicited: last && w.flags.contains(SendFlags::SOLICITED),
+            ack_req,
+            ..BthRepr::new(op, dest_qpn, psn)
+        },
+        ext,
+    };
+    let plen = payload_len as usize;
+    let Ok(hlen) = repr.emit_headers(buf, plen) else { return Emit::NoRoom };
+    let total = hlen + plen + pad_for(plen);
+    if buf.len() < total + roce_wire::ICRC_LEN {
+        return Emit::NoRoom;
+    }
+    // The payload: copied behind the headers, or (with a gather sink and
+    // registered memory) listed as pieces for a scatter-gather send.
+    let mut head_len = total;
+    if w.is_inline {
+        let off = offset as usize;
+        buf[hlen..hlen + plen].copy_from_slice(&w.inline[off..off + plen]);
+        buf[hlen + plen..total].fill(0);
+    } else if plen > SMALL_PAYLOAD
+        && let Some(mut sink) = ctx.gather.take()
+    {
+        let mark = sink.len();
+        let r = walk_sges(ctx, qp.pd, &w.sges, offset, plen, AccessFlags::EMPTY, |g, _, n| {
+            sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
+            Ok(())
+        });
+        if r.is_err() {
+            sink.truncate(mark);
+        }
+        ctx.gather = Some(sink);
+        if r.is_err() {
+            return Emit::Failed(WcStatus::LocProtErr);
+        }
+        head_len = hlen;
+    } else {
+        if gather(ctx, qp.pd, &w.sges, offset, &mut buf[hlen..hlen + plen]).is_err() {
+            return Emit::Failed(WcStatus::LocProtErr);
+        }
+        buf[hlen + plen..total].fill(0);
+    }
+    Emit::Done { len: total, head_len, dst, sgid_index }
 }
 
 /// Walks the part of a message at byte `offset`, `len` bytes long, over an

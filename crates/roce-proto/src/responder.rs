@@ -13,6 +13,7 @@ use roce_wire::{
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mr::Grant;
 use crate::qp::{InMessage, Qp, Resource, ResourceKind, Response};
+use crate::reorder::Kept;
 use crate::requester::{Outgoing, scatter};
 use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{Wc, WcFlags};
@@ -40,8 +41,47 @@ enum Verdict {
 }
 
 impl Qp {
-    /// Handles a request packet addressed to this QP.
+    /// Handles a request packet addressed to this QP, then the requests
+    /// kept ahead of a gap it filled ([`crate::reorder`]).
     pub fn responder_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
+        let start = self.resp.psn;
+        self.handle_request(ctx, p, origin);
+        if self.resp.reorder.is_empty() || self.resp.psn == start {
+            return;
+        }
+        let mut replayed = false;
+        let mut plain = false;
+        while let Some(bytes) = self.resp.reorder.take(self.resp.psn) {
+            replayed = true;
+            let before = self.resp.psn;
+            // Checked when it arrived; only its turn is new.
+            let Ok(q) = Packet::new_checked(&bytes[..]) else { continue };
+            self.handle_request(ctx, &q, origin);
+            plain = matches!(q.info().operation, Operation::Send | Operation::RdmaWrite);
+            if self.resp.psn == before || !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                // An RNR NAK or an error: the requester goes back to this
+                // PSN and sends what follows again.
+                self.resp.reorder.clear();
+                return;
+            }
+        }
+        if !self.resp.reorder.is_empty() && !self.resp.nak_sent {
+            // Another gap, with a request behind it: NAKed as that request
+            // would have been had it arrived now.
+            self.resp.nak_sent = true;
+            let (psn, msn) = (self.resp.psn, self.resp.msn);
+            self.queue_ack(ctx, psn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
+        } else if replayed && plain {
+            // Everything kept is executed: say so at once (IBTA lets a
+            // responder acknowledge unasked), so the requester stops
+            // resending what it has. Not behind a READ or atomic, whose
+            // response must come first.
+            let (psn, msn) = (self.resp.psn.sub(1), self.resp.msn);
+            self.queue_ack(ctx, psn, Syndrome::Ack { credits: Syndrome::CREDITS_INVALID }, msn);
+        }
+    }
+
+    fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
         if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
             ctx.counters.drop_no_qp += 1;
             return;
@@ -90,6 +130,11 @@ impl Qp {
                 return self.duplicate(ctx, p);
             }
             ctx.counters.out_of_seq_request += 1;
+            match self.resp.reorder.keep(self.resp.psn, psn, (*p).into_inner()) {
+                Kept::Kept => ctx.counters.reorder_kept += 1,
+                Kept::Duplicate => ctx.counters.duplicate_request += 1,
+                Kept::Full => ctx.counters.reorder_full += 1,
+            }
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 let (psn, msn) = (self.resp.psn, self.resp.msn);
@@ -656,10 +701,11 @@ impl Qp {
         }
     }
 
-    /// Queues an ACK/NAK, coalescing with a plain ACK not yet sent.
+    /// Queues an ACK/NAK, coalescing with a plain ACK not yet sent (a
+    /// sequence NAK acknowledges everything before its PSN too).
     fn queue_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, syndrome: Syndrome, msn: u32) {
         if let Some(Response::Ack { syndrome: Syndrome::Ack { .. }, .. }) = self.resp.responses.back()
-            && matches!(syndrome, Syndrome::Ack { .. })
+            && matches!(syndrome, Syndrome::Ack { .. } | Syndrome::Nak(NakCode::PsnSequenceError))
         {
             self.resp.responses.pop_back();
             ctx.counters.ack_deferred += 1;

@@ -615,8 +615,13 @@ impl Harness {
         }
         let side = &mut self.sides[to];
         let (src, dst) = (IpAddr::V4(ADDR[1 - to]), IpAddr::V4(ADDR[to]));
+        let kept = side.qp().resp.reorder.len();
         side.dev.handle_datagram_ecn(self.now, src, p.src_port, dst, None, ecn, &p.bytes);
-        side.since_poll += 1;
+        // Requests kept ahead of a gap this packet filled are answered now,
+        // and a gap still behind kept requests is NAKed besides the packet's
+        // own answer.
+        let after = side.qp().resp.reorder.len();
+        side.since_poll += 1 + kept.saturating_sub(after) + usize::from(after > 0);
         self.stats.delivered += 1;
         self.remember(p);
     }

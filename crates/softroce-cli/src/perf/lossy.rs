@@ -120,7 +120,22 @@ struct SoftroceRun {
     mib_s: f64,
     sent_pkts: u64,
     cnps: (u64, u64),
+    /// How the ends recovered: A's (requester's) and B's (responder's)
+    /// counters named in [`RECOVERY_A`] and [`RECOVERY_B`].
+    recovery: Vec<u64>,
 }
+
+/// The requester's loss-recovery counters a row's footnote sums.
+const RECOVERY_A: [(&str, &str); 5] = [
+    ("rcvd_seq_err", "seq NAKs"),
+    ("completer_retry_err", "retries"),
+    ("hole_resends", "holes resent"),
+    ("resends_skipped", "rewinds overtaken"),
+    ("tail_probes", "probes"),
+];
+/// The responder's.
+const RECOVERY_B: [(&str, &str); 3] =
+    [("reorder_kept", "kept ahead of a gap"), ("reorder_full", "dropped ahead"), ("duplicate_request", "duplicates")];
 
 /// What R's rules counted in one run, by protocol: packets forwarded to
 /// the rules, dropped, marked CE, held back.
@@ -240,6 +255,13 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
             );
             if imp.reorder_pct > 0.0 {
                 println!("   (held back: {} RoCE packets, {} TCP segments)", udp.held, tcpc.held);
+            }
+            if imp.loss_pct > 0.0 || imp.reorder_pct > 0.0 {
+                let sum = |i: usize| ours.iter().map(|r| r.recovery.get(i).copied().unwrap_or(0)).sum::<u64>();
+                let names = RECOVERY_A.iter().chain(&RECOVERY_B).map(|(_, n)| *n);
+                let parts: Vec<String> = names.enumerate().map(|(i, n)| format!("{n} {}", sum(i))).collect();
+                let (a, b) = (parts[..RECOVERY_A.len()].join(", "), parts[RECOVERY_A.len()..].join(", "));
+                println!("   (A: {a}; B: {b})");
             }
         }
         if args.marks > 0.0 {
@@ -471,8 +493,13 @@ impl Hosts {
         };
         let sent_pkts = counter(&text, "sent_pkts ") + counter(&srv_text, "sent_pkts ");
         let cnps = (counter(&srv_text, "np_cnp_sent"), counter(&text, "rp_cnp_handled"));
+        let recovery = RECOVERY_A
+            .iter()
+            .map(|(n, _)| counter(&text, &format!("{n} ")))
+            .chain(RECOVERY_B.iter().map(|(n, _)| counter(&srv_text, &format!("{n} "))))
+            .collect();
         match (out.status.success(), row.and_then(|r| r.get(3).and_then(|v| v.parse::<f64>().ok()))) {
-            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, sent_pkts, cnps }),
+            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, sent_pkts, cnps, recovery }),
             _ => Err(format!(
                 "client {}: {}; server {}: {}",
                 out.status,
