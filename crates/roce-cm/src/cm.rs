@@ -315,6 +315,12 @@ impl Cm {
         self.stats
     }
 
+    /// Connections held, in any state (timewait included): what a
+    /// long-running server's CM keeps.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
     /// A connection's state (`None` once it is gone).
     pub fn state(&self, id: CommId) -> Option<State> {
         self.conns.get(&id.0).map(|c| c.state)

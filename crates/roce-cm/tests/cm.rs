@@ -360,83 +360,96 @@ impl Lossy {
 /// accepts, establishes and disconnects as rping does. Every run ends with
 /// both sides connected once and then disconnected, in the order the
 /// protocol allows, and nothing left behind.
+/// One connection from `a` to `b` over `net`, made and torn down by the
+/// consumers as rping's are, run until both agents are quiet: the events
+/// each side saw, the two comm IDs and when it ended.
+fn connect_and_disconnect(
+    a: &mut Cm,
+    b: &mut Cm,
+    net: &mut Lossy,
+    start: Instant,
+    seed: u64,
+) -> (Vec<CmEvent>, Vec<CmEvent>, CommId, CommId, Instant) {
+    let ia = a.connect(start, req());
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    let mut ib = None;
+    let mut now = start;
+    let mut disconnected = false;
+    loop {
+        for t in sends(a) {
+            net.put(now, true, t);
+        }
+        for t in sends(b) {
+            net.put(now, false, t);
+        }
+        // The consumers.
+        for e in events(a) {
+            if let CmEvent::RepReceived { id, .. } = e {
+                a.establish(now, id).unwrap();
+            }
+            ea.push(e);
+        }
+        for e in events(b) {
+            match &e {
+                CmEvent::ReqReceived { id, .. } => {
+                    assert!(ib.is_none(), "seed {seed}: a second connection on b");
+                    ib = Some(*id);
+                    b.accept(now, *id, rep()).unwrap();
+                }
+                CmEvent::DreqReceived { id } => b.disconnect(now, *id).unwrap(),
+                _ => {}
+            }
+            eb.push(e);
+        }
+        if !disconnected && eb.contains(&CmEvent::Established { id: ib.unwrap_or(CommId(0)) }) {
+            // Both connected: a disconnects a moment later.
+            if a.state(ia) == Some(State::Established) {
+                a.disconnect(now, ia).unwrap();
+                disconnected = true;
+                continue;
+            }
+        }
+        let next = [a.poll_timeout(), b.poll_timeout(), net.wire.iter().map(|w| w.0).min()].into_iter().flatten().min();
+        let Some(next) = next else { break };
+        assert!(next - start < Duration::from_secs(3600), "seed {seed}: still running after an hour");
+        now = next;
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+        let (due, rest): (Vec<_>, Vec<_>) = net.wire.drain(..).partition(|w| w.0 <= now);
+        net.wire = rest;
+        for (_, to_b, t) in due {
+            if to_b { deliver(b, now, &t) } else { deliver(a, now, &t) }
+        }
+    }
+    let ib = ib.unwrap_or_else(|| panic!("seed {seed}: b never saw the REQ: {ea:?}"));
+    (ea, eb, ia, ib, now)
+}
+
+fn kinds(ev: &[CmEvent]) -> Vec<&'static str> {
+    ev.iter()
+        .map(|e| match e {
+            CmEvent::ReqReceived { .. } => "req",
+            CmEvent::RepReceived { .. } => "rep",
+            CmEvent::Established { .. } => "established",
+            CmEvent::Rejected { .. } => "rejected",
+            CmEvent::Unreachable { .. } => "unreachable",
+            CmEvent::DreqReceived { .. } => "dreq",
+            CmEvent::DrepReceived { .. } => "drep",
+            CmEvent::DisconnectTimedOut { .. } => "dreq-timeout",
+            CmEvent::TimewaitExit { .. } => "timewait-exit",
+            CmEvent::SidrReqReceived { .. } | CmEvent::SidrRepReceived { .. } => "sidr",
+        })
+        .collect()
+}
+
 #[test]
 fn four_hundred_lossy_runs_connect_and_disconnect_cleanly() {
     let (mut retransmitted, mut ignored, mut answered) = (0, 0, 0);
     for seed in 1..=400u64 {
-        let start = Instant::now();
         let (mut a, mut b) = agents(seed);
         let mut net =
             Lossy { rng: seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1, drop: 0.2, dup: 0.1, wire: Vec::new() };
-        let ia = a.connect(start, req());
-        let (mut ea, mut eb) = (Vec::new(), Vec::new());
-        let mut ib = None;
-        let mut now = start;
-        let mut disconnected = false;
-        loop {
-            for t in sends(&mut a) {
-                net.put(now, true, t);
-            }
-            for t in sends(&mut b) {
-                net.put(now, false, t);
-            }
-            // The consumers.
-            for e in events(&mut a) {
-                if let CmEvent::RepReceived { id, .. } = e {
-                    a.establish(now, id).unwrap();
-                }
-                ea.push(e);
-            }
-            for e in events(&mut b) {
-                match &e {
-                    CmEvent::ReqReceived { id, .. } => {
-                        assert!(ib.is_none(), "seed {seed}: a second connection on b");
-                        ib = Some(*id);
-                        b.accept(now, *id, rep()).unwrap();
-                    }
-                    CmEvent::DreqReceived { id } => b.disconnect(now, *id).unwrap(),
-                    _ => {}
-                }
-                eb.push(e);
-            }
-            if !disconnected && eb.contains(&CmEvent::Established { id: ib.unwrap_or(CommId(0)) }) {
-                // Both connected: a disconnects a moment later.
-                if a.state(ia) == Some(State::Established) {
-                    a.disconnect(now, ia).unwrap();
-                    disconnected = true;
-                    continue;
-                }
-            }
-            let next =
-                [a.poll_timeout(), b.poll_timeout(), net.wire.iter().map(|w| w.0).min()].into_iter().flatten().min();
-            let Some(next) = next else { break };
-            assert!(next - start < Duration::from_secs(3600), "seed {seed}: still running after an hour");
-            now = next;
-            a.handle_timeout(now);
-            b.handle_timeout(now);
-            let (due, rest): (Vec<_>, Vec<_>) = net.wire.drain(..).partition(|w| w.0 <= now);
-            net.wire = rest;
-            for (_, to_b, t) in due {
-                if to_b { deliver(&mut b, now, &t) } else { deliver(&mut a, now, &t) }
-            }
-        }
-        let ib = ib.unwrap_or_else(|| panic!("seed {seed}: b never saw the REQ: {ea:?}"));
-        let kinds = |ev: &[CmEvent]| -> Vec<&'static str> {
-            ev.iter()
-                .map(|e| match e {
-                    CmEvent::ReqReceived { .. } => "req",
-                    CmEvent::RepReceived { .. } => "rep",
-                    CmEvent::Established { .. } => "established",
-                    CmEvent::Rejected { .. } => "rejected",
-                    CmEvent::Unreachable { .. } => "unreachable",
-                    CmEvent::DreqReceived { .. } => "dreq",
-                    CmEvent::DrepReceived { .. } => "drep",
-                    CmEvent::DisconnectTimedOut { .. } => "dreq-timeout",
-                    CmEvent::TimewaitExit { .. } => "timewait-exit",
-                    CmEvent::SidrReqReceived { .. } | CmEvent::SidrRepReceived { .. } => "sidr",
-                })
-                .collect()
-        };
+        let (ea, eb, ia, ib, _) = connect_and_disconnect(&mut a, &mut b, &mut net, Instant::now(), seed);
         assert_eq!(kinds(&ea), ["rep", "drep", "timewait-exit"], "seed {seed}: a saw {ea:?}");
         assert_eq!(kinds(&eb), ["req", "established", "dreq", "timewait-exit"], "seed {seed}: b saw {eb:?}");
         assert!(ea.iter().all(|e| !matches!(e, CmEvent::RepReceived { id, .. } if *id != ia)));
@@ -455,6 +468,25 @@ fn four_hundred_lossy_runs_connect_and_disconnect_cleanly() {
         "{retransmitted} retransmissions, {ignored} ignored duplicates, {answered} runs with answers to duplicates"
     );
     assert!(retransmitted > 200 && ignored > 100 && answered > 50);
+}
+
+/// Churn: one pair of agents makes and tears down 1,000 connections one
+/// after another (every tenth MAD lost), and holds no connection state
+/// afterwards: each connection is gone once its timewait ends.
+#[test]
+fn a_thousand_connections_one_after_another_leave_no_state() {
+    let (mut a, mut b) = agents(7);
+    let mut net = Lossy { rng: 0x2545_f491_4f6c_dd1d, drop: 0.1, dup: 0.0, wire: Vec::new() };
+    let mut now = Instant::now();
+    for i in 0..1000u64 {
+        let (ea, eb, ia, ib, end) = connect_and_disconnect(&mut a, &mut b, &mut net, now, i);
+        assert_eq!(kinds(&ea), ["rep", "drep", "timewait-exit"], "connection {i}: a saw {ea:?}");
+        assert_eq!(kinds(&eb), ["req", "established", "dreq", "timewait-exit"], "connection {i}: b saw {eb:?}");
+        assert_eq!((a.state(ia), b.state(ib)), (None, None), "connection {i}");
+        assert_eq!((a.connections(), b.connections()), (0, 0), "connection {i} left state behind");
+        now = end;
+    }
+    assert!(a.stats().retransmitted > 0, "MADs were lost and sent again");
 }
 
 /// A peer that dies unheard is handled as if its `destroy` had sent what

@@ -665,8 +665,14 @@ ibv_export! { "RDMACM_1.0";
         // SAFETY: a channel from rdma_create_event_channel.
         let ch = unsafe { &*(channel as *const ChannelBlock) };
         let wait = if crate::context::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
+        // The block is not touched again once waiting: a program may
+        // destroy the channel while a thread of its own waits on it (rping
+        // does as it exits, its cm_thread never joined). The waiter's own
+        // handle keeps the queue alive, and it waits on, as a read of the
+        // kernel's closed rdma_cm fd does, instead of reading freed memory.
+        let chan = ch.ch.clone();
         let e = loop {
-            let Some(e) = ch.ch.get_event(wait) else {
+            let Some(e) = chan.get_event(wait) else {
                 set_errno(libc::EAGAIN);
                 return -1;
             };

@@ -127,6 +127,28 @@ impl Sources {
         }
     }
 
+    /// The address and port QP `qpn` sends from, when it has a socket of
+    /// its own here.
+    pub(crate) fn source_of(&self, dev: &Device, qpn: u32) -> Option<(IpAddr, u16)> {
+        let q = dev.qp(qpn)?;
+        let pair = (source_addr(dev, q, self.main.ip()), q.src_port);
+        (q.src_port != self.main.port() && self.tags.contains_key(&pair)).then_some(pair)
+    }
+
+    /// After a QP that sent from `pair` was destroyed: its socket closes
+    /// unless another QP sends from there too, as rxe's per-QP socket goes
+    /// with its QP (a server that outlives a thousand clients holds no
+    /// descriptor for any of them).
+    pub(crate) fn release(&mut self, dev: &Device, pair: (IpAddr, u16)) {
+        if dev.qps().any(|q| q.src_port == pair.1) {
+            return;
+        }
+        if let Some(t) = self.tags.remove(&pair) {
+            self.socks[usize::from(t) - 1] = None;
+            self.last = None;
+        }
+    }
+
     /// After QP `qpn` was made or moved: the address and port it sends
     /// from (its address vector's source GID for RC and UC, the device's
     /// address for UD, whose AHs name theirs per WR) get a socket, or the
@@ -140,11 +162,7 @@ impl Sources {
         let Some(q) = dev.qp(qpn).filter(|q| !matches!(q.state(), QpState::Reset | QpState::Init)) else {
             return false;
         };
-        let addr = match q.qp_type() {
-            roce_proto::verbs::QpType::Ud => None,
-            _ => dev.config().gids.get(usize::from(q.attr.ah_attr.sgid_index)).copied(),
-        }
-        .unwrap_or(self.main.ip());
+        let addr = source_addr(dev, q, self.main.ip());
         let port = q.src_port;
         if self.tags.len() >= MAX_SOURCES && !self.tags.contains_key(&(addr, port)) {
             // Close the sockets no QP sends from any more (destroyed QPs,
@@ -174,4 +192,14 @@ impl Sources {
     pub(crate) fn len(&self) -> usize {
         self.tags.len()
     }
+}
+
+/// The address QP `q` sends from: its address vector's source GID for RC
+/// and UC, `main` (the device's address) for UD, whose AHs name theirs per WR.
+fn source_addr(dev: &Device, q: &roce_proto::qp::Qp, main: IpAddr) -> IpAddr {
+    match q.qp_type() {
+        roce_proto::verbs::QpType::Ud => None,
+        _ => dev.config().gids.get(usize::from(q.attr.ah_attr.sgid_index)).copied(),
+    }
+    .unwrap_or(main)
 }

@@ -977,7 +977,13 @@ impl Drop for QpInner {
         let mut st = s.lock();
         // What a waiter's pass deferred (its last ACK) leaves first.
         let _ = s.flush(&mut st);
+        let source = st.sources.source_of(&st.dev, q);
         let _ = st.dev.destroy_qp(q);
+        if let Some(pair) = source {
+            let st = &mut *st;
+            st.sources.release(&st.dev, pair);
+            st.stats.src_port_sockets = st.sources.len() as u64;
+        }
         s.route_events(&mut st);
         drop(st);
         s.async_routes.release(crate::EventSource::Qp(q));

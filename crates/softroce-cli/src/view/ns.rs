@@ -139,10 +139,17 @@ fn mirror(real: &Path, root: &Path, skip: &[&str]) -> Result<(), ViewError> {
 
 /// Writes the generated files below `root`.
 fn write_files(root: &Path, files: &[File]) -> Result<(), ViewError> {
+    // Files come directory by directory (a GID table's 1,024 in one): each
+    // directory is made once, not once per file (a mkdir and a stat per
+    // level each time made `softroce run` spend 80 ms here).
+    let mut made: Option<PathBuf> = None;
     for f in files {
         let p = root.join(&f.path);
-        if let Some(dir) = p.parent() {
+        if let Some(dir) = p.parent()
+            && made.as_deref() != Some(dir)
+        {
             at(format!("mkdir {}", dir.display()), std::fs::create_dir_all(dir))?;
+            made = Some(dir.to_path_buf());
         }
         at(format!("writing {}", p.display()), std::fs::write(&p, &f.content))?;
     }
