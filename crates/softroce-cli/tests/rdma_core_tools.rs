@@ -1059,6 +1059,19 @@ fn program_pid(p: &Proc) -> u32 {
     }
 }
 
+/// Polls what `pid` holds until `done` holds of it (at most `secs`).
+fn wait_held(pid: u32, what: &str, secs: u64, done: impl Fn(Held) -> bool) -> Held {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let h = held(pid);
+        if done(h) {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "{what}: the server holds {h:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Clients of the churn test, and how many warm the server up.
 const CHURN_CLIENTS: usize = 1000;
 const CHURN_WARM_UP: usize = 300;
@@ -1082,28 +1095,10 @@ fn an_rping_server_serves_a_thousand_clients_one_after_another_without_growing()
         let server = Proc::start(&["rping", "-s", "-P", "-a", "127.0.0.1", "-p", &port]);
         let client = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-C", "1", "-S", "64"];
         let pid = program_pid(&server);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listening = loop {
-            let h = held(pid);
-            if h.cm_ids == 1 {
-                // Its listener, and the CM's QP 1.
-                break h;
-            }
-            assert!(Instant::now() < deadline, "the rping server never listened: {h:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        // Its listener, and the CM's QP 1.
+        let listening = wait_held(pid, "listening", 10, |h| h.cm_ids == 1);
         // Once a client is gone, the server's thread for it tears down.
-        let settled = |what: &str| {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                let h = held(pid);
-                if h.qps == listening.qps && h.cm_ids == 1 {
-                    return h;
-                }
-                assert!(Instant::now() < deadline, "{what}: the server still holds {h:?}");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        };
+        let settled = |what: &str| wait_held(pid, what, 10, |h| h.qps == listening.qps && h.cm_ids == 1);
         // The clients under plain `softroce run`, but without the sysfs
         // view (`SOFTROCE_SYSFS=0`: rping reads none, and making its 6,000
         // files is most of a client's 150 ms here).
@@ -1154,18 +1149,7 @@ fn an_rping_server_keeps_serving_others_when_a_client_is_killed_mid_transfer() {
         let port = cm_port(9).to_string();
         let server = Proc::start(&["rping", "-s", "-P", "-a", "127.0.0.1", "-p", &port]);
         let pid = program_pid(&server);
-        let wait_until = |what: &str, secs: u64, done: &dyn Fn(Held) -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            loop {
-                let h = held(pid);
-                if done(h) {
-                    return h;
-                }
-                assert!(Instant::now() < deadline, "{what}: the server holds {h:?}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        };
-        let listening = wait_until("listening", 10, &|h| h.cm_ids == 1);
+        let listening = wait_held(pid, "listening", 10, |h| h.cm_ids == 1);
         let base = listening.qps;
         let pings = "2000";
         let long = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-C", pings, "-v"];
@@ -1174,9 +1158,9 @@ fn an_rping_server_keeps_serving_others_when_a_client_is_killed_mid_transfer() {
         let mut after = Vec::new();
         for round in 1..=2 {
             let victim = Proc::start(&long);
-            wait_until("the victim connected", 20, &|h| h.qps == base + 1);
+            wait_held(pid, "the victim connected", 20, |h| h.qps == base + 1);
             let others: Vec<Proc> = (0..2).map(|_| Proc::start(&long)).collect();
-            wait_until("three clients connected", 20, &|h| h.qps == base + 3);
+            wait_held(pid, "three clients connected", 20, |h| h.qps == base + 3);
             std::thread::sleep(Duration::from_millis(200));
             let victim = victim.kill();
             let pinged = victim.stdout.lines().filter(|l| l.starts_with("ping data: ")).count();
@@ -1200,7 +1184,7 @@ fn an_rping_server_keeps_serving_others_when_a_client_is_killed_mid_transfer() {
                 Proc::start(&["rping", "-c", "-a", "127.0.0.1", "-p", &port, "-C", "10", "-v"]).finish(CHILD_TIMEOUT);
             let n = late.stdout.lines().filter(|l| l.starts_with("ping data: ")).count();
             assert!(late.ok() && n == 10, "round {round}: a client after the killed one: {n} pings\n{}", late.report());
-            after.push(wait_until("the dead client's connection released", 60, &|h| h.qps == base && h.cm_ids == 1));
+            after.push(wait_held(pid, "the dead client's connection released", 60, |h| h.qps == base && h.cm_ids == 1));
         }
         assert_eq!(after[1].fds, after[0].fds, "open files grew with the second dead client");
         let h = after[1];
