@@ -248,6 +248,15 @@ pub struct Device {
     timers: crate::timers::Timers,
     /// Bytes the QPs' reorder buffers hold ([`crate::reorder`]).
     reorder_budget: crate::reorder::Budget,
+    /// Handles of destroyed PDs, CQs and SRQs, oldest first: reused, so a
+    /// process that makes and destroys them for each connection (an rping
+    /// server) keeps its tables as long as its busiest moment needs. No
+    /// verb takes a destroyed one's handle while anything uses it (destroy
+    /// refuses then). AH handles are not reused: UD WRs still queued name
+    /// theirs and must fail, not reach another destination.
+    free_pds: VecDeque<u32>,
+    free_cqs: VecDeque<u32>,
+    free_srqs: VecDeque<u32>,
     next_qpn: u32,
     /// QPs that may have a packet to send, in turn: every call into a QP
     /// that can give it one (a post, a packet for it, its timer, a state
@@ -306,6 +315,9 @@ impl Device {
             mcast: McastTable::default(),
             timers: crate::timers::Timers::default(),
             reorder_budget: crate::reorder::Budget::default(),
+            free_pds: VecDeque::new(),
+            free_cqs: VecDeque::new(),
+            free_srqs: VecDeque::new(),
             next_qpn: FIRST_QPN,
             ready: VecDeque::new(),
             burst: None,
@@ -374,6 +386,10 @@ impl Device {
     pub fn alloc_pd(&mut self) -> Result<u32, VerbError> {
         if self.pds.iter().filter(|p| **p).count() as u32 >= self.cfg.limits.max_pd {
             return Err(VerbError::Exhausted("max_pd"));
+        }
+        if let Some(pd) = self.free_pds.pop_front() {
+            self.pds[pd as usize] = true;
+            return Ok(pd);
         }
         self.pds.push(true);
         Ok(self.pds.len() as u32 - 1)
@@ -476,6 +492,9 @@ impl Device {
         }
         let c = self.cqs.get_mut(cq as usize).and_then(Option::take).ok_or(VerbError::UnknownHandle(cq))?;
         self.timers.update(cq, TimerKind::CqModeration, c.moderation_deadline(), None);
+        // Its events not yet taken go with it: the handle is used again.
+        self.comp_events.retain(|&e| e != cq);
+        self.free_cqs.push_back(cq);
         Ok(())
     }
 
@@ -484,7 +503,9 @@ impl Device {
         if self.qps.values().any(|q| q.init.srq == Some(srq)) {
             return Err(VerbError::Busy);
         }
-        self.srqs.get_mut(srq as usize).and_then(Option::take).map(|_| ()).ok_or(VerbError::UnknownHandle(srq))
+        self.srqs.get_mut(srq as usize).and_then(Option::take).ok_or(VerbError::UnknownHandle(srq))?;
+        self.free_srqs.push_back(srq);
+        Ok(())
     }
 
     /// Destroys an address handle (UD WRs still queued with it fail with `LOC_QP_OP_ERR`).
@@ -500,6 +521,7 @@ impl Device {
             return Err(VerbError::Busy);
         }
         self.pds[pd as usize] = false;
+        self.free_pds.push_back(pd);
         Ok(())
     }
 
@@ -516,7 +538,12 @@ impl Device {
         if comp_vector >= NUM_COMP_VECTORS {
             return Err(VerbError::CompVector { vector: comp_vector, count: NUM_COMP_VECTORS });
         }
-        self.cqs.push(Some(Cq::new(size as usize)));
+        let cq = Some(Cq::new(size as usize));
+        if let Some(h) = self.free_cqs.pop_front() {
+            self.cqs[h as usize] = cq;
+            return Ok(h);
+        }
+        self.cqs.push(cq);
         Ok(self.cqs.len() as u32 - 1)
     }
 
@@ -579,7 +606,12 @@ impl Device {
         if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
             return Err(VerbError::Invalid("srq size"));
         }
-        self.srqs.push(Some(Srq::new(pd, max_wr, max_sge)));
+        let srq = Some(Srq::new(pd, max_wr, max_sge));
+        if let Some(h) = self.free_srqs.pop_front() {
+            self.srqs[h as usize] = srq;
+            return Ok(h);
+        }
+        self.srqs.push(srq);
         Ok(self.srqs.len() as u32 - 1)
     }
 

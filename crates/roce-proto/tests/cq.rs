@@ -30,6 +30,60 @@ fn create_cq_bounds_and_sizes_are_rxes() {
     }
 }
 
+/// A server that makes a PD, CQ and SRQ for each connection and destroys
+/// them after keeps its tables as long as its busiest moment needs: the
+/// handles of destroyed ones are used again, oldest first, and a CQ's
+/// completion event not yet taken goes with it rather than to the CQ that
+/// gets its handle next.
+#[test]
+fn handles_of_destroyed_pds_cqs_and_srqs_are_used_again() {
+    let mut p = Pair::new(Setup::default());
+    let d = &mut p.dev[A];
+    let (pd0, cq0) = (d.alloc_pd().unwrap(), d.create_cq(16).unwrap());
+    let srq0 = d.create_srq(pd0, 16, 1).unwrap();
+    d.destroy_srq(srq0).unwrap();
+    d.destroy_cq(cq0).unwrap();
+    d.dealloc_pd(pd0).unwrap();
+    for _ in 0..1000 {
+        let pd = d.alloc_pd().unwrap();
+        let cq = d.create_cq(16).unwrap();
+        let srq = d.create_srq(pd, 16, 1).unwrap();
+        assert_eq!((pd, cq, srq), (pd0, cq0, srq0), "the freed handles, not new ones");
+        d.destroy_srq(srq).unwrap();
+        d.destroy_cq(cq).unwrap();
+        d.dealloc_pd(pd).unwrap();
+    }
+    // Two freed CQs come back in the order they were freed.
+    let (x, y) = (d.create_cq(16).unwrap(), d.create_cq(16).unwrap());
+    d.destroy_cq(y).unwrap();
+    d.destroy_cq(x).unwrap();
+    assert_eq!((d.create_cq(16).unwrap(), d.create_cq(16).unwrap()), (y, x));
+}
+
+/// An armed CQ destroyed with its completion event untaken: the event does
+/// not surface for the CQ that takes its handle.
+#[test]
+fn a_destroyed_cqs_pending_event_is_not_the_next_ones() {
+    let mut p = Pair::new(Setup::default());
+    let cq = p.cq[B];
+    for wr_id in [1, 2] {
+        p.dev[B].req_notify_cq(cq, false).unwrap();
+        p.recv(B, wr_id, 0, 64);
+        send(&mut p, wr_id);
+        p.run(|_| true);
+        if wr_id == 1 {
+            assert_eq!(p.dev[B].poll_comp_event(), Some(cq), "a receive fires the armed CQ");
+        }
+    }
+    // The second event is left untaken. B's QP holds the CQ: destroy the QP first, as an application would.
+    let qpn = p.qpn[B];
+    p.dev[B].destroy_qp(qpn).unwrap();
+    p.dev[B].destroy_cq(cq).unwrap();
+    let again = p.dev[B].create_cq(16).unwrap();
+    assert_eq!(again, cq, "the handle is used again");
+    assert_eq!(p.dev[B].poll_comp_event(), None, "the old CQ's event went with it");
+}
+
 /// An unsignaled SEND from A into a receive `wr_id` on B (A's CQ, as
 /// small as B's, stays empty).
 fn send(p: &mut Pair, wr_id: u64) {

@@ -1083,8 +1083,10 @@ const CHURN_WARM_UP: usize = 300;
 /// succeeds, and once each has gone the server holds what it held after
 /// the first 300: the same open files, no QP but the CM's and one rdma_cm
 /// id (its listener), and at most 512 KiB more resident memory over 700
-/// connections (what one connection's QP and buffers take, 20 KiB and up,
-/// would show at once; measured: 50-100 bytes a connection, in steps).
+/// connections: the CM's table of connections in timewait may double
+/// once, but what one connection's QP and buffers take (20 KiB and up), or
+/// a table slot kept per connection (100 bytes, as CQ handles were before
+/// they were reused), would show.
 #[test]
 fn an_rping_server_serves_a_thousand_clients_one_after_another_without_growing() {
     if !have("rping_churn", &["rping"]) {
