@@ -321,14 +321,20 @@ ibv_export! { "IBVERBS_1.1";
             set_errno(libc::EINVAL);
             return -1;
         };
+        // The channel object is not touched again once waiting: a program
+        // may destroy the channel while a thread of its own waits on it (as
+        // rping's client may, its CQ thread never joined). This handle
+        // keeps the queue and its descriptor, and the waiter waits on, as a
+        // read of the kernel's closed channel fd does.
+        let (chan, fd) = (o.ch.clone(), o.c.fd);
         loop {
-            let Some(h) = o.ch.try_get_event() else {
-                if nonblocking(o.c.fd) {
+            let Some(h) = chan.try_get_event() else {
+                if nonblocking(fd) {
                     set_errno(libc::EAGAIN);
                     return -1;
                 }
-                o.ch.send_deferred();
-                if let Err(e) = context::wait_readable(o.c.fd) {
+                chan.send_deferred();
+                if let Err(e) = context::wait_readable(fd) {
                     set_errno(e);
                     return -1;
                 }
