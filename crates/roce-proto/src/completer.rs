@@ -435,16 +435,10 @@ impl Qp {
         // (A response that overtook a rewind leaves nothing to probe behind
         // the oldest unacknowledged PSN.)
         let mut psn = if self.comp.psn.before(self.req.psn) { self.req.psn.sub(1) } else { self.comp.psn };
-        let mut i = self.sq.consumer;
-        while i < self.sq.producer && self.sq.get(i).psns_assigned {
-            let w = self.sq.get(i);
-            if psn.in_window(w.first_psn, 1 << 23) && !psn.after(w.last_psn) {
-                if w.is_read_or_atomic() {
-                    psn = w.first_psn;
-                }
-                break;
-            }
-            i += 1;
+        if let Some(w) = self.wqe_at(psn).map(|i| self.sq.get(i))
+            && w.is_read_or_atomic()
+        {
+            psn = w.first_psn;
         }
         ctx.counters.tail_probes += 1;
         self.rewind_to(psn);
