@@ -273,6 +273,32 @@ impl<'a> Table<'a> {
         self.get(self.block(b) + 1)
     }
 
+    /// The free block to claim at `now_ms`, searching from the cursor: the
+    /// first out of `quarantine_ms` (never used, or freed that long ago).
+    /// When every free block is still in quarantine, the one freed longest
+    /// ago, with `true`: a host that starts thousands of processes a minute
+    /// reuses QPNs sooner rather than failing, as rxe's cyclic QP index
+    /// does (a stale packet meets a QP with a fresh random PSN). `None`:
+    /// every block is owned.
+    pub fn pick_block(&self, now_ms: u64, quarantine_ms: u64) -> Option<(u32, bool)> {
+        let span = LAST_BLOCK - FIRST_BLOCK + 1;
+        let start = self.next_block();
+        let mut oldest: Option<(u32, u64)> = None;
+        for b in (0..span).map(|k| FIRST_BLOCK + (start - FIRST_BLOCK + k) % span) {
+            if self.block_owner(b).is_some() {
+                continue;
+            }
+            let freed = self.freed_at(b);
+            if freed == 0 || now_ms.saturating_sub(freed) >= quarantine_ms {
+                return Some((b, false));
+            }
+            if oldest.is_none_or(|(_, f)| freed < f) {
+                oldest = Some((b, freed));
+            }
+        }
+        oldest.map(|(b, _)| (b, true))
+    }
+
     /// The block allocator's cursor.
     pub fn next_block(&self) -> u32 {
         (self.get(6) as u32).clamp(FIRST_BLOCK, LAST_BLOCK)
@@ -389,6 +415,29 @@ mod tests {
             assert!(t.add_service(k, 1, a), "entry {k}");
         }
         assert!(!t.add_service(u64::MAX, 1, a), "the table is full");
+    }
+
+    #[test]
+    fn a_block_out_of_quarantine_goes_first_then_the_one_freed_longest_ago() {
+        let w = words();
+        let t = Table::new(&w);
+        t.init([1; 16]);
+        let a = t.next_incarnation();
+        for b in FIRST_BLOCK..=LAST_BLOCK {
+            t.set_block_owner(b, 0, a);
+        }
+        assert_eq!(t.pick_block(100_000, 60_000), None, "every block owned");
+        // Three blocks freed at different times, the cursor past them all.
+        t.free_block(9, 50_000);
+        t.free_block(7, 30_000);
+        t.free_block(8, 45_000);
+        t.set_next_block(20);
+        assert_eq!(t.pick_block(80_000, 60_000), Some((7, true)), "all in quarantine: the oldest");
+        assert_eq!(t.pick_block(91_000, 60_000), Some((7, false)), "7 is out of quarantine");
+        assert_eq!(t.pick_block(200_000, 60_000), Some((7, false)), "the first from the cursor, wrapping");
+        t.set_block_owner(7, 0, a);
+        assert_eq!(t.pick_block(200_000, 60_000), Some((8, false)));
+        assert_eq!(t.pick_block(80_000, 60_000), Some((8, true)));
     }
 
     #[test]

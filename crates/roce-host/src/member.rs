@@ -95,8 +95,8 @@ pub enum HostError {
         /// The device's address.
         addr: SocketAddr,
     },
-    /// Every QPN block is owned or in quarantine.
-    #[error("no QP number left on {addr}: every block is in use or in quarantine")]
+    /// Every QPN block is owned.
+    #[error("no QP number left on {addr}: every block is in use")]
     NoQpn {
         /// The device's address.
         addr: SocketAddr,
@@ -448,15 +448,13 @@ impl Member {
     /// Claims the next free block out of quarantine (lock held).
     fn claim_block(&self, sock: &Socket) -> Result<(), HostError> {
         let t = self.table();
-        let now = now_ms();
-        let span = LAST_BLOCK - FIRST_BLOCK + 1;
-        let start = t.next_block();
-        let q = QUARANTINE.as_millis() as u64;
         // A dead member's blocks are free only once reaped (quarantine from then).
-        let found = (0..span)
-            .map(|k| FIRST_BLOCK + (start - FIRST_BLOCK + k) % span)
-            .find(|&b| t.block_owner(b).is_none() && (t.freed_at(b) == 0 || now.saturating_sub(t.freed_at(b)) >= q));
-        let Some(b) = found else { return Err(HostError::NoQpn { addr: self.addr }) };
+        let Some((b, cut)) = t.pick_block(now_ms(), QUARANTINE.as_millis() as u64) else {
+            return Err(HostError::NoQpn { addr: self.addr });
+        };
+        if cut {
+            self.stats.quarantine_cut.fetch_add(1, Ordering::Relaxed);
+        }
         t.set_block_owner(b, self.slot, self.incarnation);
         t.set_next_block(if b == LAST_BLOCK { FIRST_BLOCK } else { b + 1 });
         self.set_owned(b, true);

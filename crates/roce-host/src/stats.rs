@@ -47,4 +47,7 @@ host_stats! {
     probes,
     /// Dead members this member reaped.
     reaped,
+    /// QPN blocks claimed before their quarantine ended (every free one
+    /// was in it: thousands of processes a minute).
+    quarantine_cut,
 }

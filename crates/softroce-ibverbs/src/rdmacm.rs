@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use softroce::QpState;
@@ -48,6 +48,46 @@ struct IdBlock {
     made_cqs: bool,
     /// `rdma_resolve_addrinfo`'s answer, until `rdma_query_addrinfo`.
     addrinfo: Mutex<AddrinfoSlot>,
+    /// Events `rdma_get_cm_event` handed out for this id and not yet acked.
+    unacked: Arc<Unacked>,
+}
+
+/// An id's events handed out and not acknowledged: `rdma_destroy_id` waits
+/// for them, as librdmacm's does (the kernel tells it how many it reported),
+/// so that no thread handling one of its events reads a freed id.
+#[derive(Default)]
+struct Unacked {
+    n: Mutex<u64>,
+    acked: Condvar,
+}
+
+impl Unacked {
+    /// Counts one handed out; acking the event gives it back.
+    fn take(self: &Arc<Unacked>) -> Counted {
+        *self.n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Counted(self.clone())
+    }
+
+    /// Waits until every event handed out was acked.
+    fn wait(&self) {
+        let mut n = self.n.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            n = self.acked.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// One event of an id handed out: given back when the event is acked.
+struct Counted(Arc<Unacked>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut n = self.0.n.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.acked.notify_all();
+        }
+    }
 }
 
 /// What `rdma_resolve_addrinfo` leaves for `rdma_query_addrinfo` (librdmacm
@@ -84,6 +124,8 @@ impl Drop for AiList {
 struct EventBlock {
     c: RdmaCmEvent,
     private: [u8; 256],
+    /// The id (the listener, for a request) this event counts on.
+    _counted: Option<Counted>,
 }
 
 /// C handles of the live ids, by `CmId::key` (as addresses).
@@ -252,6 +294,7 @@ fn new_block(id: CmId, channel: *mut RdmaEventChannel, context: *mut c_void) -> 
         template: None,
         made_cqs: false,
         addrinfo: Mutex::new(AddrinfoSlot::default()),
+        unacked: Arc::default(),
     });
     fill(&mut b);
     let p = Box::into_raw(b);
@@ -406,6 +449,9 @@ ibv_export! { "RDMACM_1.0";
         if let Some(m) = ids().as_mut() {
             m.remove(&b.id.key());
         }
+        // No event of it is handed out from here on (the lookup and the
+        // count are made under the same lock): wait for those that were.
+        b.unacked.wait();
         b.id.stop_listening();
         ep::release(&mut b);
         drop(b);
@@ -671,29 +717,73 @@ ibv_export! { "RDMACM_1.0";
         // handle keeps the queue alive, and it waits on, as a read of the
         // kernel's closed rdma_cm fd does, instead of reading freed memory.
         let chan = ch.ch.clone();
-        let e = loop {
+        let (e, handles) = loop {
             let Some(e) = chan.get_event(wait) else {
                 set_errno(libc::EAGAIN);
                 return -1;
             };
             // An event of an id the consumer destroyed meanwhile (a REJECTED
-            // that raced the destroy) is dropped, as librdmacm's destroy
-            // drops the kernel's: its id pointer would be dangling.
-            if e.event == EventType::ConnectRequest || !handle_of(&e.id).is_null() {
-                break e;
+            // or TIMEWAIT_EXIT that raced the destroy) is dropped, as
+            // librdmacm's destroy drops the kernel's: its id pointer would
+            // be dangling. The handles are looked up, and the event counted
+            // on its id, under the lock `rdma_destroy_id` removes them
+            // under: a destroy waits for the ack of an event handed out.
+            if let Some(h) = counted_handles(&e) {
+                break (e, h);
             }
         };
-        let eb = event_block(e, channel);
+        let eb = event_block(e, channel, handles);
         // SAFETY: the caller passes somewhere to write the event.
         unsafe { *event = eb as *mut RdmaCmEvent };
         0
     }
 }
 
+/// The C handles of an event's id and listener, the event counted on the
+/// one it belongs to (the listener for a request). `None`: that id was
+/// destroyed.
+fn counted_handles(e: &Event) -> Option<Handles> {
+    let ids = ids();
+    let look = |id: &CmId| ids.as_ref().and_then(|m| m.get(&id.key()).copied()).map(|p| p as *mut RdmaCmId);
+    let listen = e.listen_id.as_ref().and_then(look);
+    let (id, owner) = match e.event {
+        EventType::ConnectRequest => (std::ptr::null_mut(), listen?),
+        _ => {
+            let h = look(&e.id)?;
+            (h, h)
+        }
+    };
+    // SAFETY: a handle in IDS is a live block, and it stays live while the
+    // lock is held (rdma_destroy_id removes it under the lock first).
+    let counted = unsafe { block(owner) }.map(|b| b.unacked.take());
+    Some(Handles { id, listen: listen.unwrap_or(std::ptr::null_mut()), counted })
+}
+
+/// An event's C handles (see [`counted_handles`]).
+pub(super) struct Handles {
+    /// The id's (NULL for a request: its new id is made with the event).
+    id: *mut RdmaCmId,
+    listen: *mut RdmaCmId,
+    counted: Option<Counted>,
+}
+
+impl Handles {
+    /// The handles of an event a synchronous id's own call waited for: the
+    /// caller's id, which it does not destroy while its call runs, so the
+    /// event is not counted.
+    pub(super) fn of(e: &Event) -> Handles {
+        Handles {
+            id: if e.event == EventType::ConnectRequest { std::ptr::null_mut() } else { handle_of(&e.id) },
+            listen: e.listen_id.as_ref().map_or(std::ptr::null_mut(), handle_of),
+            counted: None,
+        }
+    }
+}
+
 /// The C event for `e`: a new C id for a connection request, the
 /// parameters and private data copied into the block.
-fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
-    let listen = e.listen_id.as_ref().map_or(std::ptr::null_mut(), handle_of);
+fn event_block(e: Event, channel: *mut RdmaEventChannel, handles: Handles) -> *mut EventBlock {
+    let Handles { id: h, listen, counted } = handles;
     let id = match e.event {
         EventType::ConnectRequest => {
             // The new id inherits the listener's context pointer.
@@ -710,8 +800,8 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
             child as *mut RdmaCmId
         }
         _ => {
-            let h = handle_of(&e.id);
-            // SAFETY: a live handle of this id.
+            // SAFETY: a live handle of this id (its destroy waits for this
+            // event's ack, or the caller's own synchronous call runs).
             if let Some(b) = unsafe { block(h) } {
                 fill(b);
             }
@@ -721,6 +811,7 @@ fn event_block(e: Event, channel: *mut RdmaEventChannel) -> *mut EventBlock {
     let mut eb = Box::new(EventBlock {
         c: RdmaCmEvent { id, listen_id: listen, event: e.event as c_uint, status: e.status, param: [0; 7] },
         private: [0; 256],
+        _counted: counted,
     });
     let n = e.conn.private_data.len().min(255);
     eb.private[..n].copy_from_slice(&e.conn.private_data[..n]);

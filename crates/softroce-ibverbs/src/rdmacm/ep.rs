@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 
 use softroce::rdma_cm::{CmId, EventChannel, PortSpace};
 
-use super::{ChannelBlock, IdBlock, block, event_block, fail, new_block};
+use super::{ChannelBlock, Handles, IdBlock, block, event_block, fail, new_block};
 use crate::abi::*;
 use crate::export::{ibv_export, set_errno};
 use crate::rdmacm_abi::*;
@@ -59,7 +59,8 @@ pub(super) fn complete(b: &mut IdBlock) -> c_int {
         return -1;
     };
     ack_kept(b);
-    let eb = event_block(e, cp);
+    let h = Handles::of(&e);
+    let eb = event_block(e, cp, h);
     b.c.event = eb as *mut RdmaCmEvent;
     // SAFETY: the event just made.
     let (ev, status) = unsafe { ((*eb).c.event, (*eb).c.status) };
@@ -235,7 +236,8 @@ ibv_export! { "RDMACM_1.0";
             set_errno(libc::EIO);
             return -1;
         };
-        let eb = event_block(e, cp);
+        let h = Handles::of(&e);
+    let eb = event_block(e, cp, h);
         // SAFETY: the event just made.
         let (ev, status, child) = unsafe { ((*eb).c.event, (*eb).c.status, (*eb).c.id) };
         // librdmacm: a reject first, then a status, then anything but a request.

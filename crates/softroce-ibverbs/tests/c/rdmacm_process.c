@@ -76,6 +76,22 @@ static void *run_worker(void *arg)
 	return NULL;
 }
 
+/* rdma_destroy_id on another thread, and when it returned. */
+struct destroyer {
+	struct rdma_cm_id *id;
+	long long returned_ms;
+	int ret;
+};
+
+static void *run_destroy(void *arg)
+{
+	struct destroyer *x = arg;
+
+	x->ret = rdma_destroy_id(x->id);
+	x->returned_ms = now_ms();
+	return NULL;
+}
+
 /* The exec'd child: its own device use, left as it is at exit. */
 static int exec_child(void)
 {
@@ -218,6 +234,49 @@ int main(int argc, char **argv)
 		}
 	}
 	close(ep);
+	end();
+
+	/*
+	 * librdmacm's rdma_destroy_id waits until every event it handed out for
+	 * the id is acked (a thread handling one reads event->id), and no event
+	 * of an id destroyed is handed out after.
+	 */
+	begin("destroy_id_waits_for_the_ack_of_its_events");
+	{
+		struct sockaddr_in dst = { .sin_family = AF_INET };
+		struct rdma_cm_event *ev = NULL;
+		struct destroyer x = { 0 };
+		pthread_t th;
+		long long acked;
+
+		memcpy(&dst.sin_addr, &d.gid.raw[12], 4);
+		REQUIRE(rdma_create_id(cm, &x.id, &x, RDMA_PS_TCP) == 0, "rdma_create_id");
+		REQUIRE(rdma_resolve_addr(x.id, NULL, (struct sockaddr *)&dst, 2000) == 0, "rdma_resolve_addr");
+		REQUIRE(rdma_get_cm_event(cm, &ev) == 0, "rdma_get_cm_event: errno %d", errno);
+		EXPECT(ev->id == x.id && ev->id->context == &x && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+		       "event %d for id %p (want ADDR_RESOLVED for %p)", ev->event, (void *)ev->id, (void *)x.id);
+		/* A second event queued for the id, never handed out. */
+		REQUIRE(rdma_resolve_route(x.id, 2000) == 0, "rdma_resolve_route: errno %d", errno);
+		REQUIRE(pthread_create(&th, NULL, run_destroy, &x) == 0, "pthread_create");
+		usleep(300 * 1000);
+		EXPECT(x.returned_ms == 0, "rdma_destroy_id returned with its event unacked");
+		/* The id is still whole while the event is held. */
+		EXPECT(ev->id->context == &x, "the id changed under its unacked event");
+		acked = now_ms();
+		rdma_ack_cm_event(ev);
+		pthread_join(th, NULL);
+		EXPECT(x.ret == 0 && x.returned_ms >= acked, "rdma_destroy_id: %d, returned %lld ms after the ack",
+		       x.ret, x.returned_ms - acked);
+		{
+			int fl = fcntl(cm->fd, F_GETFL);
+
+			fcntl(cm->fd, F_SETFL, fl | O_NONBLOCK);
+			n = rdma_get_cm_event(cm, &ev);
+			EXPECT(n == -1 && errno == EAGAIN, "an event of the destroyed id was handed out (%d, errno %d)", n,
+			       errno);
+			fcntl(cm->fd, F_SETFL, fl);
+		}
+	}
 	end();
 
 	begin("dup_channel_fd");
