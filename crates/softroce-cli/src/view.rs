@@ -23,7 +23,7 @@ use softroce::config::DeviceInfo;
 
 /// `SOFTROCE_SYSFS=0` turns the view off.
 pub fn wanted() -> bool {
-    std::env::var("SOFTROCE_SYSFS").map_or(true, |v| v != "0")
+    !softroce::env::off(softroce::env::SYSFS)
 }
 
 /// Which view the program got. The two parts are made independently: a

@@ -176,7 +176,7 @@ ibv_export! { "IBVERBS_1.1";
 /// softroce. Off by default: tools may read a ConnectX part as an mlx5 device.
 fn vendor_part_id() -> Option<u32> {
     static ID: OnceLock<Option<u32>> = OnceLock::new();
-    *ID.get_or_init(|| std::env::var("SOFTROCE_VENDOR_PART_ID").ok()?.trim().parse().ok())
+    *ID.get_or_init(|| softroce::env::string(softroce::env::VENDOR_PART_ID)?.trim().parse().ok())
 }
 
 /// Fills rdma-core's `ibv_device_attr` from softroce's (rxe's) values.

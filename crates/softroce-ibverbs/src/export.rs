@@ -133,7 +133,7 @@ pub fn set_errno(e: i32) {
 /// verb (the errno alone rarely says why).
 pub fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("SOFTROCE_IBV_TRACE").is_some_and(|v| !v.is_empty() && v != "0"))
+    *ON.get_or_init(|| softroce::env::on(softroce::env::IBV_TRACE))
 }
 
 /// Reports why `verb` failed when tracing is on.

@@ -7,11 +7,14 @@
 //! struct layouts, the verbs that header-inline functions reach through
 //! pointers) are in `docs/ibverbs.md`.
 //!
-//! Layout: [`abi`] mirrors rdma-core's structs; [`export`] turns Rust
+//! Layout: [`abi`] mirrors rdma-core's structs; `export` turns Rust
 //! functions into versioned C symbols; one module per object family holds
-//! the verbs (`device`, `context`, `pd`, `cq`, `qp`, `srq`, `ah`, `mw`),
-//! `qp_ex` and `cq_ex` the extended APIs, and `stubs` every other symbol
-//! rdma-core's binaries and helper libraries import.
+//! the verbs (`device`, `context`, `pd`, `cq` with the extended CQ, `qp`
+//! with the `ibv_wr_*` builder, `srq`, `ah`, `mw`), rdma-core 65's
+//! additions have theirs (`buf`, `comp_cntr`), `lid` answers LID-only
+//! addressing, `provider` the private provider interface, `rdmacm` and
+//! [`rdmacm_abi`] librdmacm, `rsocket` rsockets, and `stubs` every other
+//! symbol rdma-core's binaries and helper libraries import.
 
 // This crate is the C ABI: its entry points take raw pointers from C by
 // definition. Each dereference carries a SAFETY comment.

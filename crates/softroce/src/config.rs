@@ -307,7 +307,7 @@ pub fn parse_config_file(origin: &str, text: &str) -> Result<Vec<(String, IpAddr
 }
 
 fn config_file() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SOFTROCE_CONFIG") {
+    if let Some(p) = crate::env::os(crate::env::CONFIG) {
         return Some(PathBuf::from(p));
     }
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
@@ -322,8 +322,8 @@ fn config_file() -> Option<PathBuf> {
 /// of sources).
 pub fn devices() -> Result<Vec<DeviceInfo>, ConfigError> {
     let ifaddrs = interface_addrs()?;
-    if let Ok(list) = std::env::var("SOFTROCE_DEVICES") {
-        let named = parse_device_list("SOFTROCE_DEVICES", &list)?;
+    if let Some(list) = crate::env::string(crate::env::DEVICES) {
+        let named = parse_device_list(crate::env::DEVICES, &list)?;
         return Ok(named.into_iter().map(|(n, a)| device_for(n, a, &ifaddrs)).collect());
     }
     let mut out = if let Some(path) = config_file() {
@@ -370,8 +370,8 @@ pub struct Added {
 /// The file of added devices: `SOFTROCE_ADDED`, else
 /// `$XDG_CONFIG_HOME/softroce/added`, else `~/.config/softroce/added`.
 pub fn added_file() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SOFTROCE_ADDED").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+    if let Some(p) = crate::env::path(crate::env::ADDED) {
+        return Some(p);
     }
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|x| !x.is_empty())
@@ -687,7 +687,7 @@ mod tests {
     fn this_host_has_a_loopback_device() {
         // Zero configuration: loopback always has 127.0.0.1 (unless the
         // environment names devices).
-        if std::env::var_os("SOFTROCE_DEVICES").is_some() || config_file().is_some() {
+        if crate::env::os(crate::env::DEVICES).is_some() || config_file().is_some() {
             return;
         }
         let d = devices().unwrap();

@@ -15,6 +15,7 @@ use roce_wire::IcrcPolicy;
 
 use crate::config::{self, DeviceInfo};
 use crate::driver::{DriverStats, Progress, Shared, State};
+use crate::env;
 use crate::error::Error;
 use crate::faults::{FaultSpec, FaultStats, Faults};
 use crate::port::Port;
@@ -52,7 +53,7 @@ pub struct Options {
 
 /// A duration in microseconds from `var` (at most a second), if set.
 fn env_micros(var: &'static str) -> Result<Option<Duration>, Error> {
-    let Ok(v) = std::env::var(var) else { return Ok(None) };
+    let Some(v) = env::string(var) else { return Ok(None) };
     let us: u64 = v.parse().map_err(|_| Error::Env { var, msg: format!("{v:?} is not a number of microseconds") })?;
     Ok(Some(Duration::from_micros(us.min(1_000_000))))
 }
@@ -64,34 +65,33 @@ fn env_micros(var: &'static str) -> Result<Option<Duration>, Error> {
 pub const DEFAULT_DRIVER_SPIN: Duration = Duration::from_micros(50);
 
 impl Options {
-    /// Options from `SOFTROCE_PROGRESS`, `SOFTROCE_PCAP` and `SOFTROCE_FAULTS`.
+    /// Options from `SOFTROCE_PROGRESS`, `SOFTROCE_SPIN_US`,
+    /// `SOFTROCE_DRIVER_SPIN_US`, `SOFTROCE_SRC_PORT`, `SOFTROCE_PCAP` and
+    /// `SOFTROCE_FAULTS` (see [`crate::env`]).
     pub fn from_env() -> Result<Options, Error> {
         let mut o = Options::default();
-        if let Ok(p) = std::env::var("SOFTROCE_PROGRESS") {
+        if let Some(p) = env::string(env::PROGRESS) {
             o.progress = match p.as_str() {
                 "thread" | "" => Progress::Thread,
                 "inline" => Progress::Inline,
                 other => {
-                    return Err(Error::Env {
-                        var: "SOFTROCE_PROGRESS",
-                        msg: format!("{other:?} is not thread or inline"),
-                    });
+                    return Err(Error::Env { var: env::PROGRESS, msg: format!("{other:?} is not thread or inline") });
                 }
             };
         }
-        o.spin = env_micros("SOFTROCE_SPIN_US")?.unwrap_or(o.spin);
-        o.driver_spin = env_micros("SOFTROCE_DRIVER_SPIN_US")?.unwrap_or(DEFAULT_DRIVER_SPIN);
-        if let Ok(v) = std::env::var("SOFTROCE_SRC_PORT") {
+        o.spin = env_micros(env::SPIN_US)?.unwrap_or(o.spin);
+        o.driver_spin = env_micros(env::DRIVER_SPIN_US)?.unwrap_or(DEFAULT_DRIVER_SPIN);
+        if let Some(v) = env::string(env::SRC_PORT) {
             o.src_ports = match v.as_str() {
                 "qp" | "" => SrcPorts::PerQp,
                 "device" => SrcPorts::Device,
                 other => {
-                    return Err(Error::Env { var: "SOFTROCE_SRC_PORT", msg: format!("{other:?} is not qp or device") });
+                    return Err(Error::Env { var: env::SRC_PORT, msg: format!("{other:?} is not qp or device") });
                 }
             };
         }
-        o.pcap = std::env::var_os("SOFTROCE_PCAP").filter(|p| !p.is_empty()).map(PathBuf::from);
-        if let Ok(f) = std::env::var("SOFTROCE_FAULTS") {
+        o.pcap = env::path(env::PCAP);
+        if let Some(f) = env::string(env::FAULTS) {
             o.faults = Some(f.parse()?);
         }
         Ok(o)
@@ -111,7 +111,7 @@ pub(crate) struct Owner {
 
 /// Whether `SOFTROCE_STATS` asks for counters.
 fn stats_wanted() -> bool {
-    std::env::var_os("SOFTROCE_STATS").is_some_and(|v| !v.is_empty() && v != "0")
+    env::on(env::STATS)
 }
 
 /// The contexts still open, for their `SOFTROCE_STATS` lines at `exit()`:

@@ -39,11 +39,11 @@
 //! # Ok::<(), softroce::Error>(())
 //! ```
 //!
-//! Environment: `SOFTROCE_DEVICES` / config files name devices
-//! ([`config`]); `SOFTROCE_PROGRESS=inline` drives progress from the
-//! application's calls instead of a thread; `SOFTROCE_PCAP=FILE` records
-//! every packet ([`tap`]); `SOFTROCE_FAULTS=drop=0.01,...` injects faults
-//! ([`faults`]).
+//! Environment: every variable is in [`env`]. `SOFTROCE_DEVICES` / config
+//! files name devices ([`config`]); `SOFTROCE_PROGRESS=inline` drives
+//! progress from the application's calls instead of a thread;
+//! `SOFTROCE_PCAP=FILE` records every packet ([`tap`]);
+//! `SOFTROCE_FAULTS=drop=0.01,...` injects faults ([`faults`]).
 
 #![deny(unsafe_code)]
 
@@ -56,6 +56,7 @@ pub mod cm;
 pub mod config;
 mod context;
 mod driver;
+pub mod env;
 mod error;
 pub mod faults;
 mod fork;

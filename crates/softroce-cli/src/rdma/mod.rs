@@ -262,7 +262,7 @@ pub mod real {
     /// shim `softroce run` puts first is a link to it), else the usual
     /// places; only when NETLINK_RDMA answers (the kernel has RDMA).
     pub fn rdma() -> Option<PathBuf> {
-        if std::env::var_os("SOFTROCE_RDMA_REAL").is_some_and(|v| v == "0") {
+        if softroce::env::off(softroce::env::RDMA_REAL) {
             return None;
         }
         let me = std::env::current_exe().ok().and_then(|p| std::fs::canonicalize(p).ok());
