@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 
 use roce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtRepr, FethRepr, IethRepr, ImmDtRepr, Opcode, PacketRepr, RethRepr,
-    packet::pad_for,
+    AtomicEthRepr, BthRepr, DethRepr, ExtRepr, FethRepr, IethRepr, ImmDtRepr, Opcode, Operation, PacketRepr, Position,
+    Psn, RethRepr, packet::pad_for,
 };
 
 use crate::ctx::Ctx;
@@ -41,37 +41,69 @@ pub struct Outgoing {
     pub sgid_index: u8,
 }
 
-/// The opcode for the packet of `w` starting at byte `offset`, with
-/// `fits` saying whether the rest fits in one packet.
-fn opcode(ty: QpType, w: &SendWqe, offset: u64, fits: bool) -> Opcode {
-    let first = offset == 0;
-    let base: u8 = match ty {
-        QpType::Rc => 0x00,
-        QpType::Uc => 0x20,
-        QpType::Ud => 0x60,
+/// Where a packet starting at byte `offset` of its message sits in it,
+/// with `fits` saying whether the rest fits in the packet.
+fn position(offset: u64, fits: bool) -> Position {
+    match (offset == 0, fits) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, false) => Position::Middle,
+        (false, true) => Position::Last,
+    }
+}
+
+/// The opcode of a request packet of an `op` WR on a `ty` QP at `pos` in
+/// its message (IBTA 9.2, table 38). READ, atomic, FLUSH and ATOMIC WRITE
+/// requests are single RC packets, as are the ending packets of a SEND with
+/// invalidate; SENDs and WRITEs take their transport's opcode. `None` where
+/// the transport has no such opcode: UD sends only single-packet SENDs
+/// (`post_send` refuses anything else).
+fn opcode(ty: QpType, op: WrOpcode, pos: Position) -> Option<Opcode> {
+    let (op, imm) = match op {
+        WrOpcode::RdmaRead => return Some(Opcode::RC_RDMA_READ_REQUEST),
+        WrOpcode::AtomicCmpAndSwp => return Some(Opcode::RC_COMPARE_SWAP),
+        WrOpcode::AtomicFetchAndAdd => return Some(Opcode::RC_FETCH_ADD),
+        WrOpcode::Flush => return Some(Opcode::RC_FLUSH),
+        WrOpcode::AtomicWrite => return Some(Opcode::RC_ATOMIC_WRITE),
+        WrOpcode::SendWithInv if pos == Position::Only => return Some(Opcode::RC_SEND_ONLY_WITH_INVALIDATE),
+        WrOpcode::SendWithInv if pos == Position::Last => return Some(Opcode::RC_SEND_LAST_WITH_INVALIDATE),
+        WrOpcode::Send | WrOpcode::SendWithInv => (Operation::Send, false),
+        WrOpcode::SendWithImm => (Operation::Send, true),
+        WrOpcode::RdmaWriteWithImm => (Operation::RdmaWrite, true),
+        WrOpcode::RdmaWrite | WrOpcode::LocalInv | WrOpcode::BindMw => (Operation::RdmaWrite, false),
     };
-    let op = match (w.opcode, first, fits) {
-        (WrOpcode::RdmaRead, ..) => return Opcode::RC_RDMA_READ_REQUEST,
-        (WrOpcode::AtomicCmpAndSwp, ..) => return Opcode::RC_COMPARE_SWAP,
-        (WrOpcode::AtomicFetchAndAdd, ..) => return Opcode::RC_FETCH_ADD,
-        (WrOpcode::Flush, ..) => return Opcode::RC_FLUSH,
-        (WrOpcode::AtomicWrite, ..) => return Opcode::RC_ATOMIC_WRITE,
-        (WrOpcode::SendWithInv, true, true) => return Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        (WrOpcode::SendWithInv, false, true) => return Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
-        (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, false, false) => 0x01,
-        (WrOpcode::Send, false, true) => 0x02,
-        (WrOpcode::SendWithImm, false, true) => 0x03,
-        (WrOpcode::Send, true, true) => 0x04,
-        (WrOpcode::SendWithImm, true, true) => 0x05,
-        (_, true, false) => 0x06,
-        (_, false, false) => 0x07,
-        (WrOpcode::RdmaWriteWithImm, false, true) => 0x09,
-        (WrOpcode::RdmaWriteWithImm, true, true) => 0x0b,
-        (_, false, true) => 0x08,
-        (_, true, true) => 0x0a,
-    };
-    Opcode(base | op)
+    use Operation::Send;
+    use Position::{First, Last, Middle, Only};
+    // The rows with `_` for the operation are RDMA WRITE's, the only other.
+    Some(match (ty, op, pos, imm) {
+        (QpType::Rc, Send, First, _) => Opcode::RC_SEND_FIRST,
+        (QpType::Rc, Send, Middle, _) => Opcode::RC_SEND_MIDDLE,
+        (QpType::Rc, Send, Last, false) => Opcode::RC_SEND_LAST,
+        (QpType::Rc, Send, Last, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (QpType::Rc, Send, Only, false) => Opcode::RC_SEND_ONLY,
+        (QpType::Rc, Send, Only, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (QpType::Rc, _, First, _) => Opcode::RC_RDMA_WRITE_FIRST,
+        (QpType::Rc, _, Middle, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (QpType::Rc, _, Last, false) => Opcode::RC_RDMA_WRITE_LAST,
+        (QpType::Rc, _, Last, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (QpType::Rc, _, Only, false) => Opcode::RC_RDMA_WRITE_ONLY,
+        (QpType::Rc, _, Only, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (QpType::Uc, Send, First, _) => Opcode::UC_SEND_FIRST,
+        (QpType::Uc, Send, Middle, _) => Opcode::UC_SEND_MIDDLE,
+        (QpType::Uc, Send, Last, false) => Opcode::UC_SEND_LAST,
+        (QpType::Uc, Send, Last, true) => Opcode::UC_SEND_LAST_WITH_IMMEDIATE,
+        (QpType::Uc, Send, Only, false) => Opcode::UC_SEND_ONLY,
+        (QpType::Uc, Send, Only, true) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
+        (QpType::Uc, _, First, _) => Opcode::UC_RDMA_WRITE_FIRST,
+        (QpType::Uc, _, Middle, _) => Opcode::UC_RDMA_WRITE_MIDDLE,
+        (QpType::Uc, _, Last, false) => Opcode::UC_RDMA_WRITE_LAST,
+        (QpType::Uc, _, Last, true) => Opcode::UC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (QpType::Uc, _, Only, false) => Opcode::UC_RDMA_WRITE_ONLY,
+        (QpType::Uc, _, Only, true) => Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (QpType::Ud, Send, Only, false) => Opcode::UD_SEND_ONLY,
+        (QpType::Ud, Send, Only, true) => Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
+        (QpType::Ud, ..) => return None,
+    })
 }
 
 /// Whether 24-bit sequence number `a` (an SSN or MSN) is after `b`.
@@ -152,111 +184,150 @@ impl Qp {
         }
     }
 
+    /// Writes the next packet of the WQE at `next`, in rxe's steps: the gate
+    /// says whether it may go, a message that starts fixes its PSN range, the
+    /// packet is built and its payload placed ([`emit_request`]), and the
+    /// requester advances past it.
     fn request_packet(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+        let Go { idx, starting } = self.gate(ctx).ok()?;
+        let psn = self.req.psn;
+        if starting {
+            self.begin_message(idx, psn);
+        }
+        let seg = self.segment(idx, psn);
+        let ack_req = self.ack_request(psn, seg);
+        let view = ReqView { qpn: self.qpn, ty: self.qp_type(), pd: self.init.pd, mtu: self.mtu(), attr: &self.attr };
+        let w = self.sq.get(idx);
+        let out = match emit_request(ctx, &view, w, psn, w.offset, seg.last, ack_req, buf) {
+            Emit::Sent(out) => out,
+            Emit::NoRoom => return None,
+            Emit::Failed(status) => return self.fail_wqe(ctx, idx, status),
+        };
+        self.advance(ctx, idx, psn, seg, ack_req);
+        Some(out)
+    }
+
+    /// The gate (rxe `rxe_requester`'s checks before it builds a packet):
+    /// the WQE at `next` may send its next packet, or the reason it cannot.
+    /// A message that starts passes the fence, `max_rd_atomic` and credit
+    /// checks; one under way only the state, RNR and window checks.
+    pub(crate) fn gate(&mut self, ctx: &mut Ctx<'_>) -> Result<Go, Blocked> {
         let idx = self.sq.next;
         if idx >= self.sq.producer {
-            return None;
+            return Err(Blocked::Empty);
         }
-        let (state, ty, mtu) = (self.state(), self.qp_type(), self.mtu());
-        // The WQE is looked up once per packet: the fields of the QP it
-        // needs besides are borrowed beside it.
-        let w = self.sq.get_mut(idx);
+        let (state, ty) = (self.state(), self.qp_type());
+        let w = self.sq.get(idx);
         // SQD finishes (and retransmits) what was started but starts nothing new.
-        if !(state == QpState::Rts || (state == QpState::Sqd && w.psns_assigned)) {
-            return None;
+        match state {
+            QpState::Rts => {}
+            QpState::Sqd if w.psns_assigned => {}
+            QpState::Sqd => return Err(Blocked::Draining),
+            _ => return Err(Blocked::State),
         }
+        let starting = w.offset == 0 && w.state == WqeState::Posted;
+        let (fence, takes_rd_atomic, recv_ssn) =
+            (w.flags.contains(SendFlags::FENCE), w.takes_rd_atomic(), w.consumes_recv().then_some(w.ssn));
         if let Some(t) = self.req.rnr_until {
             if ctx.now < t {
-                return None;
+                return Err(Blocked::RnrWait);
             }
-            // `set_rnr_until`, spelled out: `w` borrows the send queue.
-            ctx.timers.update(self.qpn, crate::timers::TimerKind::Rnr, Some(t), None);
-            self.req.rnr_until = None;
+            self.set_rnr_until(ctx, None);
         }
         // The congestion window, at most rxe's MAX_UNACKED_PSNS ([`crate::cc`]).
         if ty == QpType::Rc && self.comp.psn.distance_to(self.req.psn) >= self.comp.cc.window() as i32 {
-            return None;
+            return Err(Blocked::Window);
         }
-        let starting = w.offset == 0 && w.state == WqeState::Posted;
-        let psn = self.req.psn;
-        // READ and atomics carry no payload; FLUSH has none either (its
-        // length is the RETH's), ATOMIC WRITE its 8 bytes.
-        let is_rd_atomic = w.is_read_or_atomic();
-        let takes_rd_atomic = w.takes_rd_atomic();
         if starting {
             // A FENCE waits for every earlier READ, atomic, FLUSH and ATOMIC
             // WRITE to complete.
-            if w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic > 0 {
-                return None;
+            if fence && self.req.rd_atomic > 0 {
+                return Err(Blocked::Fence);
             }
             if takes_rd_atomic && self.req.rd_atomic >= u32::from(self.attr.max_rd_atomic) {
-                return None;
+                return Err(Blocked::RdAtomic);
             }
-            // End-to-end credits (IBTA 9.7.7.2): a message that takes a
-            // receive WQE goes if its SSN is within the limit, or alone, as
-            // the probe that learns of new credits when nothing is in flight
-            // (no ACK is coming that could raise the limit, so whatever MSN
-            // the responder reports, the QP cannot stall). rdmavt probes one
-            // past the limit even with requests in flight; that probe meets
-            // an empty receive queue whenever the receiver is slower than
-            // the wire, which fails a QP with rnr_retry 0 (fio).
-            let limited = match self.req.credits {
-                Credits::Unknown => Some(true),
-                Credits::Limit(lsn) => Some(msn_after(w.ssn, lsn)),
-                Credits::Unlimited => None,
-            };
-            if ty == QpType::Rc && w.consumes_recv() && limited == Some(true) {
-                // Alone, it goes at once when an RNR NAK would only delay
-                // it (`rnr_retry` > 0: IBTA's limited send), before any
-                // ACK, and to a responder known not to announce credits.
-                // With `rnr_retry` 0 an RNR NAK fails the QP: it waits
-                // first for the responder's credit update (softroce
-                // announces a receive WQE posted after it ran out), then
-                // goes anyway.
-                let lone = self.comp.psn == psn;
-                let waited = match self.req.probe_at {
-                    Some(t) => ctx.now >= t,
-                    None => self.req.credit_updates == Some(false),
-                };
-                let at_once = self.req.credits == Credits::Unknown || self.attr.rnr_retry > 0;
-                let probe = lone && (at_once || waited);
-                if !probe {
-                    if lone && self.req.probe_at.is_none() {
-                        let t = ctx.now + CREDIT_UPDATE_WAIT;
-                        // `set_rnr_until`, spelled out: `w` borrows the send queue.
-                        ctx.timers.update(self.qpn, crate::timers::TimerKind::Rnr, self.req.rnr_until, Some(t));
-                        self.req.rnr_until = Some(t);
-                        self.req.probe_at = Some(t);
-                    }
-                    if !self.req.credit_wait {
-                        self.req.credit_wait = true;
-                        ctx.counters.credit_waits += 1;
-                    }
-                    return None;
-                }
-                self.req.blind_probe = self.req.probe_at.take().is_some();
+            if ty == QpType::Rc
+                && let Some(ssn) = recv_ssn
+            {
+                self.credit_gate(ctx, ssn)?;
             }
             self.req.credit_wait = false;
         }
-        let pd = self.init.pd;
-        if starting {
-            // The message's PSN range is fixed when it starts: ACKs are
-            // judged against its end, whatever a retransmission resent.
-            let npkts = if w.is_atomic() { 1 } else { w.length.div_ceil(mtu).max(1) };
-            debug_assert!(
-                !w.psns_assigned || w.first_psn == psn,
-                "QP {:#x}: WQE {idx} restarts at {psn:?}, first sent at {:?}",
-                self.qpn,
-                w.first_psn
-            );
-            w.first_psn = psn;
-            w.last_psn = psn.add(npkts as u32 - 1);
-            w.psns_assigned = true;
-            w.state = WqeState::Sending;
-            if msn_after(w.ssn, self.req.sent_ssn) {
-                self.req.sent_ssn = w.ssn;
-            }
+        Ok(Go { idx, starting })
+    }
+
+    /// End-to-end credits (IBTA 9.7.7.2): a message that takes a receive
+    /// WQE, SSN `ssn`, goes if its SSN is within the limit, or alone, as the
+    /// probe that learns of new credits when nothing is in flight (no ACK is
+    /// coming that could raise the limit, so whatever MSN the responder
+    /// reports, the QP cannot stall). rdmavt probes one past the limit even
+    /// with requests in flight; that probe meets an empty receive queue
+    /// whenever the receiver is slower than the wire, which fails a QP with
+    /// rnr_retry 0 (fio).
+    fn credit_gate(&mut self, ctx: &mut Ctx<'_>, ssn: u32) -> Result<(), Blocked> {
+        let limited = match self.req.credits {
+            Credits::Unknown => true,
+            Credits::Limit(lsn) => msn_after(ssn, lsn),
+            Credits::Unlimited => false,
+        };
+        if !limited {
+            return Ok(());
         }
+        // Alone, it goes at once when an RNR NAK would only delay it
+        // (`rnr_retry` > 0: IBTA's limited send), before any ACK, and to a
+        // responder known not to announce credits. With `rnr_retry` 0 an RNR
+        // NAK fails the QP: it waits first for the responder's credit update
+        // (softroce announces a receive WQE posted after it ran out), then
+        // goes anyway.
+        let lone = self.comp.psn == self.req.psn;
+        let waited = match self.req.probe_at {
+            Some(t) => ctx.now >= t,
+            None => self.req.credit_updates == Some(false),
+        };
+        let at_once = self.req.credits == Credits::Unknown || self.attr.rnr_retry > 0;
+        if lone && (at_once || waited) {
+            self.req.blind_probe = self.req.probe_at.take().is_some();
+            return Ok(());
+        }
+        if lone && self.req.probe_at.is_none() {
+            let t = ctx.now + CREDIT_UPDATE_WAIT;
+            self.set_rnr_until(ctx, Some(t));
+            self.req.probe_at = Some(t);
+        }
+        if !self.req.credit_wait {
+            self.req.credit_wait = true;
+            ctx.counters.credit_waits += 1;
+        }
+        Err(Blocked::Credits)
+    }
+
+    /// Fixes the PSN range of the message of WQE `idx`, starting at `psn`,
+    /// when it starts: ACKs are judged against its end, whatever a
+    /// retransmission resent.
+    fn begin_message(&mut self, idx: u64, psn: Psn) {
+        let (qpn, mtu) = (self.qpn, self.mtu());
+        let w = self.sq.get_mut(idx);
+        let npkts = if w.is_atomic() { 1 } else { w.length.div_ceil(mtu).max(1) };
+        debug_assert!(
+            !w.psns_assigned || w.first_psn == psn,
+            "QP {qpn:#x}: WQE {idx} restarts at {psn:?}, first sent at {:?}",
+            w.first_psn
+        );
+        w.first_psn = psn;
+        w.last_psn = psn.add(npkts as u32 - 1);
+        w.psns_assigned = true;
+        w.state = WqeState::Sending;
+        if msn_after(w.ssn, self.req.sent_ssn) {
+            self.req.sent_ssn = w.ssn;
+        }
+    }
+
+    /// The segment of WQE `idx`'s message the packet at `psn` carries: from
+    /// its offset, at most an MTU.
+    fn segment(&self, idx: u64, psn: Psn) -> Segment {
+        let mtu = self.mtu();
+        let w = self.sq.get(idx);
         debug_assert!(
             u64::from(w.first_psn.distance_to(psn) as u32) * mtu == w.offset,
             "QP {:#x}: PSN {psn:?} does not match offset {} of a WQE starting at {:?}",
@@ -265,8 +336,19 @@ impl Qp {
             w.first_psn
         );
         let remaining = w.length - w.offset;
-        let payload_len = if is_rd_atomic { 0 } else { remaining.min(mtu) };
-        let last = remaining <= mtu || is_rd_atomic;
+        // READ and atomics carry no payload; FLUSH has none either (its
+        // length is the RETH's), ATOMIC WRITE its 8 bytes.
+        let rd_atomic = w.is_read_or_atomic();
+        Segment {
+            payload_len: if rd_atomic { 0 } else { remaining.min(mtu) },
+            last: remaining <= mtu || rd_atomic,
+            npsn: if w.opcode == WrOpcode::RdmaRead { remaining.div_ceil(mtu).max(1) as u32 } else { 1 },
+        }
+    }
+
+    /// Whether the packet at `psn` sets AckReq; counts the packets since the
+    /// last one that did.
+    fn ack_request(&mut self, psn: Psn, seg: Segment) -> bool {
         self.req.noack_pkts += 1;
         // The GSI QP (1) sets AckReq on every packet, as rxe's does.
         let gsi = self.qpn == crate::device::GSI_QPN;
@@ -275,33 +357,35 @@ impl Qp {
         // responder, which answers only AckReq, would leave it to a timeout).
         let window = self.comp.cc.window();
         let every = MAX_PKT_PER_ACK.min((window / 2).max(1));
-        let npsn = if w.opcode == WrOpcode::RdmaRead { remaining.div_ceil(mtu).max(1) as u32 } else { 1 };
-        let fills = self.comp.psn.distance_to(psn.add(npsn)) >= window as i32;
-        let ack_req = gsi || ty == QpType::Rc && (last || self.req.noack_pkts > every || self.req.ack_next || fills);
+        let fills = self.comp.psn.distance_to(psn.add(seg.npsn)) >= window as i32;
+        let ack_req = gsi
+            || self.qp_type() == QpType::Rc && (seg.last || self.req.noack_pkts > every || self.req.ack_next || fills);
         if ack_req {
             self.req.noack_pkts = 0;
             self.req.ack_next = false;
         }
-        let view = ReqView { qpn: self.qpn, ty, pd, mtu, attr: &self.attr };
-        let (total, head_len, dst, sgid) = match emit_request(ctx, &view, w, psn, w.offset, last, ack_req, buf) {
-            Emit::Done { len, head_len, dst, sgid_index } => (len, head_len, dst, sgid_index),
-            Emit::NoRoom => return None,
-            Emit::Failed(status) => return self.fail_wqe(ctx, idx, status),
-        };
-        // Advance.
+        ack_req
+    }
+
+    /// Advances past the packet sent at `psn` (rxe `update_wqe_state`,
+    /// `update_wqe_psn`, `update_state`): the WQE's offset and the next PSN
+    /// (a READ request takes a PSN per response packet), the WQE's state and
+    /// `next` after its last packet (UC and UD complete once sent), then the
+    /// congestion control's and retransmit timer's view of the flight.
+    fn advance(&mut self, ctx: &mut Ctx<'_>, idx: u64, psn: Psn, seg: Segment, ack_req: bool) {
+        let ty = self.qp_type();
+        let w = self.sq.get_mut(idx);
         if w.opcode == WrOpcode::RdmaRead {
-            let npsn = remaining.div_ceil(mtu).max(1);
-            w.last_psn = psn.add(npsn as u32 - 1);
-            self.req.psn = psn.add(npsn as u32);
+            w.last_psn = psn.add(seg.npsn - 1);
+            self.req.psn = psn.add(seg.npsn);
             w.offset = w.length;
         } else {
             self.req.psn = psn.next();
-            w.offset += payload_len;
+            w.offset += seg.payload_len;
         }
-        if last {
-            // UC and UD complete once sent.
+        if seg.last {
             w.state = if ty == QpType::Rc { WqeState::Sent } else { WqeState::Done };
-            if takes_rd_atomic {
+            if w.takes_rd_atomic() {
                 self.req.rd_atomic += 1;
             }
             if matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
@@ -328,7 +412,6 @@ impl Qp {
             self.restart_retransmit_timer(ctx);
         }
         ctx.counters.sent_pkts += 1;
-        Some(Outgoing { len: total, head_len, dst, sgid_index: sgid })
     }
 
     /// Sends the hole a keeping responder NAKed, alone and asking for an
@@ -346,8 +429,8 @@ impl Qp {
         let offset = u64::from(w.first_psn.distance_to(psn) as u32) * mtu;
         let last = psn == w.last_psn;
         let view = ReqView { qpn: self.qpn, ty, pd, mtu, attr: &self.attr };
-        let (len, head_len, dst, sgid_index) = match emit_request(ctx, &view, w, psn, offset, last, true, buf) {
-            Emit::Done { len, head_len, dst, sgid_index } => (len, head_len, dst, sgid_index),
+        let out = match emit_request(ctx, &view, w, psn, offset, last, true, buf) {
+            Emit::Sent(out) => out,
             Emit::NoRoom => {
                 self.req.hole = Some(psn);
                 return None;
@@ -361,7 +444,7 @@ impl Qp {
         }
         ctx.counters.sent_pkts += 1;
         ctx.counters.hole_resends += 1;
-        Some(Outgoing { len, head_len, dst, sgid_index })
+        Some(out)
     }
 
     /// Ends WQE `idx` with `status` and the QP in error (local errors).
@@ -385,6 +468,51 @@ impl Qp {
     }
 }
 
+/// Why the gate ([`Qp::gate`]) holds the WQE at `next` back: the early
+/// exits of rxe's `rxe_requester`, named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Blocked {
+    /// No WQE is posted past `next`.
+    Empty,
+    /// The QP is neither in RTS nor in SQD: it sends no requests.
+    State,
+    /// SQD, draining: what was started goes on, nothing new starts.
+    Draining,
+    /// An RNR NAK's wait, or a credit probe's wait for an update, runs.
+    RnrWait,
+    /// The unacknowledged PSNs fill the congestion window ([`crate::cc`]).
+    Window,
+    /// A FENCE'd WQE waits for earlier READs, atomics, FLUSHes and
+    /// ATOMIC WRITEs to complete.
+    Fence,
+    /// `max_rd_atomic` of them are outstanding already.
+    RdAtomic,
+    /// The responder's end-to-end credits do not cover the message, and it
+    /// may not go as the lone probe (IBTA 9.7.7.2).
+    Credits,
+}
+
+/// The gate's leave: WQE `idx` sends its next packet; `starting` if it is
+/// its message's first (not yet given its PSNs by this pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Go {
+    /// Index of the WQE in the send queue.
+    pub idx: u64,
+    /// The message starts with this packet.
+    pub starting: bool,
+}
+
+/// The part of its message a request packet carries ([`Qp::segment`]).
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    /// Payload bytes: at most an MTU, none for READs and atomics.
+    payload_len: u64,
+    /// The message's last packet (a READ or atomic request is its only one).
+    last: bool,
+    /// PSNs the packet takes: a READ request one per response packet.
+    npsn: u32,
+}
+
 /// What [`emit_request`] needs of the QP besides the WQE.
 struct ReqView<'a> {
     qpn: u32,
@@ -397,7 +525,7 @@ struct ReqView<'a> {
 /// The outcome of [`emit_request`].
 enum Emit {
     /// The packet is in the buffer (and the gather sink).
-    Done { len: usize, head_len: usize, dst: IpAddr, sgid_index: u8 },
+    Sent(Outgoing),
     /// The buffer is too small.
     NoRoom,
     /// The WQE cannot be sent: it fails with this status.
@@ -405,25 +533,52 @@ enum Emit {
 }
 
 /// Writes the packet of WQE `w` at PSN `psn`, byte `offset` of its message,
-/// into `buf` (headers, then the payload copied or listed in the gather
-/// sink). Changes nothing but the buffer and the sink, so a packet sent
-/// before can be built again as it was ([`Qp::resend_hole`]).
+/// into `buf`: the headers ([`build_request`]), then the payload
+/// ([`place_payload`]). Changes nothing but the buffer and the sink, so a
+/// packet sent before can be built again as it was ([`Qp::resend_hole`]).
 #[allow(clippy::too_many_arguments)]
 fn emit_request(
     ctx: &mut Ctx<'_>,
     qp: &ReqView<'_>,
     w: &SendWqe,
-    psn: roce_wire::Psn,
+    psn: Psn,
     offset: u64,
     last: bool,
     ack_req: bool,
     buf: &mut [u8],
 ) -> Emit {
-    let mtu = qp.mtu;
+    let plen = if w.is_read_or_atomic() { 0 } else { (w.length - offset).min(qp.mtu) as usize };
+    let (repr, dst, sgid_index) = match build_request(ctx, qp, w, psn, offset, last, ack_req) {
+        Ok(built) => built,
+        Err(status) => return Emit::Failed(status),
+    };
+    let Ok(hlen) = repr.emit_headers(buf, plen) else { return Emit::NoRoom };
+    let len = hlen + plen + pad_for(plen);
+    if buf.len() < len + roce_wire::ICRC_LEN {
+        return Emit::NoRoom;
+    }
+    match place_payload(ctx, qp.pd, w, offset, &mut buf[..len], hlen, plen) {
+        Ok(head_len) => Emit::Sent(Outgoing { len, head_len, dst, sgid_index }),
+        Err(status) => Emit::Failed(status),
+    }
+}
+
+/// Builds the headers of the packet of `w` at `psn`, byte `offset` of its
+/// message (rxe `init_req_packet`, `finish_packet`'s header part): the
+/// opcode, the extended headers it carries, the destination and source GID
+/// index. A UD WR whose address handle is gone fails with LOC_QP_OP_ERR.
+fn build_request(
+    ctx: &Ctx<'_>,
+    qp: &ReqView<'_>,
+    w: &SendWqe,
+    psn: Psn,
+    offset: u64,
+    last: bool,
+    ack_req: bool,
+) -> Result<(PacketRepr, IpAddr, u8), WcStatus> {
     let remaining = w.length - offset;
-    let payload_len = if w.is_read_or_atomic() { 0 } else { remaining.min(mtu) };
-    let op = opcode(qp.ty, w, offset, last);
-    let info = op.info().expect("requester opcodes are in the table");
+    let op = opcode(qp.ty, w.opcode, position(offset, last));
+    let info = op.and_then(Opcode::info).expect("requester opcodes are in the table");
     let mut ext = ExtRepr::default();
     if info.headers.contains(roce_wire::ExtHeader::Reth) {
         let dma_len = match w.opcode {
@@ -453,39 +608,44 @@ fn emit_request(
         (QpType::Ud, Some(ud)) => {
             let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
             ext.deth = Some(DethRepr { qkey, src_qpn: qp.qpn });
-            let Some(ah) = ctx.ah(ud.ah) else {
-                return Emit::Failed(WcStatus::LocQpOpErr);
-            };
+            let ah = ctx.ah(ud.ah).ok_or(WcStatus::LocQpOpErr)?;
             (ah.dest, ah.sgid_index, ud.remote_qpn)
         }
         _ => (qp.attr.ah_attr.dest, qp.attr.ah_attr.sgid_index, qp.attr.dest_qp_num),
     };
-    let repr = PacketRepr {
-        bth: BthRepr {
-            solicited: last && w.flags.contains(SendFlags::SOLICITED),
-            ack_req,
-            ..BthRepr::new(op, dest_qpn, psn)
-        },
-        ext,
+    let bth = BthRepr {
+        solicited: last && w.flags.contains(SendFlags::SOLICITED),
+        ack_req,
+        ..BthRepr::new(info.opcode, dest_qpn, psn)
     };
-    let plen = payload_len as usize;
-    let Ok(hlen) = repr.emit_headers(buf, plen) else { return Emit::NoRoom };
-    let total = hlen + plen + pad_for(plen);
-    if buf.len() < total + roce_wire::ICRC_LEN {
-        return Emit::NoRoom;
-    }
-    // The payload: copied behind the headers, or (with a gather sink and
-    // registered memory) listed as pieces for a scatter-gather send.
-    let mut head_len = total;
+    Ok((PacketRepr { bth, ext }, dst, sgid_index))
+}
+
+/// Places the `plen` payload bytes of the packet of `w` at byte `offset` of
+/// its message behind its headers (`hlen` bytes of `buf`, which ends after
+/// the pad): copied from the inline data or gathered from the SGEs, or,
+/// above [`SMALL_PAYLOAD`] with a gather sink, listed as pieces of
+/// registered memory for a scatter-gather send (the sender adds the pad).
+/// Returns how much of `buf` was written; an L_Key check that fails makes
+/// it LOC_PROT_ERR.
+fn place_payload(
+    ctx: &mut Ctx<'_>,
+    pd: u32,
+    w: &SendWqe,
+    offset: u64,
+    buf: &mut [u8],
+    hlen: usize,
+    plen: usize,
+) -> Result<usize, WcStatus> {
+    let total = buf.len();
     if w.is_inline {
         let off = offset as usize;
         buf[hlen..hlen + plen].copy_from_slice(&w.inline[off..off + plen]);
-        buf[hlen + plen..total].fill(0);
     } else if plen > SMALL_PAYLOAD
         && let Some(mut sink) = ctx.gather.take()
     {
         let mark = sink.len();
-        let r = walk_sges(ctx, qp.pd, &w.sges, offset, plen, AccessFlags::EMPTY, |g, _, n| {
+        let r = walk_sges(ctx, pd, &w.sges, offset, plen, AccessFlags::EMPTY, |g, _, n| {
             sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });
             Ok(())
         });
@@ -493,17 +653,13 @@ fn emit_request(
             sink.truncate(mark);
         }
         ctx.gather = Some(sink);
-        if r.is_err() {
-            return Emit::Failed(WcStatus::LocProtErr);
-        }
-        head_len = hlen;
-    } else {
-        if gather(ctx, qp.pd, &w.sges, offset, &mut buf[hlen..hlen + plen]).is_err() {
-            return Emit::Failed(WcStatus::LocProtErr);
-        }
-        buf[hlen + plen..total].fill(0);
+        r.map_err(|_| WcStatus::LocProtErr)?;
+        return Ok(hlen);
+    } else if gather(ctx, pd, &w.sges, offset, &mut buf[hlen..hlen + plen]).is_err() {
+        return Err(WcStatus::LocProtErr);
     }
-    Emit::Done { len: total, head_len, dst, sgid_index }
+    buf[hlen + plen..total].fill(0);
+    Ok(total)
 }
 
 /// Walks the part of a message at byte `offset`, `len` bytes long, over an
@@ -567,4 +723,71 @@ pub(crate) fn scatter(
     walk_sges(ctx, pd, sges, offset, src.len(), AccessFlags::LOCAL_WRITE, |g, at, n| {
         g.region.write(g.offset, &src[at..at + n])
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The opcode arithmetic the table replaced: the RC operation's low
+    /// bits under the transport's prefix.
+    fn by_prefix(ty: QpType, op: WrOpcode, first: bool, fits: bool) -> Opcode {
+        let base: u8 = match ty {
+            QpType::Rc => 0x00,
+            QpType::Uc => 0x20,
+            QpType::Ud => 0x60,
+        };
+        let low = match (op, first, fits) {
+            (WrOpcode::RdmaRead, ..) => return Opcode::RC_RDMA_READ_REQUEST,
+            (WrOpcode::AtomicCmpAndSwp, ..) => return Opcode::RC_COMPARE_SWAP,
+            (WrOpcode::AtomicFetchAndAdd, ..) => return Opcode::RC_FETCH_ADD,
+            (WrOpcode::Flush, ..) => return Opcode::RC_FLUSH,
+            (WrOpcode::AtomicWrite, ..) => return Opcode::RC_ATOMIC_WRITE,
+            (WrOpcode::SendWithInv, true, true) => return Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+            (WrOpcode::SendWithInv, false, true) => return Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+            (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, true, false) => 0x00,
+            (WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv, false, false) => 0x01,
+            (WrOpcode::Send, false, true) => 0x02,
+            (WrOpcode::SendWithImm, false, true) => 0x03,
+            (WrOpcode::Send, true, true) => 0x04,
+            (WrOpcode::SendWithImm, true, true) => 0x05,
+            (_, true, false) => 0x06,
+            (_, false, false) => 0x07,
+            (WrOpcode::RdmaWriteWithImm, false, true) => 0x09,
+            (WrOpcode::RdmaWriteWithImm, true, true) => 0x0b,
+            (_, false, true) => 0x08,
+            (_, true, true) => 0x0a,
+        };
+        Opcode(base | low)
+    }
+
+    #[test]
+    fn opcode_table_matches_the_prefix_arithmetic() {
+        let ops = [
+            WrOpcode::RdmaWrite,
+            WrOpcode::RdmaWriteWithImm,
+            WrOpcode::Send,
+            WrOpcode::SendWithImm,
+            WrOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp,
+            WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::LocalInv,
+            WrOpcode::BindMw,
+            WrOpcode::SendWithInv,
+            WrOpcode::Flush,
+            WrOpcode::AtomicWrite,
+        ];
+        for ty in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            for op in ops {
+                for (first, fits) in [(true, true), (true, false), (false, false), (false, true)] {
+                    let old = by_prefix(ty, op, first, fits);
+                    let new = opcode(ty, op, position(if first { 0 } else { 1 }, fits));
+                    // Where the arithmetic made an opcode the wire does not
+                    // know (UD multi-packet or WRITE), the table has none.
+                    let expect = old.info().map(|i| i.opcode);
+                    assert_eq!(new, expect, "{ty:?} {op:?} first {first} fits {fits}");
+                }
+            }
+        }
+    }
 }
