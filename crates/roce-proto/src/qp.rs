@@ -210,6 +210,32 @@ pub enum InMessage {
     },
 }
 
+/// Where the responder stands against the requester's PSNs (rxe keeps it
+/// as two flags, `resp.sent_psn_nak` and `resp.drop_msg`). RC and UC
+/// leave step differently, so a QP only ever takes two of the states:
+///
+/// | from       | event                                               | to         |
+/// |------------|-----------------------------------------------------|------------|
+/// | `InStep`   | RC: a request past the expected PSN, NAKed          | `GapNaked` |
+/// | `InStep`   | RC: requests kept past a gap replayed up to another | `GapNaked` |
+/// | `GapNaked` | RC: a request past the expected PSN, not NAKed      | `GapNaked` |
+/// | `GapNaked` | RC: a request at the expected PSN                   | `InStep`   |
+/// | `InStep`   | UC: a gap, or a message that fails or finds no WQE  | `Dropping` |
+/// | `Dropping` | UC: a packet that does not start a message          | `Dropping` |
+/// | `Dropping` | UC: a packet that starts a message                  | `InStep`   |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvSeq {
+    /// Requests arrive at the expected PSN.
+    InStep,
+    /// RC: a PSN sequence NAK was sent for the current gap; requests
+    /// beyond it are kept or dropped without another until it fills, one
+    /// NAK per gap as rxe sends.
+    GapNaked,
+    /// UC, which has no NAKs: the rest of a broken message is dropped, up
+    /// to a packet that starts a new one.
+    Dropping,
+}
+
 /// The responder's state (rxe `qp->resp`).
 #[derive(Debug)]
 pub struct Responder {
@@ -219,10 +245,8 @@ pub struct Responder {
     pub msn: u32,
     /// The message being received, if between FIRST and LAST.
     pub current: Option<InMessage>,
-    /// A PSN-sequence NAK was sent for the current gap.
-    pub nak_sent: bool,
-    /// The UC receiver is dropping the rest of a broken message.
-    pub uc_drop: bool,
+    /// In step with the requester's PSNs, or how it is not.
+    pub seq: RecvSeq,
     /// Responses to send, oldest first.
     pub responses: VecDeque<Response>,
     /// A lone ACK already let one request packet of this QP go first
@@ -362,8 +386,7 @@ impl Qp {
                 psn: Psn::ZERO,
                 msn: 0,
                 current: None,
-                nak_sent: false,
-                uc_drop: false,
+                seq: RecvSeq::InStep,
                 responses: VecDeque::new(),
                 ack_waited: false,
                 resources: VecDeque::new(),

@@ -12,7 +12,7 @@ use roce_wire::{
 
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mr::Grant;
-use crate::qp::{InMessage, Qp, Resource, ResourceKind, Response};
+use crate::qp::{InMessage, Qp, RecvSeq, Resource, ResourceKind, Response};
 use crate::reorder::Kept;
 use crate::requester::{Outgoing, scatter};
 use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
@@ -65,10 +65,10 @@ impl Qp {
                 return;
             }
         }
-        if !self.resp.reorder.is_empty() && !self.resp.nak_sent {
+        if !self.resp.reorder.is_empty() && self.resp.seq != RecvSeq::GapNaked {
             // Another gap, with a request behind it: NAKed as that request
             // would have been had it arrived now.
-            self.resp.nak_sent = true;
+            self.resp.seq = RecvSeq::GapNaked;
             let (psn, msn) = (self.resp.psn, self.resp.msn);
             self.queue_ack(ctx, psn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
         } else if replayed && plain {
@@ -112,18 +112,18 @@ impl Qp {
             self.resp.current = None;
             self.resp.psn = psn;
             if !info.starts_message() {
-                self.resp.uc_drop = true;
+                self.resp.seq = RecvSeq::Dropping;
                 self.resp.psn = psn.next();
                 ctx.counters.drop_invalid += 1;
                 return;
             }
         }
-        if self.qp_type() == QpType::Uc && self.resp.uc_drop {
+        if self.qp_type() == QpType::Uc && self.resp.seq == RecvSeq::Dropping {
             if !info.starts_message() {
                 self.resp.psn = psn.next();
                 return;
             }
-            self.resp.uc_drop = false;
+            self.resp.seq = RecvSeq::InStep;
         }
         if self.qp_type() == QpType::Rc && psn != self.resp.psn {
             if psn.before(self.resp.psn) {
@@ -135,14 +135,14 @@ impl Qp {
                 Kept::Duplicate => ctx.counters.duplicate_request += 1,
                 Kept::Full => ctx.counters.reorder_full += 1,
             }
-            if !self.resp.nak_sent {
-                self.resp.nak_sent = true;
+            if self.resp.seq != RecvSeq::GapNaked {
+                self.resp.seq = RecvSeq::GapNaked;
                 let (psn, msn) = (self.resp.psn, self.resp.msn);
                 self.queue_ack(ctx, psn, Syndrome::Nak(NakCode::PsnSequenceError), msn);
             }
             return;
         }
-        self.resp.nak_sent = false;
+        self.resp.seq = RecvSeq::InStep;
         match self.execute(ctx, p) {
             Verdict::Done => {}
             Verdict::Nak(code) => {
@@ -153,7 +153,7 @@ impl Qp {
                 } else {
                     // UC has no NAKs: drop the rest of the message.
                     self.resp.current = None;
-                    self.resp.uc_drop = true;
+                    self.resp.seq = RecvSeq::Dropping;
                     self.resp.psn = psn.next();
                 }
             }
@@ -289,7 +289,7 @@ impl Qp {
             self.queue_ack(ctx, psn, Syndrome::RnrNak { timer }, msn);
             Verdict::Done
         } else {
-            self.resp.uc_drop = true;
+            self.resp.seq = RecvSeq::Dropping;
             self.resp.psn = psn.next();
             Verdict::Done
         }
