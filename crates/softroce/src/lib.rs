@@ -52,7 +52,6 @@ mod async_cq;
 mod async_events;
 mod census;
 mod channel;
-pub mod cm;
 pub mod config;
 mod context;
 mod driver;
@@ -65,6 +64,11 @@ mod mcast;
 mod odp;
 mod port;
 pub mod rdma_cm;
+/// The device's CM: QP 1 and a `roce_cm` agent ([`cm::CmService`]), which
+/// rdma_cm's ids run on. It lives in `rdma_cm/service.rs`.
+pub mod cm {
+    pub use crate::rdma_cm::service::*;
+}
 mod sched;
 mod sg;
 mod sources;

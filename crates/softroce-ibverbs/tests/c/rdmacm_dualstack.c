@@ -2,9 +2,9 @@
  * Dual-stack rdma_cm servers (issue 31): an id listening on 0.0.0.0:P and
  * an AF_INET6 id with RDMA_OPTION_ID_AFONLY listening on [::]:P, as the
  * kernel allows; an IPv4 request reaches the IPv4 listener (which family
- * goes where is unit-tested in softroce's rdma_cm.rs). Without AFONLY the
- * IPv6 id takes both families, so its listen beside the IPv4 one fails,
- * and alone it takes IPv4 requests.
+ * goes where is unit-tested in softroce's rdma_cm/registry.rs). Without
+ * AFONLY the IPv6 id takes both families, so its listen beside the IPv4
+ * one fails, and alone it takes IPv4 requests.
  */
 #include "common.h"
 

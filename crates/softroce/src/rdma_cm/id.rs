@@ -1,279 +1,24 @@
-//! rdma_cm over softroce: connections by IP address and port, as
-//! librdmacm and the kernel's `rdma_cm` make them (rdmacm.md 2-3). An
-//! [`EventChannel`] delivers the events of its [`CmId`]s; an id resolves
-//! an address and a route (both local on RoCE: no packets), connects or
-//! listens, and drives its QP through INIT, RTR and RTS with the values the
-//! CM exchange gives, as librdmacm does around the kernel's events.
-//!
-//! Devices are opened on first use, one context and one [`CmService`] per
-//! device for the whole process (librdmacm opens every device once); the
-//! services' events are routed to the ids by comm ID, and REQs to the
-//! listener of their service ID.
+//! An rdma_cm id ([`CmId`], `struct rdma_cm_id`) and its calls: bind,
+//! resolve, listen, connect, accept, reject, disconnect, multicast joins,
+//! the QP attributes rdma_cm derives from the CM exchange, and the CM
+//! events turned into rdma_cm's. Touch here what one id does; the device
+//! registry it is routed by lives in `registry.rs`.
 
-use std::collections::{HashMap, VecDeque};
-use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use roce_cm::cm::{CmEvent, CommId, ConnectParams, SidrAnswer, SidrParams};
-use roce_cm::cma::{self, ConnParam as WireConnParam, LocalEnd};
-use roce_cm::wire::{CmaHdrRepr, IpServiceId, PathMtu, RejReason, RepRepr, ReqRepr, SidrReqRepr, SidrStatus};
+use roce_cm::cma::{self, LocalEnd};
+use roce_cm::wire::{IpServiceId, PathMtu, RejReason, RepRepr, ReqRepr, SidrStatus};
 use roce_wire::Psn;
 
-use crate::cm::CmService;
+use super::registry::{Dev, Listening, device_for, source_for};
+use super::{ConnParam, Event, EventChannel, EventType, PortSpace, UdParam};
 use crate::config::DeviceInfo;
 use crate::error::Error;
 use crate::verbs::{Pd, Qp, QpInit};
 use crate::{AccessFlags, Context, Mtu, QpAttr, QpAttrMask, QpState};
-
-pub use roce_cm::wire::PortSpace;
-
-/// librdmacm's event types, in its order (`enum rdma_cm_event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum EventType {
-    /// `rdma_resolve_addr` finished.
-    AddrResolved = 0,
-    /// `rdma_resolve_addr` failed.
-    AddrError = 1,
-    /// `rdma_resolve_route` finished.
-    RouteResolved = 2,
-    /// `rdma_resolve_route` failed.
-    RouteError = 3,
-    /// A connection request for a listener (on a new id).
-    ConnectRequest = 4,
-    /// The REP, for an id without a QP (the consumer calls `establish`).
-    ConnectResponse = 5,
-    /// Setting up the QP after the REP failed.
-    ConnectError = 6,
-    /// The peer did not answer.
-    Unreachable = 7,
-    /// The peer rejected.
-    Rejected = 8,
-    /// Connected.
-    Established = 9,
-    /// Disconnected.
-    Disconnected = 10,
-    /// The device went away.
-    DeviceRemoval = 11,
-    /// A multicast join finished.
-    MulticastJoin = 12,
-    /// A multicast join failed.
-    MulticastError = 13,
-    /// The address moved.
-    AddrChange = 14,
-    /// The timewait after a disconnect ended.
-    TimewaitExit = 15,
-    /// `rdma_resolve_addrinfo` finished (rdma-core 65): the answer waits
-    /// for `rdma_query_addrinfo`.
-    AddrinfoResolved = 16,
-    /// `rdma_resolve_addrinfo` failed (rdma-core 65; only its IB SA path,
-    /// which RoCE has not, reports failures so).
-    AddrinfoError = 17,
-    /// An event the consumer wrote itself (`rdma_write_cm_event`,
-    /// rdma-core 65), carrying its status and argument.
-    User = 18,
-}
-
-impl EventType {
-    /// `rdma_event_str`'s name, NUL-terminated for the C API.
-    pub fn c_name(self) -> &'static CStr {
-        match self {
-            EventType::AddrResolved => c"RDMA_CM_EVENT_ADDR_RESOLVED",
-            EventType::AddrError => c"RDMA_CM_EVENT_ADDR_ERROR",
-            EventType::RouteResolved => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-            EventType::RouteError => c"RDMA_CM_EVENT_ROUTE_ERROR",
-            EventType::ConnectRequest => c"RDMA_CM_EVENT_CONNECT_REQUEST",
-            EventType::ConnectResponse => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-            EventType::ConnectError => c"RDMA_CM_EVENT_CONNECT_ERROR",
-            EventType::Unreachable => c"RDMA_CM_EVENT_UNREACHABLE",
-            EventType::Rejected => c"RDMA_CM_EVENT_REJECTED",
-            EventType::Established => c"RDMA_CM_EVENT_ESTABLISHED",
-            EventType::Disconnected => c"RDMA_CM_EVENT_DISCONNECTED",
-            EventType::DeviceRemoval => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-            EventType::MulticastJoin => c"RDMA_CM_EVENT_MULTICAST_JOIN",
-            EventType::MulticastError => c"RDMA_CM_EVENT_MULTICAST_ERROR",
-            EventType::AddrChange => c"RDMA_CM_EVENT_ADDR_CHANGE",
-            EventType::TimewaitExit => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-            EventType::AddrinfoResolved => c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
-            EventType::AddrinfoError => c"RDMA_CM_EVENT_ADDRINFO_ERROR",
-            // librdmacm 65's rdma_event_str has no name for it ("UNKNOWN
-            // EVENT"); the C layer says so, this is the enum's name.
-            EventType::User => c"RDMA_CM_EVENT_USER",
-        }
-    }
-
-    /// `rdma_event_str`'s name.
-    pub fn name(self) -> &'static str {
-        self.c_name().to_str().expect("ASCII names")
-    }
-
-    /// The event type numbered `v` in librdmacm's enum.
-    pub fn from_raw(v: u32) -> Option<EventType> {
-        use EventType::*;
-        const ALL: [EventType; 19] = [
-            AddrResolved,
-            AddrError,
-            RouteResolved,
-            RouteError,
-            ConnectRequest,
-            ConnectResponse,
-            ConnectError,
-            Unreachable,
-            Rejected,
-            Established,
-            Disconnected,
-            DeviceRemoval,
-            MulticastJoin,
-            MulticastError,
-            AddrChange,
-            TimewaitExit,
-            AddrinfoResolved,
-            AddrinfoError,
-            User,
-        ];
-        ALL.get(v as usize).copied()
-    }
-}
-
-/// `rdma_conn_param`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnParam {
-    /// The consumer's private data.
-    pub private_data: Vec<u8>,
-    /// RDMA READ / atomic requests this side accepts in flight.
-    pub responder_resources: u8,
-    /// RDMA READ / atomic requests this side issues in flight.
-    pub initiator_depth: u8,
-    /// End-to-end flow control.
-    pub flow_control: bool,
-    /// Transport retries (7 at most).
-    pub retry_count: u8,
-    /// RNR retries (7: infinite).
-    pub rnr_retry_count: u8,
-    /// The QP uses an SRQ.
-    pub srq: bool,
-    /// The QP number (for an id without a QP of its own).
-    pub qp_num: u32,
-}
-
-impl ConnParam {
-    /// librdmacm's values for a NULL `conn_param`: retry and RNR retry 7.
-    pub fn null() -> ConnParam {
-        ConnParam { retry_count: 7, rnr_retry_count: 7, ..ConnParam::default() }
-    }
-
-    fn wire(&self) -> WireConnParam<'_> {
-        WireConnParam {
-            responder_resources: self.responder_resources,
-            initiator_depth: self.initiator_depth,
-            flow_control: self.flow_control,
-            retry_count: self.retry_count,
-            rnr_retry_count: self.rnr_retry_count,
-            srq: self.srq,
-            private_data: &self.private_data,
-        }
-    }
-}
-
-/// An event (`struct rdma_cm_event`).
-#[derive(Debug, Clone)]
-pub struct Event {
-    /// The id it is about (for `ConnectRequest`, the new id).
-    pub id: CmId,
-    /// The listener, for `ConnectRequest`.
-    pub listen_id: Option<CmId>,
-    /// What happened.
-    pub event: EventType,
-    /// 0, a REJ reason (`Rejected`) or a negative errno.
-    pub status: i32,
-    /// The connection parameters the peer's message carried (for a UD id,
-    /// its private data and QPN).
-    pub conn: ConnParam,
-    /// A UD id's `rdma_ud_param` (`ConnectRequest`, `Established`,
-    /// `MulticastJoin`).
-    pub ud: Option<UdParam>,
-    /// `MulticastJoin`: the context the join was given (C's
-    /// `param.ud.private_data`).
-    pub context: usize,
-    /// `User`: the consumer's argument (C's `param.arg`, rdma-core 65).
-    pub arg: u64,
-}
-
-/// `rdma_ud_param` beyond the private data: where a UD id sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdParam {
-    /// The address handle to the peer (`None` in a `ConnectRequest`: the
-    /// passive side answers from the datagrams it receives).
-    pub ah: Option<crate::AhAttr>,
-    /// The AH's flow label (rdma_cm's hash of the two ports).
-    pub flow_label: u32,
-    /// The peer's UD QP.
-    pub qp_num: u32,
-    /// The Q_Key to send with.
-    pub qkey: u32,
-}
-
-/// An event channel (`struct rdma_event_channel`): its file descriptor is
-/// readable while an event is queued (an eventfd counting them).
-#[derive(Debug, Clone)]
-pub struct EventChannel(Arc<ChannelInner>);
-
-#[derive(Debug)]
-struct ChannelInner {
-    queue: Mutex<VecDeque<Event>>,
-    ready: Condvar,
-    fd: OwnedFd,
-}
-
-impl EventChannel {
-    /// A new channel.
-    pub fn new() -> Result<EventChannel, Error> {
-        // Blocking, as the kernel's rdma_cm fd is: the consumer sets
-        // O_NONBLOCK itself (rsocket, UCX), and `rdma_get_cm_event` honours it.
-        // A count is taken only after its event is dequeued, and every event
-        // adds one: the read never waits for long.
-        use rustix::event::EventfdFlags as F;
-        let fd = rustix::event::eventfd(0, F::CLOEXEC | F::SEMAPHORE).map_err(std::io::Error::from)?;
-        Ok(EventChannel(Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), fd })))
-    }
-
-    /// The descriptor to poll (readable while events wait).
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.0.fd.as_fd()
-    }
-
-    /// The next event, waiting up to `timeout` (`None`: for ever).
-    pub fn get_event(&self, timeout: Option<Duration>) -> Option<Event> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(e) = q.pop_front() {
-                // One count off the eventfd: readable while events wait.
-                let _ = rustix::io::read(&self.0.fd, &mut [0u8; 8]);
-                return Some(e);
-            }
-            match deadline {
-                None => q = self.0.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    q = self.0.ready.wait_timeout(q, left).unwrap_or_else(|e| e.into_inner()).0;
-                }
-            }
-        }
-    }
-
-    fn push(&self, e: Event) {
-        self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
-        let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
-        self.0.ready.notify_all();
-    }
-}
 
 /// Where an id is (librdmacm / kernel `enum rdma_cm_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,53 +41,53 @@ pub enum IdState {
 
 /// An rdma_cm id (`struct rdma_cm_id`).
 #[derive(Debug, Clone)]
-pub struct CmId(Arc<IdInner>);
+pub struct CmId(pub(super) Arc<IdInner>);
 
 #[derive(Debug)]
-struct IdInner {
+pub(super) struct IdInner {
     /// Where the id's events go (`rdma_migrate_id` moves them).
-    channel: Mutex<EventChannel>,
-    ps: PortSpace,
-    st: Mutex<Id>,
+    pub(super) channel: Mutex<EventChannel>,
+    pub(super) ps: PortSpace,
+    pub(super) st: Mutex<Id>,
 }
 
 #[derive(Debug)]
-struct Id {
-    state: IdState,
-    dev: Option<Arc<Dev>>,
-    src: Option<SocketAddr>,
-    dst: Option<SocketAddr>,
-    qp: Option<Qp>,
+pub(super) struct Id {
+    pub(super) state: IdState,
+    pub(super) dev: Option<Arc<Dev>>,
+    pub(super) src: Option<SocketAddr>,
+    pub(super) dst: Option<SocketAddr>,
+    pub(super) qp: Option<Qp>,
     /// This side's PSN (the id's random `seq_num`).
-    psn: u32,
-    comm: Option<CommId>,
+    pub(super) psn: u32,
+    pub(super) comm: Option<CommId>,
     /// The peer's REQ (passive) or REP (active).
-    req: Option<Box<ReqRepr>>,
-    rep: Option<Box<RepRepr>>,
+    pub(super) req: Option<Box<ReqRepr>>,
+    pub(super) rep: Option<Box<RepRepr>>,
     /// The devices and service ID the id listens on.
-    listening: Vec<(Arc<Dev>, u64)>,
+    pub(super) listening: Vec<(Arc<Dev>, u64)>,
     /// The devices whose contexts count this id (`Id::recount`).
-    counted: Vec<Arc<Dev>>,
+    pub(super) counted: Vec<Arc<Dev>>,
     /// This side's (responder resources, initiator depth): the consumer's
     /// connect or accept values.
-    resources: (u8, u8),
+    pub(super) resources: (u8, u8),
     /// The transport retry count this side's REQ asked for.
-    retry: u8,
+    pub(super) retry: u8,
     /// The type of service (`RDMA_OPTION_ID_TOS`).
-    tos: u8,
+    pub(super) tos: u8,
     /// `RDMA_OPTION_ID_AFONLY`: an IPv6 id takes IPv6 requests only.
-    afonly: bool,
+    pub(super) afonly: bool,
     /// The QP ACK timeout the consumer set (`RDMA_OPTION_ID_ACK_TIMEOUT`).
-    ack_timeout: Option<u8>,
+    pub(super) ack_timeout: Option<u8>,
     /// The ECE vendor ID this side's REQ or REP carries (`rdma_set_local_ece`).
-    ece_vendor_id: u32,
+    pub(super) ece_vendor_id: u32,
     /// The multicast groups joined, each with the QP attached for it.
-    mcast: Vec<Joined>,
+    pub(super) mcast: Vec<Joined>,
 }
 
 /// A multicast join of an id.
 #[derive(Debug)]
-struct Joined {
+pub(super) struct Joined {
     group: IpAddr,
     /// The id's QP, attached to the group (none for a send-only join or an
     /// id without a QP).
@@ -359,7 +104,7 @@ impl Joined {
 
 impl Id {
     /// A new id's state: IDLE, nothing bound, a random PSN.
-    fn new() -> Id {
+    pub(super) fn new() -> Id {
         Id {
             state: IdState::Idle,
             dev: None,
@@ -386,7 +131,7 @@ impl Id {
     /// show`'s `cm_id`, as the kernel's resource tracker counts a cm_id on
     /// the device it is bound to, and a wildcard listener on each) in line
     /// with the ones it is on now.
-    fn recount(&mut self) {
+    pub(super) fn recount(&mut self) {
         let mut now: Vec<Arc<Dev>> = Vec::new();
         for d in self.dev.iter().chain(self.listening.iter().map(|(d, _)| d)) {
             if !now.iter().any(|n| Arc::ptr_eq(n, d)) {
@@ -413,198 +158,14 @@ impl PartialEq for CmId {
     }
 }
 
-/// One device of the process: its context and CM, and the ids using it.
-struct Dev {
-    info: DeviceInfo,
-    ctx: Context,
-    cm: CmService,
-    routes: Mutex<Routes>,
-}
-
-impl std::fmt::Debug for Dev {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dev").field("name", &self.info.name).finish()
-    }
-}
-
-#[derive(Default)]
-struct Routes {
-    by_comm: HashMap<CommId, Weak<IdInner>>,
-    listeners: HashMap<u64, Listening>,
-}
-
-/// The ids listening on one service ID of a device, by the family of the
-/// requests they take: an IPv4 id takes IPv4's, an IPv6 id both unless it
-/// set `RDMA_OPTION_ID_AFONLY` (the kernel's cma binds ports the same way,
-/// so a server may listen on 0.0.0.0:P and, AFONLY, on [::]:P).
-#[derive(Default)]
-struct Listening {
-    v4: Option<Weak<IdInner>>,
-    v6: Option<Weak<IdInner>>,
-}
-
-impl Listening {
-    /// The slots an id listening from `src` takes: (IPv4, IPv6).
-    fn claims(src: IpAddr, afonly: bool) -> (bool, bool) {
-        match src {
-            IpAddr::V4(_) => (true, false),
-            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => (true, false),
-            IpAddr::V6(_) => (!afonly, true),
-        }
-    }
-
-    /// Whether a live id holds one of the slots `(v4, v6)`.
-    fn taken(&self, (v4, v6): (bool, bool)) -> bool {
-        let live = |w: &Option<Weak<IdInner>>| w.as_ref().is_some_and(|w| w.strong_count() > 0);
-        (v4 && live(&self.v4)) || (v6 && live(&self.v6))
-    }
-
-    /// Whether no live id listens any more.
-    fn is_empty(&self) -> bool {
-        !self.taken((true, true))
-    }
-
-    /// The id taking requests of the family `v6`.
-    fn for_family(&self, v6: bool) -> Option<CmId> {
-        (if v6 { &self.v6 } else { &self.v4 }).as_ref().and_then(Weak::upgrade).map(CmId)
-    }
-
-    /// Drops `me` from the slots it holds.
-    fn remove(&mut self, me: *const IdInner) {
-        for slot in [&mut self.v4, &mut self.v6] {
-            if slot.as_ref().is_some_and(|w| std::ptr::eq(w.as_ptr(), me)) {
-                *slot = None;
-            }
-        }
-    }
-}
-
-/// The process's devices, opened on first use, with the pid that opened
-/// them: a `fork()` child (qperf's server forks one per client) opens its
-/// own, since the parent's CM threads are not in it.
-static DEVICES: Mutex<(u32, Vec<Arc<Dev>>)> = Mutex::new((0, Vec::new()));
-
-/// How a device's context is opened for rdma_cm (see [`set_context_opener`]).
-pub type ContextOpener = Box<dyn Fn(&DeviceInfo) -> Result<Context, Error> + Send + Sync>;
-
-static OPENER: OnceLock<ContextOpener> = OnceLock::new();
-
-/// Opens rdma_cm's device contexts with `f` instead of
-/// [`Context::open_with`]: the drop-in libraries share one context per
-/// device between libibverbs and librdmacm, as rdma-core's do. Only the
-/// first call counts.
-pub fn set_context_opener(f: ContextOpener) {
-    let _ = OPENER.set(f);
-}
-
 /// A port of Linux's default `ip_local_port_range` (32768-60999).
 fn ephemeral_port() -> u16 {
     32768 + (random_u32() % 28232) as u16
 }
 
-fn random_u32() -> u32 {
+pub(super) fn random_u32() -> u32 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one((std::process::id(), Instant::now())) as u32
-}
-
-/// Registers [`at_exit`] (once per process).
-fn register_exit_hook() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: an `extern "C"` function that never unwinds; libc runs it
-        // in the thread calling exit(), with the process still whole.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::atexit(at_exit);
-        }
-    });
-}
-
-/// At `exit()`: each device's CM ends the connections still open, as
-/// Linux's does when a process's rdma_cm file closes (`ucma_close`
-/// destroys its ids): qperf's server exits without destroying its
-/// connected id, and its client waits for the DREP. A process killed by a
-/// signal sends nothing, like a host that dies.
-extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let devs = match DEVICES.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
-        if devs.0 != std::process::id() {
-            return;
-        }
-        let devs = devs.1.clone();
-        for d in devs {
-            d.cm.destroy_all();
-        }
-    });
-}
-
-/// The process's device on `ip` (opened now if need be).
-fn device_for(ip: IpAddr) -> Result<Arc<Dev>, Error> {
-    let mut all = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    let pid = std::process::id();
-    if all.0 != pid {
-        // The parent's devices: never used here, and never dropped (that
-        // would join CM threads this process does not have).
-        std::mem::forget(std::mem::take(&mut all.1));
-        all.0 = pid;
-    }
-    let open = &mut all.1;
-    if let Some(d) = open.iter().find(|d| d.info.addr == ip) {
-        return Ok(d.clone());
-    }
-    let info = match crate::devices()?.into_iter().find(|d| d.addr == ip) {
-        Some(i) => i,
-        None => DeviceInfo::on_address(format!("softroce_{ip}"), ip)?,
-    };
-    let ctx = match OPENER.get() {
-        Some(open) => open(&info)?,
-        None => Context::open_with(&info, crate::Options::from_env()?)?,
-    };
-    // The service's events reach the device once it exists (none come before:
-    // nothing listens or connects yet).
-    let slot: Arc<OnceLock<Weak<Dev>>> = Arc::new(OnceLock::new());
-    let s = slot.clone();
-    let sink: crate::cm::EventSink = Box::new(move |e| {
-        if let Some(d) = s.get().and_then(Weak::upgrade) {
-            d.route(e);
-        }
-    });
-    let cm = CmService::open_with(&ctx, u64::from(random_u32()), Some(sink))?;
-    register_exit_hook();
-    let dev = Arc::new(Dev { info, ctx, cm, routes: Mutex::new(Routes::default()) });
-    let _ = slot.set(Arc::downgrade(&dev));
-    open.push(dev.clone());
-    Ok(dev)
-}
-
-/// The local address used to reach `dst`: itself when it is a local
-/// device's, else, among the devices of `dst`'s family, the first on
-/// loopback for a loopback `dst`, else the first that is not on loopback.
-/// None such: no route (ENODEV, as the kernel's ADDR_ERROR
-/// when no RDMA device serves the way to `dst`); an IPv4 device's packets
-/// cannot reach an IPv6 address, and resolving `::1` with only
-/// `softroce_lo` on 127.0.0.1 hung in connect before.
-fn source_for(dst: IpAddr) -> Result<IpAddr, Error> {
-    source_among(&crate::devices()?, dst)
-}
-
-fn source_among(devs: &[DeviceInfo], dst: IpAddr) -> Result<IpAddr, Error> {
-    if devs.iter().any(|d| d.addr == dst) {
-        return Ok(dst);
-    }
-    let dst = dst.to_canonical();
-    let want_lo = dst.is_loopback();
-    let family: Vec<&DeviceInfo> = devs.iter().filter(|d| d.addr.is_ipv4() == dst.is_ipv4()).collect();
-    // A loopback device reaches loopback addresses only, and the others
-    // reach none.
-    family.iter().find(|d| d.addr.is_loopback() == want_lo).map(|d| d.addr).ok_or_else(|| Error::NoSuchDevice {
-        name: format!("for {dst} (no device of its address family and scope)"),
-        known: devs.iter().map(|d| d.name.clone()).collect(),
-    })
 }
 
 fn mtu_of(p: PathMtu) -> Mtu {
@@ -617,145 +178,6 @@ fn path_mtu(m: Mtu) -> PathMtu {
 
 fn bad(what: &'static str) -> Error {
     Error::Verb(roce_proto::VerbError::Invalid(what))
-}
-
-impl Dev {
-    /// A CM event to its id, as librdmacm and the kernel's cma turn it
-    /// into an rdma_cm event.
-    fn route(self: &Arc<Dev>, e: CmEvent) {
-        let comm = match &e {
-            CmEvent::ReqReceived { id, .. }
-            | CmEvent::RepReceived { id, .. }
-            | CmEvent::Established { id }
-            | CmEvent::Rejected { id, .. }
-            | CmEvent::Unreachable { id }
-            | CmEvent::DreqReceived { id }
-            | CmEvent::DrepReceived { id }
-            | CmEvent::DisconnectTimedOut { id }
-            | CmEvent::TimewaitExit { id }
-            | CmEvent::SidrReqReceived { id, .. }
-            | CmEvent::SidrRepReceived { id, .. } => *id,
-        };
-        match e {
-            CmEvent::ReqReceived { id, req, peer, local } => return self.on_req(id, req, peer, local),
-            CmEvent::SidrReqReceived { id, req, peer, local } => return self.on_sidr_req(id, req, peer, local),
-            _ => {}
-        }
-        let id = {
-            let mut r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-            let id = r.by_comm.get(&comm).and_then(Weak::upgrade);
-            if matches!(
-                e,
-                CmEvent::TimewaitExit { .. }
-                    | CmEvent::Unreachable { .. }
-                    | CmEvent::Rejected { .. }
-                    | CmEvent::SidrRepReceived { .. }
-            ) {
-                r.by_comm.remove(&comm);
-            }
-            id
-        };
-        let Some(id) = id.map(CmId) else { return };
-        id.on_cm_event(e);
-    }
-
-    /// The listener of `service_id` and the cma_hdr of a request for it.
-    fn listener_of(&self, service_id: u64, private_data: &[u8]) -> Option<(CmId, CmaHdrRepr)> {
-        let hdr = CmaHdrRepr::parse(private_data).ok()?;
-        let r = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = r.listeners.get(&service_id)?.for_family(hdr.ip_version() == 6)?;
-        Some((listener, hdr))
-    }
-
-    /// The new id of a request from `peer` to `local` that `listener` took
-    /// (in CONNECT state, routed by `comm`).
-    fn child(
-        self: &Arc<Dev>,
-        listener: &CmId,
-        comm: CommId,
-        service_id: u64,
-        hdr: &CmaHdrRepr,
-        (peer, local): (IpAddr, IpAddr),
-        fill: impl FnOnce(&mut Id),
-    ) -> CmId {
-        let port = IpServiceId::from_service_id(service_id).map_or(0, |s| s.port);
-        let mut st = Id {
-            state: IdState::Connect,
-            dev: Some(self.clone()),
-            src: Some(SocketAddr::new(local, port)),
-            dst: Some(SocketAddr::new(if peer.is_unspecified() { hdr.src_addr() } else { peer }, hdr.port)),
-            psn: random_u32() & 0xff_ffff,
-            comm: Some(comm),
-            ..Id::new()
-        };
-        fill(&mut st);
-        st.recount();
-        let child =
-            CmId(Arc::new(IdInner { channel: Mutex::new(listener.channel()), ps: listener.0.ps, st: Mutex::new(st) }));
-        self.routes.lock().unwrap_or_else(|e| e.into_inner()).by_comm.insert(comm, Arc::downgrade(&child.0));
-        child
-    }
-
-    /// A SIDR_REQ: CONNECT_REQUEST on a new UD id, with the user's private
-    /// data and no address handle (the kernel's `cma_ib_new_udp_id`).
-    fn on_sidr_req(self: &Arc<Dev>, comm: CommId, req: Box<SidrReqRepr>, peer: IpAddr, local: IpAddr) {
-        let Some((listener, hdr)) = self.listener_of(req.service_id, &req.private_data) else {
-            let no = SidrAnswer { status: SidrStatus::REJECT, qpn: 0, qkey: 0, private_data: [0; 136] };
-            let _ = self.cm.sidr_reply(comm, no);
-            return;
-        };
-        let child = self.child(&listener, comm, req.service_id, &hdr, (peer, local), |_| {});
-        let conn = ConnParam {
-            private_data: roce_cm::wire::cma_hdr::user_private_data(&req.private_data).to_vec(),
-            ..ConnParam::default()
-        };
-        let ud = Some(UdParam { ah: None, flow_label: 0, qp_num: 0, qkey: 0 });
-        let event = EventType::ConnectRequest;
-        listener.channel().push(Event {
-            id: child,
-            listen_id: Some(listener.clone()),
-            event,
-            status: 0,
-            conn,
-            ud,
-            context: 0,
-            arg: 0,
-        });
-    }
-
-    fn on_req(self: &Arc<Dev>, comm: CommId, req: Box<ReqRepr>, peer: IpAddr, local: IpAddr) {
-        let Some((listener, hdr)) = self.listener_of(req.service_id, &req.private_data) else {
-            let _ = self.cm.reject(comm, RejReason::CONSUMER_DEFINED, [0; 148]);
-            return;
-        };
-        let child = self.child(&listener, comm, req.service_id, &hdr, (peer, local), |st| {
-            st.req = Some(req.clone());
-            st.resources = (req.initiator_depth, req.responder_resources);
-            st.retry = req.retry_count;
-            st.tos = req.primary_path.traffic_class;
-        });
-        // The event's parameters are the REQ's, seen from this side.
-        let conn = ConnParam {
-            private_data: roce_cm::wire::cma_hdr::user_private_data(&req.private_data).to_vec(),
-            responder_resources: req.initiator_depth,
-            initiator_depth: req.responder_resources,
-            flow_control: req.end_to_end_flow_control,
-            retry_count: req.retry_count,
-            rnr_retry_count: req.rnr_retry_count,
-            srq: req.srq,
-            qp_num: req.local_qpn,
-        };
-        listener.channel().push(Event {
-            id: child,
-            listen_id: Some(listener.clone()),
-            event: EventType::ConnectRequest,
-            status: 0,
-            conn,
-            ud: None,
-            context: 0,
-            arg: 0,
-        });
-    }
 }
 
 impl CmId {
@@ -1396,7 +818,7 @@ impl CmId {
     }
 
     /// A CM event for this id, turned into rdma_cm's.
-    fn on_cm_event(&self, e: CmEvent) {
+    pub(super) fn on_cm_event(&self, e: CmEvent) {
         match e {
             CmEvent::RepReceived { rep, .. } => {
                 let conn = ConnParam {
@@ -1505,80 +927,10 @@ impl Id {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_source_is_a_device_of_the_destinations_family_and_scope() {
-        let dev = |name: &str, a: &str| crate::DeviceInfo {
-            name: name.into(),
-            addr: a.parse().unwrap(),
-            interface: None,
-            gids: vec![a.parse().unwrap()],
-            bindable: vec![true],
-            active_mtu: roce_proto::Mtu::Mtu1024,
-        };
-        let devs = [dev("softroce_eth0", "192.0.2.2"), dev("softroce_lo", "127.0.0.1")];
-        let src = |dst: &str| super::source_among(&devs, dst.parse().unwrap()).ok().map(|a| a.to_string());
-        assert_eq!(src("192.0.2.2").as_deref(), Some("192.0.2.2"), "a device's own address");
-        assert_eq!(src("127.0.0.9").as_deref(), Some("127.0.0.1"));
-        assert_eq!(src("10.1.1.1").as_deref(), Some("192.0.2.2"));
-        assert_eq!(src("::ffff:127.0.0.1").as_deref(), Some("127.0.0.1"), "IPv4-mapped is IPv4");
-        assert_eq!(src("::1"), None, "no IPv6 loopback device: no route (it hung)");
-        assert_eq!(src("fd00::3"), None);
-        let only_lo = [dev("softroce_lo", "127.0.0.1")];
-        assert!(super::source_among(&only_lo, "10.1.1.1".parse().unwrap()).is_err(), "loopback reaches no host");
-        let v6 = [dev("lo6", "::1"), dev("eth6", "fd00::2")];
-        assert_eq!(super::source_among(&v6, "::1".parse().unwrap()).ok(), Some("::1".parse().unwrap()));
-        assert_eq!(super::source_among(&v6, "fd00::3".parse().unwrap()).ok(), Some("fd00::2".parse().unwrap()));
-    }
-
     use std::time::Duration;
 
-    use std::net::IpAddr;
-    use std::sync::{Arc, Mutex};
-
-    use super::{CmId, EventChannel, EventType, Id, IdInner, Listening, PortSpace};
-
-    #[test]
-    fn an_afonly_ipv6_listener_shares_its_port_with_an_ipv4_one() {
-        let v4: IpAddr = "0.0.0.0".parse().unwrap();
-        let v6: IpAddr = "::".parse().unwrap();
-        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(Listening::claims(v4, false), (true, false));
-        assert_eq!(Listening::claims(mapped, true), (true, false), "a mapped IPv4 address is IPv4");
-        assert_eq!(Listening::claims(v6, true), (false, true));
-        assert_eq!(Listening::claims(v6, false), (true, true));
-
-        let ch = EventChannel::new().unwrap();
-        let id = |ch: &EventChannel| {
-            Arc::new(IdInner { channel: Mutex::new(ch.clone()), ps: PortSpace::Tcp, st: Mutex::new(Id::new()) })
-        };
-        let (ia, ib) = (id(&ch), id(&ch));
-        let mut l = Listening::default();
-        assert!(l.is_empty() && !l.taken((true, true)));
-        l.v4 = Some(Arc::downgrade(&ia));
-        assert!(l.taken(Listening::claims(v6, false)), "[::] without AFONLY collides with 0.0.0.0");
-        assert!(!l.taken(Listening::claims(v6, true)), "[::] with AFONLY does not");
-        l.v6 = Some(Arc::downgrade(&ib));
-        assert!(l.for_family(false).is_some_and(|c| Arc::ptr_eq(&c.0, &ia)), "IPv4 requests to the IPv4 id");
-        assert!(l.for_family(true).is_some_and(|c| Arc::ptr_eq(&c.0, &ib)), "IPv6 requests to the IPv6 id");
-        l.remove(Arc::as_ptr(&ia));
-        assert!(l.for_family(false).is_none() && !l.is_empty());
-        drop(ib);
-        assert!(l.is_empty(), "a dropped id listens no more");
-    }
-
-    #[test]
-    fn event_types_number_and_name_as_librdmacm_does() {
-        for v in 0..19 {
-            let e = EventType::from_raw(v).unwrap();
-            assert_eq!(e as u32, v);
-            assert!(e.name().starts_with("RDMA_CM_EVENT_"));
-            assert_eq!(e.c_name().to_str().unwrap(), e.name());
-        }
-        assert_eq!(EventType::from_raw(9).unwrap().name(), "RDMA_CM_EVENT_ESTABLISHED");
-        assert_eq!(EventType::from_raw(16), Some(EventType::AddrinfoResolved));
-        assert_eq!(EventType::from_raw(18), Some(EventType::User));
-        assert_eq!(EventType::from_raw(19), None);
-    }
+    use super::CmId;
+    use crate::rdma_cm::{EventChannel, EventType, PortSpace};
 
     #[test]
     fn a_written_user_event_comes_back_with_its_status_and_arg() {
