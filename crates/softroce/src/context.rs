@@ -312,7 +312,7 @@ impl Context {
             timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             app_polled: std::sync::atomic::AtomicU64::new(0),
             app_grace_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
-                crate::driver::AppGrace::new().micros()
+                crate::driver_policy::AppGrace::new().micros()
             } else {
                 0
             }),

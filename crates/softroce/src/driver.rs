@@ -28,6 +28,7 @@ use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
+use crate::driver_policy::{DriverPolicy, Look, Passed, Rest};
 use crate::faults::{Fate, Faults, Held};
 use crate::sources::Sources;
 use crate::tap::{PORT, Tap};
@@ -71,36 +72,6 @@ pub enum Progress {
     /// does not.
     Inline,
 }
-
-/// The driver thread's longest sleep.
-const TICK: Duration = Duration::from_millis(10);
-/// Its longest sleep while an application thread drives progress.
-const BLIND_TICK: Duration = Duration::from_millis(1);
-/// How long the driver thread stays off the socket after the last waiter
-/// returned: an application in a wait loop is back within microseconds,
-/// and a driver thread polling the socket meanwhile would wake with every
-/// packet only to find the waiter had it, then fight it for the lock.
-const WAITER_GRACE: Duration = Duration::from_millis(2);
-/// The longest the driver thread stays off the socket after a busy-polling
-/// application thread's last call (see [`AppGrace`]), and the first grace
-/// it gives: such a loop polls again within microseconds, and an event
-/// loop's last poll before it sleeps (on a CQ it has not armed) costs its
-/// next packet at most this.
-const APP_GRACE_MAX: Duration = Duration::from_millis(1);
-/// The shortest: an application that spins on memory between its verbs
-/// calls (`ib_write_lat`, a flag at the end of an RDMA WRITE) has its
-/// packets handled this long after its last call.
-const APP_GRACE_MIN: Duration = Duration::from_micros(5);
-/// An application that has not called a verb for this long is passive: its
-/// peer's requests are the driver thread's alone, which then spins a while
-/// after each (`Options::driver_spin`). Far above any busy poller's pause,
-/// so that the driver thread never spins beside one (measured: beside
-/// `ib_write_lat`'s, whose calls can be 2-4 ms apart when a thread waits for
-/// a CPU, a 1 ms bound made its average 280-350 us instead of 70).
-const PASSIVE_AFTER: Duration = Duration::from_millis(100);
-/// How long deferred packets may wait for a post to take them along before
-/// the driver thread sends them (a ping-pong replies within microseconds).
-const OWED_GRACE: Duration = Duration::from_micros(200);
 
 /// Packets per `recvmmsg` / `sendmmsg` batch.
 const BATCH: usize = 64;
@@ -164,7 +135,7 @@ roce_proto::counter_struct! {
         /// link-local address of loopback), lost as on a wire.
         pub tx_no_source,
         /// The driver thread's grace to a busy-polling application, in us
-        /// (a gauge: see `AppGrace`; 0 without a driver thread).
+        /// (a gauge: see `driver_policy::AppGrace`; 0 without a driver thread).
         pub app_grace_us,
         /// Turns the driver thread polled on after a pass of a passive side
         /// (`Options::driver_spin`).
@@ -254,7 +225,7 @@ pub(crate) struct Shared {
     /// drives progress as a waiter does, and the driver thread stays off
     /// the socket meanwhile.
     pub(crate) app_polled: std::sync::atomic::AtomicU64,
-    /// The driver thread's current [`AppGrace`], in us (for `driver_stats`).
+    /// The driver thread's current [`AppGrace`](crate::driver_policy::AppGrace), in us (for `driver_stats`).
     pub(crate) app_grace_us: std::sync::atomic::AtomicU64,
     /// Turns the driver thread spun on a passive side (for `driver_stats`).
     pub(crate) driver_spins: std::sync::atomic::AtomicU64,
@@ -280,7 +251,7 @@ pub(crate) struct Shared {
 
 /// A thread blocked in `Cq::wait` or `Context::progress_wait`: counted in
 /// `Shared::waiters` while this lives, so the driver thread stays off the
-/// socket (and for `WAITER_GRACE` after it saw the last one go).
+/// socket (and for `driver_policy::WAITER_GRACE` after it saw the last one go).
 pub(crate) struct Waiting<'a>(&'a Shared);
 
 impl Drop for Waiting<'_> {
@@ -541,7 +512,7 @@ impl Shared {
     /// Records that an application thread just polled a CQ that is not
     /// armed (`ibv_poll_cq` in a busy loop, as perftest and UCX poll; an
     /// empty poll made a progress pass of its own): for a grace after its
-    /// last call ([`AppGrace`]) the driver thread leaves the socket to it,
+    /// last call ([`AppGrace`](crate::driver_policy::AppGrace)) the driver thread leaves the socket to it,
     /// as to a waiter. Otherwise both wake with every packet and the driver
     /// thread takes the core the peer's threads need (on two cores: a busy
     /// poller, its driver thread and the receiver's). Measured: UCX
@@ -622,7 +593,7 @@ impl Shared {
     /// with a driver thread. What is deferred leaves with the next post,
     /// before any thread of the context sleeps again (a receiver that only
     /// reposts receives), or by the driver thread once they waited
-    /// `OWED_GRACE` (200 us). IBTA allows coalesced ACKs; the delay stays far
+    /// `driver_policy::OWED_GRACE` (200 us). IBTA allows coalesced ACKs; the delay stays far
     /// below any local ACK timeout a requester uses in practice.
     pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
@@ -979,13 +950,10 @@ impl Shared {
     /// The driver thread: progress, then sleep until the socket is readable
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
-        let mut next: Option<Instant> = None;
-        // A busy poller's grace, and its last call this thread saw.
-        let (mut grace, mut seen_call) = (AppGrace::new(), 0u64);
-        // Until when a passive side's driver thread polls on (`driver_spin`).
-        let mut spin_until: Option<Instant> = None;
-        // When this thread last saw the waiters go (`WAITER_GRACE`).
-        let (mut was_waiting, mut no_waiter_since) = (false, None::<Instant>);
+        // Every decision of this loop is the policy's (`driver_policy.rs`):
+        // here the thread reads what other threads set, makes the pass and
+        // sleeps as told.
+        let mut policy = DriverPolicy::new(self.driver_spin);
         // When this context's resources are next published.
         let mut publish_at = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
@@ -994,63 +962,29 @@ impl Shared {
                 let _st = self.lock();
                 panic!("the driver thread panics, as a test asked");
             }
-            // While an application thread waits in `Cq::wait` it watches the
-            // socket and makes progress itself: stay out of its way (no
-            // second wake-up per packet, no fight for the lock) and only run
-            // timers, looking again every BLIND_TICK. A waiter that just
-            // returned counts for WAITER_GRACE: it is back within
-            // microseconds in a wait loop.
-            // Packets a waiter's pass deferred are sent here too when no verb
-            // sent them within OWED_GRACE.
             // Timers other threads' passes armed (see `nudge_driver`).
             let nudged = self.timer_at.swap(u64::MAX, Ordering::AcqRel);
-            if nudged != u64::MAX {
-                let at = self.epoch + Duration::from_nanos(nudged);
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
             let now = Instant::now();
-            let waiting = self.waiters.load(Ordering::Acquire) > 0;
-            if waiting {
-                was_waiting = true;
-            } else if std::mem::take(&mut was_waiting) {
-                no_waiter_since = Some(now);
-            }
             let call = self.app_polled.load(Ordering::Acquire);
-            if call != 0 && call != seen_call {
-                if seen_call != 0 {
-                    grace.app_was_active();
-                }
-                seen_call = call;
-            }
-            let last_call = (call != 0).then(|| self.epoch + Duration::from_nanos(call - 1));
-            let app_until = last_call.map(|t| t + grace.get()).filter(|&t| now < t);
-            let blind =
-                waiting || no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE) || app_until.is_some();
-            let due = next.is_some_and(|t| t <= now);
-            let owed = self.owed_for(now);
-            let mut recheck = None;
-            if !blind || due || owed.is_some_and(|d| d >= OWED_GRACE) {
+            let look = Look {
+                nudged: (nudged != u64::MAX).then(|| self.epoch + Duration::from_nanos(nudged)),
+                waiting: self.waiters.load(Ordering::Acquire) > 0,
+                last_call: (call != 0).then(|| self.epoch + Duration::from_nanos(call - 1)),
+                owed: self.owed_for(now),
+            };
+            let turn = policy.begin(now, look);
+            if turn.pass {
                 let mut st = self.lock();
                 st.stats.driver_passes += 1;
                 let (got, requests) = (st.stats.rx_packets, st.stats.rx_requests);
-                next = match self.progress(&mut st) {
+                let next = match self.progress(&mut st) {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 };
-                if !blind && last_call.is_some() && st.stats.rx_packets != got {
-                    grace.app_left_packets();
-                }
-                // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
-                // target, a perftest server) keeps polling a while.
-                let passive = last_call.is_none_or(|t| now.saturating_duration_since(t) > PASSIVE_AFTER);
-                // Only after requests: a response or ACK answers what this
-                // side posted, and no request of a ping-pong follows it.
-                if !blind && passive && st.stats.rx_requests != requests && !self.driver_spin.is_zero() {
-                    spin_until = Some(Instant::now() + self.driver_spin);
-                }
-            } else if let Some(owed) = owed {
-                // Look again when the deferred packets would be due.
-                recheck = Some(now + (OWED_GRACE - owed));
+                let passed =
+                    Passed { next, received: st.stats.rx_packets != got, requests: st.stats.rx_requests != requests };
+                drop(st);
+                policy.passed(&turn, Instant::now(), passed);
             }
             if let Some(m) = self.sock.member() {
                 // Strays held for a seat, a reconciliation a pass asked for
@@ -1067,82 +1001,29 @@ impl Shared {
                     }
                 }
             }
-            self.app_grace_us.store(grace.micros(), Ordering::Relaxed);
-            // Wake at least every TICK: a timer armed meanwhile by a verb on
-            // another thread that is due later than that needs no wake-up
-            // call (see `nudge_driver`), so posting stays free of syscalls.
-            let tick = Instant::now() + if blind { BLIND_TICK } else { TICK };
-            // A busy poller that stops polling hands the socket back at once.
-            let until = [next, recheck, app_until].into_iter().flatten().fold(tick, Instant::min);
-            self.driver_deadline.store(self.nanos(until), Ordering::Release);
-            // Spinning, the next packet of a ping-pong (a READ, an atomic)
-            // is taken without a wake-up; each turn lets any other thread
-            // runnable on this CPU go first.
-            if !blind && spin_until.is_some_and(|t| Instant::now() < t) {
-                self.driver_spins.fetch_add(1, Ordering::Relaxed);
-                std::thread::yield_now();
-                continue;
-            }
-            let timeout = until.saturating_duration_since(Instant::now());
+            self.app_grace_us.store(policy.grace().micros(), Ordering::Relaxed);
+            let now = Instant::now();
+            let rest = policy.rest(&turn, now);
+            self.driver_deadline.store(self.nanos(rest.until()), Ordering::Release);
+            let (until, socket, precise) = match rest {
+                Rest::Spin { .. } => {
+                    // Each turn lets any other thread runnable on this CPU go first.
+                    self.driver_spins.fetch_add(1, Ordering::Relaxed);
+                    std::thread::yield_now();
+                    continue;
+                }
+                Rest::Sleep { until, socket, precise } => (until, socket, precise),
+            };
+            let timeout = until.saturating_duration_since(now);
             let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =
-                if blind { &[] } else { &[(self.sock.as_fd(), Interest::READABLE)] };
-            // The end of a busy poller's grace is kept to the microsecond
-            // (other deadlines round up to milliseconds): it is short by
-            // design, and grows while the poller keeps polling.
-            let _ = if app_until == Some(until) {
+                if socket { &[(self.sock.as_fd(), Interest::READABLE)] } else { &[] };
+            let _ = if precise {
                 wait_precise(fds, Some(&self.waker), timeout)
             } else {
                 wait(fds, Some(&self.waker), Some(timeout))
             };
             self.waker.reset();
         }
-    }
-}
-
-/// How long the driver thread leaves the socket to a busy-polling
-/// application after its last verbs call, learned from what it finds.
-///
-/// A loop that polls its CQ (UCX, perftest's bandwidth tests, a ping-pong)
-/// calls again within microseconds: every time the driver thread looks and
-/// the application has called since, the grace doubles (up to
-/// [`APP_GRACE_MAX`], the driver then wakes about once a millisecond and
-/// never fights the poller for packets). One that spins on memory between
-/// its calls (`ib_write_lat`, NCCL-style flags) leaves the peer's packets
-/// to the driver thread: each time a pass of the driver thread outside the
-/// grace receives packets, the grace quarters (down to
-/// [`APP_GRACE_MIN`]), so such packets are placed within microseconds of
-/// arrival, as kernel rxe places them in softirq context.
-///
-/// | the driver thread finds | grace |
-/// |---|---|
-/// | the application called since it last looked | x 2, at most 1 ms |
-/// | packets, in a pass past the grace | / 4, at least 5 us |
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AppGrace(Duration);
-
-impl AppGrace {
-    pub(crate) fn new() -> AppGrace {
-        AppGrace(APP_GRACE_MAX)
-    }
-
-    fn get(self) -> Duration {
-        self.0
-    }
-
-    /// The grace in us, as `DriverStats::app_grace_us` shows it.
-    pub(crate) fn micros(self) -> u64 {
-        u64::try_from(self.0.as_micros()).unwrap_or(u64::MAX)
-    }
-
-    /// The application called a verb since the driver thread last looked.
-    fn app_was_active(&mut self) {
-        self.0 = (self.0 * 2).min(APP_GRACE_MAX);
-    }
-
-    /// A pass of the driver thread past the grace received packets the
-    /// application left.
-    fn app_left_packets(&mut self) {
-        self.0 = (self.0 / 4).max(APP_GRACE_MIN);
     }
 }
 
@@ -1245,39 +1126,8 @@ fn ingest(
 
 #[cfg(test)]
 mod tests {
-    use super::{APP_GRACE_MAX, APP_GRACE_MIN, AppGrace, is_middle, is_request, is_whole_request};
+    use super::{is_middle, is_request, is_whole_request};
     use roce_wire::Opcode;
-    use std::time::Duration;
-
-    /// The grace table: from 1 ms, packets left to the driver thread bring
-    /// it to 5 us in five passes (1 ms / 4^5 is below 5 us); a poller back
-    /// at work doubles it to 1 ms again, never past either bound; one
-    /// doubling per turn against one quartering stays at the floor.
-    #[test]
-    fn the_grace_quarters_on_packets_left_and_doubles_while_the_application_polls() {
-        let mut g = AppGrace::new();
-        assert_eq!(g.get(), APP_GRACE_MAX);
-        g.app_was_active();
-        assert_eq!(g.get(), APP_GRACE_MAX);
-        let mut seen = vec![];
-        for _ in 0..6 {
-            g.app_left_packets();
-            seen.push(g.get().as_micros());
-        }
-        assert_eq!(seen, [250, 62, 15, 5, 5, 5]);
-        assert_eq!(g.get(), APP_GRACE_MIN);
-        for _ in 0..3 {
-            g.app_was_active();
-            g.app_left_packets();
-        }
-        assert_eq!(g.get(), APP_GRACE_MIN, "an ib_write_lat turn: one of each");
-        let mut n = 0;
-        while g.get() < APP_GRACE_MAX {
-            g.app_was_active();
-            n += 1;
-        }
-        assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
-    }
 
     #[test]
     fn requests_are_told_from_responses_and_acks() {

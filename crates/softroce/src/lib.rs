@@ -55,6 +55,7 @@ mod channel;
 pub mod config;
 mod context;
 mod driver;
+mod driver_policy;
 pub mod env;
 mod error;
 pub mod faults;

@@ -1,7 +1,7 @@
 //! The driver thread's timer slack.
 //!
 //! The driver thread ends a busy poller's grace with a sleep of a few
-//! microseconds (see `AppGrace` in `driver.rs`); Linux lets a normal
+//! microseconds (see `AppGrace` in `driver_policy.rs`); Linux lets a normal
 //! thread's timers fire up to 50 us late (its timer slack), which would
 //! leave a packet for an application that spins on memory (`ib_write_lat`)
 //! that much longer unplaced. A thread may lower its own slack without

@@ -1,0 +1,403 @@
+//! The driver thread's progress policy, sans-IO: what it observed at `now`
+//! goes in, what to do comes out (make a pass or not, sleep until when,
+//! watch the socket or not, spin). Every heuristic of the thread and its
+//! constants live here, so they are tested on virtual time (`tests` below);
+//! `driver.rs`'s `Shared::run` only reads the atomics, makes the pass and
+//! sleeps as told.
+//!
+//! | the thread finds | it |
+//! |---|---|
+//! | nothing | passes when the socket is readable or a timer is due, else sleeps up to [`TICK`] |
+//! | an application thread waiting in `Cq::wait` (and for [`WAITER_GRACE`] after) | is blind: leaves the socket to it, passes only for due timers or packets owed for [`OWED_GRACE`], looks again every [`BLIND_TICK`] |
+//! | a busy poller's call within its [`AppGrace`] | is blind until the grace ends (woken to the microsecond) |
+//! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn |
+
+use std::time::{Duration, Instant};
+
+/// The driver thread's longest sleep.
+pub(crate) const TICK: Duration = Duration::from_millis(10);
+/// Its longest sleep while an application thread drives progress.
+pub(crate) const BLIND_TICK: Duration = Duration::from_millis(1);
+/// How long the driver thread stays off the socket after the last waiter
+/// returned: an application in a wait loop is back within microseconds,
+/// and a driver thread polling the socket meanwhile would wake with every
+/// packet only to find the waiter had it, then fight it for the lock.
+pub(crate) const WAITER_GRACE: Duration = Duration::from_millis(2);
+/// The longest the driver thread stays off the socket after a busy-polling
+/// application thread's last call (see [`AppGrace`]), and the first grace
+/// it gives: such a loop polls again within microseconds, and an event
+/// loop's last poll before it sleeps (on a CQ it has not armed) costs its
+/// next packet at most this.
+pub(crate) const APP_GRACE_MAX: Duration = Duration::from_millis(1);
+/// The shortest: an application that spins on memory between its verbs
+/// calls (`ib_write_lat`, a flag at the end of an RDMA WRITE) has its
+/// packets handled this long after its last call.
+pub(crate) const APP_GRACE_MIN: Duration = Duration::from_micros(5);
+/// An application that has not called a verb for this long is passive: its
+/// peer's requests are the driver thread's alone, which then spins a while
+/// after each (`Options::driver_spin`). Far above any busy poller's pause,
+/// so that the driver thread never spins beside one (measured: beside
+/// `ib_write_lat`'s, whose calls can be 2-4 ms apart when a thread waits for
+/// a CPU, a 1 ms bound made its average 280-350 us instead of 70).
+pub(crate) const PASSIVE_AFTER: Duration = Duration::from_millis(100);
+/// How long deferred packets may wait for a post to take them along before
+/// the driver thread sends them (a ping-pong replies within microseconds).
+pub(crate) const OWED_GRACE: Duration = Duration::from_micros(200);
+
+/// How long the driver thread leaves the socket to a busy-polling
+/// application after its last verbs call, learned from what it finds.
+///
+/// A loop that polls its CQ (UCX, perftest's bandwidth tests, a ping-pong)
+/// calls again within microseconds: every time the driver thread looks and
+/// the application has called since, the grace doubles (up to
+/// [`APP_GRACE_MAX`], the driver then wakes about once a millisecond and
+/// never fights the poller for packets). One that spins on memory between
+/// its calls (`ib_write_lat`, NCCL-style flags) leaves the peer's packets
+/// to the driver thread: each time a pass of the driver thread outside the
+/// grace receives packets, the grace quarters (down to
+/// [`APP_GRACE_MIN`]), so such packets are placed within microseconds of
+/// arrival, as kernel rxe places them in softirq context.
+///
+/// | the driver thread finds | grace |
+/// |---|---|
+/// | the application called since it last looked | x 2, at most 1 ms |
+/// | packets, in a pass past the grace | / 4, at least 5 us |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AppGrace(Duration);
+
+impl AppGrace {
+    pub(crate) fn new() -> AppGrace {
+        AppGrace(APP_GRACE_MAX)
+    }
+
+    fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The grace in us, as `DriverStats::app_grace_us` shows it.
+    pub(crate) fn micros(self) -> u64 {
+        u64::try_from(self.0.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The application called a verb since the driver thread last looked.
+    fn app_was_active(&mut self) {
+        self.0 = (self.0 * 2).min(APP_GRACE_MAX);
+    }
+
+    /// A pass of the driver thread past the grace received packets the
+    /// application left.
+    fn app_left_packets(&mut self) {
+        self.0 = (self.0 / 4).max(APP_GRACE_MIN);
+    }
+}
+
+/// What the driver thread reads at the start of a turn (the atomics other
+/// threads set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Look {
+    /// The earliest timer another thread's pass armed since the last look.
+    pub(crate) nudged: Option<Instant>,
+    /// Whether an application thread waits in `Cq::wait`.
+    pub(crate) waiting: bool,
+    /// A busy-polling application thread's last verbs call (`None`: never,
+    /// or it armed a CQ since).
+    pub(crate) last_call: Option<Instant>,
+    /// How long packets a waiter's pass deferred have waited (`None`: none).
+    pub(crate) owed: Option<Duration>,
+}
+
+/// The decision of a turn's start, kept for its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    /// Make a progress pass now.
+    pub(crate) pass: bool,
+    /// An application thread drives progress: stay off the socket.
+    pub(crate) blind: bool,
+    /// When the busy poller's grace ends, if it has not.
+    app_until: Option<Instant>,
+    /// When deferred packets would be due, if no pass is made for them now.
+    recheck: Option<Instant>,
+    last_call: Option<Instant>,
+    now: Instant,
+}
+
+/// What a pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Passed {
+    /// The engine's next timer (the pass's answer).
+    pub(crate) next: Option<Instant>,
+    /// It received packets.
+    pub(crate) received: bool,
+    /// Some of them were requests (a responder's work).
+    pub(crate) requests: bool,
+}
+
+/// How the turn ends. `until` is when the thread means to wake next
+/// (`Shared::driver_deadline`, which other threads read to know whether a
+/// timer they armed needs a wake-up call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rest {
+    /// Yield the CPU and start the next turn at once (a passive side spins).
+    Spin { until: Instant },
+    /// Sleep until `until`, woken earlier by the waker or, when `socket`,
+    /// by a readable socket; `precise`: to the microsecond (a poller's
+    /// grace), else `poll(2)`'s milliseconds.
+    Sleep { until: Instant, socket: bool, precise: bool },
+}
+
+impl Rest {
+    /// When the thread means to wake next.
+    pub(crate) fn until(self) -> Instant {
+        match self {
+            Rest::Spin { until } | Rest::Sleep { until, .. } => until,
+        }
+    }
+}
+
+/// The driver thread's state between turns.
+#[derive(Debug)]
+pub(crate) struct DriverPolicy {
+    /// The engine's next timer, as the last pass or a nudge said.
+    next: Option<Instant>,
+    grace: AppGrace,
+    /// The busy poller's last call this thread saw.
+    seen_call: Option<Instant>,
+    /// Until when a passive side polls on.
+    spin_until: Option<Instant>,
+    /// Whether a waiter was there at the last look, and when they all went.
+    was_waiting: bool,
+    no_waiter_since: Option<Instant>,
+    /// `Options::driver_spin`.
+    driver_spin: Duration,
+}
+
+impl DriverPolicy {
+    pub(crate) fn new(driver_spin: Duration) -> DriverPolicy {
+        DriverPolicy {
+            next: None,
+            grace: AppGrace::new(),
+            seen_call: None,
+            spin_until: None,
+            was_waiting: false,
+            no_waiter_since: None,
+            driver_spin,
+        }
+    }
+
+    /// The busy poller's grace now (for `DriverStats::app_grace_us`).
+    pub(crate) fn grace(&self) -> AppGrace {
+        self.grace
+    }
+
+    /// A turn starts at `now` with what the thread read: pass or not.
+    pub(crate) fn begin(&mut self, now: Instant, look: Look) -> Turn {
+        if let Some(at) = look.nudged {
+            self.next = Some(self.next.map_or(at, |n| n.min(at)));
+        }
+        if look.waiting {
+            self.was_waiting = true;
+        } else if std::mem::take(&mut self.was_waiting) {
+            self.no_waiter_since = Some(now);
+        }
+        if let Some(call) = look.last_call
+            && self.seen_call != Some(call)
+        {
+            if self.seen_call.is_some() {
+                self.grace.app_was_active();
+            }
+            self.seen_call = Some(call);
+        }
+        let app_until = look.last_call.map(|t| t + self.grace.get()).filter(|&t| now < t);
+        let blind = look.waiting
+            || self.no_waiter_since.is_some_and(|t| now.duration_since(t) < WAITER_GRACE)
+            || app_until.is_some();
+        let due = self.next.is_some_and(|t| t <= now);
+        let pass = !blind || due || look.owed.is_some_and(|d| d >= OWED_GRACE);
+        // Not passing: look again when the deferred packets would be due.
+        let recheck = look.owed.filter(|_| !pass).map(|owed| now + (OWED_GRACE - owed));
+        Turn { pass, blind, app_until, recheck, last_call: look.last_call, now }
+    }
+
+    /// The pass of `turn` ended at `now` with `passed`.
+    pub(crate) fn passed(&mut self, turn: &Turn, now: Instant, passed: Passed) {
+        self.next = passed.next;
+        if !turn.blind && turn.last_call.is_some() && passed.received {
+            self.grace.app_left_packets();
+        }
+        // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
+        // target, a perftest server) keeps polling a while, only after
+        // requests: a response or ACK answers what this side posted, and
+        // no request of a ping-pong follows it.
+        let passive = turn.last_call.is_none_or(|t| turn.now.saturating_duration_since(t) > PASSIVE_AFTER);
+        if !turn.blind && passive && passed.requests && !self.driver_spin.is_zero() {
+            self.spin_until = Some(now + self.driver_spin);
+        }
+    }
+
+    /// How the turn ends at `now`. The thread wakes at least every TICK (a
+    /// timer a verb armed on another thread that is due later needs no
+    /// wake-up call, so posting stays free of syscalls); a busy poller that
+    /// stops polling hands the socket back at once.
+    pub(crate) fn rest(&self, turn: &Turn, now: Instant) -> Rest {
+        let tick = now + if turn.blind { BLIND_TICK } else { TICK };
+        let until = [self.next, turn.recheck, turn.app_until].into_iter().flatten().fold(tick, Instant::min);
+        // Spinning, the next packet of a ping-pong (a READ, an atomic) is
+        // taken without a wake-up.
+        if !turn.blind && self.spin_until.is_some_and(|t| now < t) {
+            return Rest::Spin { until };
+        }
+        // The end of a busy poller's grace is kept to the microsecond: it is
+        // short by design, and grows while the poller keeps polling.
+        Rest::Sleep { until, socket: !turn.blind, precise: turn.app_until == Some(until) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// The grace table: from 1 ms, packets left to the driver thread bring
+    /// it to 5 us in five passes (1 ms / 4^5 is below 5 us); a poller back
+    /// at work doubles it to 1 ms again, never past either bound; one
+    /// doubling per turn against one quartering stays at the floor.
+    #[test]
+    fn the_grace_quarters_on_packets_left_and_doubles_while_the_application_polls() {
+        let mut g = AppGrace::new();
+        assert_eq!(g.get(), APP_GRACE_MAX);
+        g.app_was_active();
+        assert_eq!(g.get(), APP_GRACE_MAX);
+        let mut seen = vec![];
+        for _ in 0..6 {
+            g.app_left_packets();
+            seen.push(g.get().as_micros());
+        }
+        assert_eq!(seen, [250, 62, 15, 5, 5, 5]);
+        assert_eq!(g.get(), APP_GRACE_MIN);
+        for _ in 0..3 {
+            g.app_was_active();
+            g.app_left_packets();
+        }
+        assert_eq!(g.get(), APP_GRACE_MIN, "an ib_write_lat turn: one of each");
+        let mut n = 0;
+        while g.get() < APP_GRACE_MAX {
+            g.app_was_active();
+            n += 1;
+        }
+        assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
+    }
+
+    /// Alone, the thread passes every turn and sleeps on the socket until
+    /// the engine's next timer, at most a TICK.
+    #[test]
+    fn alone_it_watches_the_socket_until_the_next_timer_or_a_tick() {
+        let t0 = Instant::now();
+        let mut p = DriverPolicy::new(Duration::ZERO);
+        let turn = p.begin(t0, Look::default());
+        assert!(turn.pass && !turn.blind);
+        p.passed(&turn, t0, Passed { next: None, received: false, requests: false });
+        assert_eq!(p.rest(&turn, t0), Rest::Sleep { until: t0 + TICK, socket: true, precise: false });
+        p.passed(&turn, t0, Passed { next: Some(t0 + us(700)), received: false, requests: false });
+        assert_eq!(p.rest(&turn, t0), Rest::Sleep { until: t0 + us(700), socket: true, precise: false });
+        // A nudge from another thread's pass brings an earlier timer in.
+        let turn = p.begin(t0 + us(10), Look { nudged: Some(t0 + us(300)), ..Look::default() });
+        assert_eq!(p.rest(&turn, t0 + us(10)).until(), t0 + us(300));
+    }
+
+    /// A waiter in `Cq::wait` has the socket: the thread is blind, passes
+    /// only for a due timer or packets owed for OWED_GRACE, looks every
+    /// BLIND_TICK, and stays blind WAITER_GRACE after the waiter went.
+    #[test]
+    fn beside_a_waiter_it_only_runs_timers_and_owed_packets() {
+        let t0 = Instant::now();
+        let mut p = DriverPolicy::new(Duration::ZERO);
+        let waiting = Look { waiting: true, ..Look::default() };
+        let turn = p.begin(t0, waiting);
+        assert!(turn.blind && !turn.pass);
+        assert_eq!(p.rest(&turn, t0), Rest::Sleep { until: t0 + BLIND_TICK, socket: false, precise: false });
+        // Packets owed for 150 us: not yet, but look again when they are due.
+        let turn = p.begin(t0, Look { owed: Some(us(150)), ..waiting });
+        assert!(!turn.pass);
+        assert_eq!(p.rest(&turn, t0), Rest::Sleep { until: t0 + us(50), socket: false, precise: false });
+        let turn = p.begin(t0 + us(50), Look { owed: Some(OWED_GRACE), ..waiting });
+        assert!(turn.pass, "owed for OWED_GRACE: the driver sends them");
+        // A timer due: a pass, blind still.
+        p.passed(&turn, t0 + us(50), Passed { next: Some(t0 + us(400)), received: true, requests: true });
+        let turn = p.begin(t0 + us(400), waiting);
+        assert!(turn.pass && turn.blind);
+        p.passed(&turn, t0 + us(400), Passed { next: None, received: false, requests: false });
+        // The waiter goes at 1 ms: blind until 3 ms, then watching.
+        let gone = t0 + Duration::from_millis(1);
+        assert!(p.begin(gone, Look::default()).blind);
+        assert!(p.begin(gone + WAITER_GRACE - us(1), Look::default()).blind);
+        let turn = p.begin(gone + WAITER_GRACE, Look::default());
+        assert!(turn.pass && !turn.blind);
+    }
+
+    /// A busy poller: blind until its last call plus the grace, woken to
+    /// the microsecond then; the grace doubles with each new call seen and
+    /// quarters when a pass past it finds packets.
+    #[test]
+    fn beside_a_busy_poller_it_waits_out_the_learned_grace() {
+        let t0 = Instant::now();
+        let mut p = DriverPolicy::new(Duration::ZERO);
+        let call = |t| Look { last_call: Some(t), ..Look::default() };
+        let turn = p.begin(t0 + us(100), call(t0));
+        assert!(turn.blind && !turn.pass);
+        assert_eq!(
+            p.rest(&turn, t0 + us(100)),
+            Rest::Sleep { until: t0 + APP_GRACE_MAX, socket: false, precise: true }
+        );
+        // Past the grace, the poller gone quiet: a pass that finds packets
+        // quarters the grace.
+        let late = t0 + APP_GRACE_MAX + us(1);
+        let turn = p.begin(late, call(t0));
+        assert!(turn.pass && !turn.blind);
+        p.passed(&turn, late, Passed { next: None, received: true, requests: false });
+        assert_eq!(p.grace().micros(), 250);
+        // A new call: the grace doubles, and the thread is blind until it ends.
+        let c2 = late + us(10);
+        let turn = p.begin(c2 + us(1), call(c2));
+        assert_eq!(p.grace().micros(), 500);
+        assert_eq!(p.rest(&turn, c2 + us(1)), Rest::Sleep { until: c2 + us(500), socket: false, precise: true });
+        // The same call seen again does not count twice.
+        p.begin(c2 + us(2), call(c2));
+        assert_eq!(p.grace().micros(), 500);
+    }
+
+    /// A passive side (no verb call for PASSIVE_AFTER) spins for
+    /// `driver_spin` after a pass that received requests; not after
+    /// responses alone, not beside a poller, not when the spin is 0.
+    #[test]
+    fn a_passive_side_spins_after_requests_only() {
+        let t0 = Instant::now();
+        let spin = us(50);
+        let mut p = DriverPolicy::new(spin);
+        let turn = p.begin(t0, Look::default());
+        p.passed(&turn, t0, Passed { next: None, received: true, requests: false });
+        assert!(matches!(p.rest(&turn, t0), Rest::Sleep { .. }), "after responses only");
+        p.passed(&turn, t0, Passed { next: None, received: true, requests: true });
+        assert_eq!(p.rest(&turn, t0 + us(49)), Rest::Spin { until: t0 + us(49) + TICK });
+        assert!(matches!(p.rest(&turn, t0 + spin), Rest::Sleep { .. }), "the spin ends");
+        // A poller called 50 ms ago (past its grace, not passive): no spin.
+        let mut p = DriverPolicy::new(spin);
+        let now = t0 + Duration::from_millis(60);
+        let turn = p.begin(now, Look { last_call: Some(t0 + Duration::from_millis(10)), ..Look::default() });
+        assert!(turn.pass && !turn.blind);
+        p.passed(&turn, now, Passed { next: None, received: true, requests: true });
+        assert!(matches!(p.rest(&turn, now), Rest::Sleep { .. }), "beside a poller");
+        // Its last call 100 ms back: passive again.
+        let later = t0 + Duration::from_millis(111);
+        let turn = p.begin(later, Look { last_call: Some(t0 + Duration::from_millis(10)), ..Look::default() });
+        p.passed(&turn, later, Passed { next: None, received: true, requests: true });
+        assert!(matches!(p.rest(&turn, later), Rest::Spin { .. }));
+        // Spin 0: never.
+        let mut p = DriverPolicy::new(Duration::ZERO);
+        let turn = p.begin(t0, Look::default());
+        p.passed(&turn, t0, Passed { next: None, received: true, requests: true });
+        assert!(matches!(p.rest(&turn, t0), Rest::Sleep { .. }));
+    }
+}
