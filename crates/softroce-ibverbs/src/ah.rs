@@ -7,7 +7,8 @@ use std::ffi::c_int;
 use softroce::{Ah, AhAttr};
 
 use crate::abi::*;
-use crate::context::{self, errno};
+use crate::context;
+use crate::errno::errno;
 use crate::export::{ibv_export, set_errno};
 use crate::pd::pd_obj;
 

@@ -1,5 +1,8 @@
 //! The device context (`ibv_context` inside rdma-core's extended
-//! `verbs_context`), its operation tables, async events and errno mapping.
+//! `verbs_context`): its opening (shared per device), closing and async
+//! events. Its operation tables are filled by [`crate::ops`]; the errno
+//! mapping is [`crate::errno`]'s. Object modules reach their context's
+//! state through [`block`]; nothing here names an object module.
 //!
 //! Applications find the extended operations at `ctx - 320` once
 //! `abi_compat` holds `UINTPTR_MAX` (verbs.h `verbs_get_ctx`), so the
@@ -15,7 +18,9 @@ use softroce::{AsyncEvent, Context, Error, Options};
 
 use crate::abi::*;
 use crate::device::DevEntry;
+use crate::errno::errno;
 use crate::export::{ibv_export, set_errno};
+use crate::fd::{nonblocking, wait_readable};
 
 /// One open device: the C-visible `verbs_context` first, then softroce's.
 #[repr(C)]
@@ -52,47 +57,6 @@ pub(crate) unsafe fn block<'a>(ctx: *mut IbvContext) -> Option<&'a CtxBlock> {
     let off = std::mem::offset_of!(CtxBlock, vctx) + std::mem::offset_of!(VerbsContext, context);
     // SAFETY: per the contract, ctx is the `context` member of a live CtxBlock.
     Some(unsafe { &*((ctx as *mut u8).sub(off) as *const CtxBlock) })
-}
-
-/// The errno a softroce error stands for (rxe's choices where it has one).
-pub(crate) fn errno(e: &Error) -> c_int {
-    use roce_proto::device::VerbError as V;
-    use softroce::Error as E;
-    match e {
-        E::Verb(v) => match v {
-            V::UnknownHandle(_) | V::Invalid(_) | V::Modify(_) => libc::EINVAL,
-            V::Cqe { .. } | V::CompVector { .. } | V::Cq(_) => libc::EINVAL,
-            V::Exhausted(_) => libc::ENOMEM,
-            V::Busy => libc::EBUSY,
-            V::Mr(m) => match m {
-                roce_proto::mr::MrError::Exhausted => libc::ENOMEM,
-                roce_proto::mr::MrError::HasWindows(_) => libc::EBUSY,
-                _ => libc::EINVAL,
-            },
-            V::Post(p) => match p {
-                roce_proto::queue::PostError::QueueFull(_) => libc::ENOMEM,
-                _ => libc::EINVAL,
-            },
-        },
-        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-        E::McastJoin { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-        E::Bind(_) => libc::EADDRINUSE,
-        E::Host(h) => {
-            use roce_host::HostError as H;
-            match h {
-                H::Bind(_) | H::OtherUser { .. } | H::ServiceTaken { .. } => libc::EADDRINUSE,
-                H::File { source, .. } | H::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-                H::Unsafe { .. } => libc::EACCES,
-                H::Locked { .. } | H::Incompatible { .. } => libc::EBUSY,
-                H::Full { .. } | H::NoQpn { .. } | H::ServicesFull { .. } => libc::ENOMEM,
-                _ => libc::EINVAL,
-            }
-        }
-        E::OutOfBounds { .. } => libc::EINVAL,
-        E::DeviceFailed { .. } => libc::EIO,
-        E::NoSuchDevice { .. } | E::Config(_) => libc::ENODEV,
-        _ => libc::EINVAL,
-    }
 }
 
 /// Devices open in this process, with the pid that opened them. A device
@@ -139,13 +103,7 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     // SAFETY: a fresh fd we own.
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut vctx = VerbsContext::default();
-    vctx.query_port = Some(crate::device::query_port);
-    vctx.query_device_ex = Some(crate::device::query_device_ex);
-    vctx.advise_mr = Some(crate::pd::advise_mr);
-    vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
-    vctx.modify_cq = Some(crate::cq::modify_cq);
-    vctx.create_qp_ex = Some(crate::qp::create_qp_ex);
-    vctx.create_srq_ex = Some(crate::srq::create_srq_ex);
+    crate::ops::fill(&mut vctx);
     vctx.sz = size_of::<VerbsContext>() as _;
     let c = &mut vctx.context;
     c.device = &e.dev as *const IbvDevice as *mut IbvDevice;
@@ -154,14 +112,6 @@ pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
     c.async_fd = events.as_raw_fd();
     c.num_comp_vectors = roce_proto::device::NUM_COMP_VECTORS as c_int;
     c.abi_compat = usize::MAX as *mut c_void;
-    c.ops.poll_cq = Some(crate::cq::poll_cq);
-    c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
-    c.ops.post_send = Some(crate::qp::post_send);
-    c.ops.post_recv = Some(crate::qp::post_recv);
-    c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
-    c.ops.alloc_mw = Some(crate::mw::alloc_mw);
-    c.ops.bind_mw = Some(crate::mw::bind_mw);
-    c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
     let pid = std::process::id();
     let block = Box::new(CtxBlock { vctx, ctx, events, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd, pid });
     let block = Box::into_raw(block);
@@ -190,27 +140,6 @@ pub(crate) unsafe fn close(ctx: *mut IbvContext) -> c_int {
     // gives it up.
     drop(unsafe { Box::from_raw(b as *const CtxBlock as *mut CtxBlock) });
     0
-}
-
-/// Waits until `fd` is readable, once. A signal whose handler was installed
-/// without SA_RESTART ends the wait with EINTR, as the `read()` of
-/// rdma-core's `ibv_get_cq_event` / `ibv_get_async_event` ends (qperf stops
-/// its timed tests that way).
-pub(crate) fn wait_readable(fd: c_int) -> Result<(), c_int> {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one pollfd, valid for the call.
-    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINTR));
-    }
-    Ok(())
-}
-
-/// Whether `fd` is in non-blocking mode (an application may set it on a
-/// channel or the async fd to poll them).
-pub(crate) fn nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL on an fd; a bad fd returns -1.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
 
 ibv_export! { "IBVERBS_1.1";

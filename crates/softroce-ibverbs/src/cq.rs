@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
 
 use crate::abi::*;
-use crate::context::{self, errno, nonblocking};
+use crate::context;
+use crate::errno::errno;
 use crate::export::{guard, ibv_export, ptr_or_errno, set_errno};
+use crate::fd::{nonblocking, wait_readable};
 
 /// Completions fetched per engine call.
 const BATCH: usize = 32;
@@ -334,7 +336,7 @@ ibv_export! { "IBVERBS_1.1";
                     return -1;
                 }
                 chan.send_deferred();
-                if let Err(e) = context::wait_readable(fd) {
+                if let Err(e) = wait_readable(fd) {
                     set_errno(e);
                     return -1;
                 }

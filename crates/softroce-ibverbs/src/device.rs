@@ -153,7 +153,7 @@ ibv_export! { "IBVERBS_1.1";
             Ok(ctx) => ctx,
             Err(err) => {
                 eprintln!("softroce: cannot open {}: {err}", e.info.name);
-                set_errno(context::errno(&err));
+                set_errno(crate::errno::errno(&err));
                 std::ptr::null_mut()
             }
         }

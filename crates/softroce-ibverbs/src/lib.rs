@@ -10,7 +10,10 @@
 //! Layout: [`abi`] mirrors rdma-core's structs; `export` turns Rust
 //! functions into versioned C symbols; one module per object family holds
 //! the verbs (`device`, `context`, `pd`, `cq` with the extended CQ, `qp`
-//! with the `ibv_wr_*` builder, `srq`, `ah`, `mw`), rdma-core 65's
+//! with the `ibv_wr_*` builder, `srq`, `ah`, `mw`); what they share has a
+//! file of its own: `errno` (a softroce error's errno), `fd` (waiting on a
+//! program's descriptors) and `ops` (the context's operation tables, the
+//! one place that names every object module). rdma-core 65's
 //! additions have theirs (`buf`, `comp_cntr`), `lid` answers LID-only
 //! addressing, `provider` the private provider interface, `rdmacm` and
 //! [`rdmacm_abi`] librdmacm, `rsocket` rsockets, and `stubs` every other
@@ -32,8 +35,11 @@ mod comp_cntr;
 mod context;
 mod cq;
 mod device;
+mod errno;
+mod fd;
 mod lid;
 mod mw;
+mod ops;
 mod pd;
 mod provider;
 mod qp;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use softroce::{AccessFlags, Mw, MwBind, MwBindInfo, MwType, SendFlags};
 
 use crate::abi::*;
-use crate::context::errno;
+use crate::errno::errno;
 use crate::export::{guard, set_errno};
 use crate::pd::{MrObj, pd_obj};
 use crate::qp::qp_obj;

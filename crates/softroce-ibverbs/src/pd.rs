@@ -12,7 +12,8 @@ use softroce::{AccessFlags, Mr, Pd};
 
 use crate::abi::rdma_core_45::{IBV_ACCESS_FLUSH_GLOBAL, IBV_ACCESS_FLUSH_PERSISTENT};
 use crate::abi::*;
-use crate::context::{self, errno};
+use crate::context;
+use crate::errno::errno;
 use crate::export::{ibv_export, set_errno};
 
 /// An `ibv_pd` and the softroce PD behind it.

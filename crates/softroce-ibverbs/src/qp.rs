@@ -17,8 +17,9 @@ use softroce::{
 
 use crate::abi::rdma_core_45::IBV_QP_EX_WITH_FLUSH;
 use crate::abi::*;
-use crate::context::{self, errno};
+use crate::context;
 use crate::cq::cq_obj;
+use crate::errno::errno;
 use crate::export::{guard, ibv_export, ptr_or_errno, set_errno, trace_err};
 use crate::pd::pd_obj;
 use crate::srq::{SrqObj, srq_obj};

@@ -152,7 +152,7 @@ fn init() {
 /// `-1` with `errno` from a softroce error.
 fn fail(e: &softroce::Error) -> c_int {
     crate::export::trace_err("rdma_cm", e);
-    set_errno(crate::context::errno(e));
+    set_errno(crate::errno::errno(e));
     -1
 }
 
@@ -710,7 +710,7 @@ ibv_export! { "RDMACM_1.0";
         }
         // SAFETY: a channel from rdma_create_event_channel.
         let ch = unsafe { &*(channel as *const ChannelBlock) };
-        let wait = if crate::context::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
+        let wait = if crate::fd::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
         // The block is not touched again once waiting: a program may
         // destroy the channel while a thread of its own waits on it (rping
         // does as it exits, its cm_thread never joined). The waiter's own
@@ -1289,7 +1289,7 @@ unsafe fn resolve_addrinfo(
     b.addrinfo.lock().unwrap_or_else(|e| e.into_inner()).resolved = Some(list);
     b.id.write_event(EventType::AddrinfoResolved, 0, 0).map_err(|e| {
         b.addrinfo.lock().unwrap_or_else(|e| e.into_inner()).resolved = None;
-        crate::context::errno(&e)
+        crate::errno::errno(&e)
     })
 }
 

@@ -121,7 +121,7 @@ impl Errno {
 impl From<softroce::Error> for Errno {
     fn from(e: softroce::Error) -> Errno {
         crate::export::trace_err("rsocket", &e);
-        Errno(crate::context::errno(&e))
+        Errno(crate::errno::errno(&e))
     }
 }
 

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use softroce::Srq;
 
 use crate::abi::*;
-use crate::context::{self, errno};
+use crate::context;
+use crate::errno::errno;
 use crate::export::{guard, ibv_export, ptr_or_errno, set_errno};
 use crate::pd::pd_obj;
 

@@ -1201,7 +1201,7 @@ fn copy_out(c: &mut Conn, bufs: &mut [&mut [u8]], from: usize, peek: bool) -> us
 fn resolve_errno(e: &softroce::Error) -> Errno {
     match e {
         softroce::Error::NoSuchDevice { .. } => Errno(libc::EADDRNOTAVAIL),
-        _ => Errno(crate::context::errno(e)),
+        _ => Errno(crate::errno::errno(e)),
     }
 }
 
