@@ -1,0 +1,284 @@
+//! A QP's attributes: `ibv_modify_qp` (C attributes to softroce's, with the
+//! address vector's destination), `ibv_query_qp` (the attributes last set,
+//! merged with the engine's), the conversions rdma_cm and address handles
+//! share (`dest_of`, `write_ah_attr`, `write_qp_attr`), and multicast
+//! attach / detach.
+
+use std::ffi::c_int;
+use std::net::IpAddr;
+
+use softroce::{AccessFlags, QpAttr, QpAttrMask, QpState};
+
+use crate::abi::*;
+use crate::errno::errno;
+use crate::export::{ibv_export, trace_err};
+
+use super::qp_obj;
+
+/// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
+pub(crate) fn gid_ip(raw: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Where an address vector points: its GRH's GID, or without a GRH the
+/// host its destination LID names (`lid`).
+pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
+    if ah.is_global != 0 {
+        // SAFETY: ibv_gid is 16 plain bytes.
+        let raw: [u8; 16] = unsafe { std::mem::transmute(ah.grh.dgid) };
+        return Ok(gid_ip(raw));
+    }
+    crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
+}
+
+/// `ah` as an `ibv_ah_attr`: global (RoCE), port 1.
+pub(crate) fn write_ah_attr(out: &mut IbvAhAttr, ah: &roce_proto::AhAttr) {
+    let dgid = match ah.dest {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    };
+    out.grh.dgid = IbvGid { raw: dgid };
+    out.grh.sgid_index = ah.sgid_index;
+    out.grh.hop_limit = ah.hop_limit;
+    out.grh.traffic_class = ah.traffic_class;
+    out.grh.flow_label = ah.flow_label;
+    out.sl = ah.sl;
+    out.is_global = 1;
+    out.port_num = 1;
+}
+
+/// Writes softroce's attributes into a C `ibv_qp_attr` (what
+/// `rdma_init_qp_attr` hands out); the address vector is global (RoCE).
+pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
+    out.qp_state = a.qp_state as u32;
+    out.path_mtu = a.path_mtu as u32;
+    out.qkey = a.qkey;
+    out.rq_psn = a.rq_psn;
+    out.sq_psn = a.sq_psn;
+    out.dest_qp_num = a.dest_qp_num;
+    out.qp_access_flags = a.qp_access_flags.0;
+    write_ah_attr(&mut out.ah_attr, &a.ah_attr);
+    out.pkey_index = a.pkey_index;
+    out.port_num = if a.port_num == 0 { 1 } else { a.port_num };
+    out.timeout = a.timeout;
+    out.retry_cnt = a.retry_cnt;
+    out.rnr_retry = a.rnr_retry;
+    out.min_rnr_timer = a.min_rnr_timer;
+    out.max_rd_atomic = a.max_rd_atomic;
+    out.max_dest_rd_atomic = a.max_dest_rd_atomic;
+}
+
+fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> Result<QpAttr, c_int> {
+    let mut o = QpAttr::default();
+    let state = |s: u32| QpState::from_raw(s).ok_or(libc::EINVAL);
+    if mask & IBV_QP_STATE as u32 != 0 {
+        o.qp_state = state(a.qp_state)?;
+    }
+    if mask & IBV_QP_CUR_STATE as u32 != 0 {
+        o.cur_qp_state = state(a.cur_qp_state)?;
+    }
+    if mask & IBV_QP_PATH_MTU as u32 != 0 {
+        o.path_mtu = softroce::Mtu::from_raw(a.path_mtu).ok_or(libc::EINVAL)?;
+    }
+    o.qkey = a.qkey;
+    o.rq_psn = a.rq_psn;
+    o.sq_psn = a.sq_psn;
+    o.dest_qp_num = a.dest_qp_num;
+    o.qp_access_flags = AccessFlags(a.qp_access_flags);
+    if mask & IBV_QP_AV as u32 != 0 {
+        let ah = &a.ah_attr;
+        o.ah_attr = roce_proto::AhAttr {
+            dest: dest_of(local, ah)?,
+            sgid_index: if ah.is_global != 0 { ah.grh.sgid_index } else { local_gid_index },
+            hop_limit: if ah.is_global != 0 { ah.grh.hop_limit } else { 64 },
+            traffic_class: if ah.is_global != 0 { ah.grh.traffic_class } else { 0 },
+            sl: ah.sl,
+            flow_label: if ah.is_global != 0 { ah.grh.flow_label } else { 0 },
+        };
+    }
+    o.pkey_index = a.pkey_index;
+    o.port_num = if a.port_num == 0 { 1 } else { a.port_num };
+    o.timeout = a.timeout;
+    o.retry_cnt = a.retry_cnt;
+    o.rnr_retry = a.rnr_retry;
+    o.min_rnr_timer = a.min_rnr_timer;
+    o.max_rd_atomic = a.max_rd_atomic;
+    o.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    o.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    Ok(o)
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Moves a QP through its states (the IBTA transition table decides
+    /// which attributes are required and allowed).
+    fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, attr_mask: c_int) -> c_int {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller passes a readable ibv_qp_attr.
+        let a = unsafe { &*attr };
+        // Capacity changes are not supported: keep the QP's own (rxe
+        // accepts only what it already has, too).
+        let mask = attr_mask as u32 & !(IBV_QP_CAP as u32);
+        if mask & IBV_QP_PORT as u32 != 0 && a.port_num != 1 {
+            // The device has one port (the kernel checks rdma_is_port_valid).
+            trace_err("ibv_modify_qp", &format_args!("port {} does not exist", a.port_num));
+            return libc::EINVAL;
+        }
+        let dev = o.pd.context().device();
+        let pa = match to_qp_attr(dev.addr, dev.addr_gid_index() as u8, a, mask) {
+            Ok(pa) => pa,
+            Err(e) => {
+                trace_err("ibv_modify_qp", &format_args!("attributes not understood (mask {mask:#x}): errno {e}"));
+                return e;
+            }
+        };
+        if let Err(e) = o.qp.modify(&pa, QpAttrMask(mask)) {
+            trace_err("ibv_modify_qp", &e);
+            return errno(&e);
+        }
+        let mut cache = o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        merge(&mut cache, a, mask);
+        // SAFETY: the application reads `state` directly; we own the struct.
+        unsafe { std::ptr::addr_of!(o.c.qp_base.state).cast_mut().write_volatile(o.qp.state() as u32 as _) };
+        0
+    }
+}
+
+/// Copies the fields named by `mask` into the cache `ibv_query_qp` reads.
+fn merge(c: &mut IbvQpAttr, a: &IbvQpAttr, mask: u32) {
+    let has = |b: c_int| mask & b as u32 != 0;
+    if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+        c.en_sqd_async_notify = a.en_sqd_async_notify;
+    }
+    if has(IBV_QP_ACCESS_FLAGS) {
+        c.qp_access_flags = a.qp_access_flags;
+    }
+    if has(IBV_QP_PKEY_INDEX) {
+        c.pkey_index = a.pkey_index;
+    }
+    if has(IBV_QP_PORT) {
+        c.port_num = a.port_num;
+    }
+    if has(IBV_QP_QKEY) {
+        c.qkey = a.qkey;
+    }
+    if has(IBV_QP_AV) {
+        c.ah_attr = a.ah_attr;
+    }
+    if has(IBV_QP_PATH_MTU) {
+        c.path_mtu = a.path_mtu;
+    }
+    if has(IBV_QP_TIMEOUT) {
+        c.timeout = a.timeout;
+    }
+    if has(IBV_QP_RETRY_CNT) {
+        c.retry_cnt = a.retry_cnt;
+    }
+    if has(IBV_QP_RNR_RETRY) {
+        c.rnr_retry = a.rnr_retry;
+    }
+    if has(IBV_QP_RQ_PSN) {
+        c.rq_psn = a.rq_psn;
+    }
+    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+        c.max_rd_atomic = a.max_rd_atomic;
+    }
+    if has(IBV_QP_MIN_RNR_TIMER) {
+        c.min_rnr_timer = a.min_rnr_timer;
+    }
+    if has(IBV_QP_SQ_PSN) {
+        c.sq_psn = a.sq_psn;
+    }
+    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if has(IBV_QP_DEST_QPN) {
+        c.dest_qp_num = a.dest_qp_num;
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// The QP's attributes (the last ones set, and its current state) and
+    /// what it was created with.
+    fn ibv_query_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, attr_mask: c_int, init_attr: *mut IbvQpInitAttr) -> c_int {
+        let _ = attr_mask;
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if attr.is_null() || init_attr.is_null() {
+            return libc::EINVAL;
+        }
+        let mut a = *o.attr.lock().unwrap_or_else(|p| p.into_inner());
+        // rdma_cm's moves of the QP, made for the application.
+        for (ra, rm) in o.qp.modified_for_app() {
+            let mut t = a;
+            write_qp_attr(&mut t, &ra);
+            merge(&mut a, &t, rm.0);
+        }
+        let state = o.qp.state() as u32;
+        a.qp_state = state as _;
+        a.cur_qp_state = state as _;
+        a.cap = IbvQpCap {
+            max_send_wr: o.cap.max_send_wr,
+            max_recv_wr: o.cap.max_recv_wr,
+            max_send_sge: o.cap.max_send_sge,
+            max_recv_sge: o.cap.max_recv_sge,
+            max_inline_data: o.cap.max_inline_data,
+        };
+        let b = &o.c.qp_base;
+        let mut i = IbvQpInitAttr::default();
+        i.qp_context = b.qp_context;
+        i.send_cq = b.send_cq;
+        i.recv_cq = b.recv_cq;
+        i.srq = b.srq;
+        i.cap = a.cap;
+        i.qp_type = b.qp_type;
+        // SAFETY: the caller passes writable structs (checked for NULL).
+        unsafe {
+            attr.write(a);
+            init_attr.write(i);
+        }
+        0
+    }
+}
+
+/// The MGID `gid` points at.
+///
+/// # Safety
+/// `gid` is NULL or points at a readable `union ibv_gid` (16 bytes).
+unsafe fn mgid(gid: *const IbvGid) -> Option<[u8; 16]> {
+    // SAFETY: per the contract; every bit pattern is a valid `raw`.
+    unsafe { gid.as_ref().map(|g| g.raw) }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Attaches a UD QP to the multicast group `gid` (`lid` is unused on
+    /// RoCE): it receives what is sent to the group's address; 0 or an errno
+    /// (EINVAL: not a UD QP or not a multicast GID; ENOMEM: a device limit).
+    fn ibv_attach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL), a readable GID.
+        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
+        match o.qp.attach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    }
+}
+
+ibv_export! { "IBVERBS_1.1";
+    /// Detaches a QP from the multicast group `gid`; EINVAL if not attached.
+    fn ibv_detach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
+        // SAFETY: as for ibv_attach_mcast.
+        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
+        match o.qp.detach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => errno(&e),
+        }
+    }
+}
