@@ -16,7 +16,8 @@
 //! one place that names every object module). rdma-core 65's
 //! additions have theirs (`buf`, `comp_cntr`), `lid` answers LID-only
 //! addressing, `provider` the private provider interface, `rdmacm` and
-//! [`rdmacm_abi`] librdmacm, `rsocket` rsockets, and `stubs` every other
+//! [`rdmacm_abi`] librdmacm, `rsocket` the C entry points of rsockets
+//! (the protocol is the `softroce-rsocket` crate's), and `stubs` every other
 //! symbol rdma-core's binaries and helper libraries import.
 
 // This crate is the C ABI: its entry points take raw pointers from C by

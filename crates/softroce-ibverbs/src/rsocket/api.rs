@@ -1,8 +1,8 @@
 //! The C entry points of rsockets (`RDMACM_1.0`, as rdma-core 44's
 //! librdmacm exports them). Each checks its arguments (socket numbers,
 //! NULL pointers, lengths, families, flags) and returns rsockets'
-//! convention: the result, or -1 with `errno`. The socket work is in
-//! [`super::socket`]; here are only the conversions from C.
+//! convention: the result, or -1 with `errno`. The socket work is
+//! `softroce_rsocket`'s; here are only the conversions from C.
 
 use std::ffi::{c_int, c_long, c_void};
 use std::mem::size_of;
@@ -13,11 +13,8 @@ use std::sync::Arc;
 use libc::{socklen_t, ssize_t};
 use softroce::rdma_cm::{CmId, EventChannel, PortSpace};
 
-use super::socket::{Gather, Options, Socket};
-use super::stream::{QP_MAX, SNDLOWAT};
-use super::wire::round_iomap_size;
-use super::{Errno, lookup};
 use crate::export::{PanicValue, ibv_export, set_errno};
+use softroce_rsocket::{Errno, Gather, Options, QP_MAX, SNDLOWAT, Socket, lookup, round_iomap_size};
 
 /// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
 const SOL_RDMA: c_int = 0x10000;
@@ -339,7 +336,7 @@ ibv_export! { "RDMACM_1.0";
             opts.keepalive_time = default_keepalive_time();
             let s = Arc::new(Socket::new(domain, ch, id, opts));
             let fd = s.fd;
-            super::insert(s);
+            softroce_rsocket::insert(s);
             Ok(fd)
         })
     }
@@ -433,10 +430,10 @@ ibv_export! { "RDMACM_1.0";
     /// repoll (EBUSY while it has entries, as librdmacm 65's).
     fn rclose(socket: c_int) -> c_int {
         call("rclose", || {
-            if let Some(r) = super::repoll::close(socket) {
+            if let Some(r) = softroce_rsocket::repoll::close(socket) {
                 return r.map(|()| 0);
             }
-            let s = match super::remove(socket) {
+            let s = match softroce_rsocket::remove(socket) {
                 Some(s) => s,
                 None => return Err(lookup(socket).err().unwrap_or(Errno::BADF)),
             };
@@ -622,7 +619,7 @@ ibv_export! { "RDMACM_1.0";
                 // SAFETY: the caller's array of `nfds` pollfds.
                 unsafe { std::slice::from_raw_parts_mut(fds, n) }
             };
-            Ok(super::poll::rpoll(fds, timeout)? as c_int)
+            Ok(softroce_rsocket::rpoll(fds, timeout)? as c_int)
         })
     }
 }
@@ -652,11 +649,11 @@ ibv_export! { "RDMACM_1.0";
                 let (r, w, x) = (isset(readfds, fd), isset(writefds, fd), isset(exceptfds, fd));
                 if r || w || x {
                     let events = if r { libc::POLLIN } else { 0 } | if w { libc::POLLOUT } else { 0 };
-                    fds.push(super::pollfd(fd, events));
+                    fds.push(softroce_rsocket::pollfd(fd, events));
                     sets.push((r, w, x));
                 }
             }
-            let n = super::poll::rpoll(&mut fds, ms)?;
+            let n = softroce_rsocket::rpoll(&mut fds, ms)?;
             if fds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
                 return Err(Errno::BADF);
             }

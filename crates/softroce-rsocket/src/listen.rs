@@ -137,7 +137,7 @@ fn accept(domain: i32, opts: super::socket::Options, e: Event, queue: &AcceptQue
     let ch = match EventChannel::new() {
         Ok(ch) => ch,
         Err(err) => {
-            crate::export::trace_err("rsocket: accept", &err);
+            crate::trace_err("rsocket: accept", &err);
             let _ = id.reject(&[]);
             return None;
         }
@@ -147,13 +147,13 @@ fn accept(domain: i32, opts: super::socket::Options, e: Event, queue: &AcceptQue
     let (s, param) = match Socket::accepted(domain, ch.clone(), id.clone(), opts, &e) {
         Ok(v) => v,
         Err(err) => {
-            crate::export::trace_err("rsocket: accept", &err);
+            crate::trace_err("rsocket: accept", &err);
             let _ = id.reject(&[]);
             return None;
         }
     };
     if let Err(err) = id.accept(&param) {
-        crate::export::trace_err("rsocket: accept", &err);
+        crate::trace_err("rsocket: accept", &err);
         return None;
     }
     let deadline = Instant::now() + ESTABLISH_LIMIT;
@@ -161,14 +161,14 @@ fn accept(domain: i32, opts: super::socket::Options, e: Event, queue: &AcceptQue
         match ch.get_event(Some(Duration::ZERO)) {
             Some(ev) if ev.event == EventType::Established => break,
             Some(ev) => {
-                crate::export::trace_err("rsocket: accept", &format!("{} before ESTABLISHED", ev.event.name()));
+                crate::trace_err("rsocket: accept", &format!("{} before ESTABLISHED", ev.event.name()));
                 return None;
             }
             None => {}
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            crate::export::trace_err("rsocket: accept", &"no ESTABLISHED");
+            crate::trace_err("rsocket: accept", &"no ESTABLISHED");
             return None;
         }
         let mut fds = [pollfd(ch.fd().as_raw_fd(), libc::POLLIN), pollfd(queue.stop_fd(), libc::POLLIN)];

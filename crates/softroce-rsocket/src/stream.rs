@@ -652,7 +652,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rsocket::wire::Ctrl;
+    use crate::wire::Ctrl;
 
     const SIZES: Sizes = Sizes { sq: 384, rq: 384, inline: 64, sbuf: 1 << 17, rbuf: 1 << 17, iomap: 0 };
 

@@ -32,7 +32,7 @@ const RECV_TAG: u64 = 1 << 63;
 
 /// A socket's options (what `rsetsockopt` and `rfcntl` set).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Options {
+pub struct Options {
     /// The sizes a connection will take (rsockets' `sq_size` ... before
     /// the device's limits apply).
     pub sizes: Sizes,
@@ -52,6 +52,13 @@ pub(super) struct Options {
     pub keepalive: bool,
     /// `TCP_KEEPIDLE` (seconds; `/proc/sys/net/ipv4/tcp_keepalive_time` by default).
     pub keepalive_time: u32,
+}
+
+impl Default for Options {
+    /// [`Options::new`].
+    fn default() -> Options {
+        Options::new()
+    }
 }
 
 impl Options {
@@ -278,19 +285,22 @@ impl Conn {
 }
 
 /// An rsocket's state under its lock.
-pub(super) struct Inner {
+pub struct Inner {
+    /// Where the socket is in its life.
     pub state: State,
     /// `SO_ERROR`.
     pub err: i32,
     /// AF_INET or AF_INET6.
     pub domain: i32,
+    /// What `rsetsockopt` and `rfcntl` set.
     pub opts: Options,
     /// The id's event channel: its fd is the rsocket's number.
     pub ch: EventChannel,
+    /// Its rdma_cm id (`RDMA_PS_TCP`).
     pub id: CmId,
     conn: Option<Conn>,
     /// A listener's accept queue and service thread.
-    pub listener: Option<super::listen::Listener>,
+    pub(crate) listener: Option<super::listen::Listener>,
     /// A thread sleeps on the socket's descriptors.
     fd_waiter: bool,
     /// `rdma_disconnect` was called.
@@ -303,14 +313,14 @@ impl Inner {
     fn input(&mut self, i: Input) {
         match self.state.on(i) {
             Some(s) => self.state = s,
-            None => crate::export::trace_err("rsocket", &format!("{i:?} ignored in {:?}", self.state)),
+            None => crate::trace_err("rsocket", &format!("{i:?} ignored in {:?}", self.state)),
         }
     }
 
     /// Fails the socket for what the peer sent: EPROTO, and the
     /// connection ends (the peer sees the DREQ).
     fn protocol_error(&mut self, e: ProtoError) {
-        crate::export::trace_err("rsocket: the peer broke the protocol", &e);
+        crate::trace_err("rsocket: the peer broke the protocol", &e);
         self.err = libc::EPROTO;
         self.input(Input::ProtocolError);
         self.disconnect_cm();
@@ -443,7 +453,7 @@ impl Inner {
             self.input(Input::DisconnectSent);
         }
         if wc.status != WcStatus::Success && self.state.connected() {
-            crate::export::trace_err("rsocket: a send failed", &wc.status.as_str());
+            crate::trace_err("rsocket: a send failed", &wc.status.as_str());
             self.fail(Errno(libc::EIO));
         }
     }
@@ -475,7 +485,7 @@ impl Inner {
         let r = match ConnData::parse(private) {
             Ok(d) => c.take_peer(&d),
             Err(e) => {
-                crate::export::trace_err("rsocket", &e);
+                crate::trace_err("rsocket", &e);
                 self.connect_failed(Errno(libc::ENOTSUP));
                 self.dreq = true;
                 let _ = self.id.disconnect();
@@ -485,7 +495,7 @@ impl Inner {
         match r {
             Ok(()) => self.input(Input::Established),
             Err(e) => {
-                crate::export::trace_err("rsocket: the peer's connection data", &e);
+                crate::trace_err("rsocket: the peer's connection data", &e);
                 self.connect_failed(Errno(libc::EPROTO));
                 self.dreq = true;
                 let _ = self.id.disconnect();
@@ -514,7 +524,7 @@ impl Inner {
 
     /// The descriptors `rpoll` sleeps on for this socket: the completion
     /// channel (connected) and the event channel.
-    pub fn poll_fds(&mut self, out: &mut Vec<super::poll::Holder>) {
+    pub(crate) fn poll_fds(&mut self, out: &mut Vec<super::poll::Holder>) {
         use super::poll::Holder;
         if let Some(l) = &self.listener {
             out.push(Holder::Accept(l.queue()));
@@ -557,7 +567,7 @@ impl Inner {
 }
 
 /// One rsocket.
-pub(super) struct Socket {
+pub struct Socket {
     /// Its number: the event channel's descriptor.
     pub fd: i32,
     inner: Mutex<Inner>,
@@ -565,7 +575,7 @@ pub(super) struct Socket {
 }
 
 /// Bytes to send, in one piece or several (`iovec`s).
-pub(super) struct Gather<'a> {
+pub struct Gather<'a> {
     parts: &'a [&'a [u8]],
     i: usize,
     off: usize,
@@ -870,12 +880,12 @@ impl Socket {
         req: &softroce::rdma_cm::Event,
     ) -> Result<(Socket, ConnParam), Errno> {
         let peer = ConnData::parse(&req.conn.private_data).map_err(|e| {
-            crate::export::trace_err("rsocket: a connection request", &e);
+            crate::trace_err("rsocket: a connection request", &e);
             Errno(libc::ENOTSUP)
         })?;
         let mut conn = Conn::new(&id, opts.sizes)?;
         conn.take_peer(&peer).map_err(|e| {
-            crate::export::trace_err("rsocket: a connection request", &e);
+            crate::trace_err("rsocket: a connection request", &e);
             Errno(libc::EPROTO)
         })?;
         let max_rd = id.context().map_or(0, |c| c.query_device().max_qp_rd_atom.min(255) as u8);
@@ -1201,7 +1211,7 @@ fn copy_out(c: &mut Conn, bufs: &mut [&mut [u8]], from: usize, peek: bool) -> us
 fn resolve_errno(e: &softroce::Error) -> Errno {
     match e {
         softroce::Error::NoSuchDevice { .. } => Errno(libc::EADDRNOTAVAIL),
-        _ => Errno(crate::errno::errno(e)),
+        _ => Errno(e.errno()),
     }
 }
 

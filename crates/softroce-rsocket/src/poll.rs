@@ -64,7 +64,7 @@ fn look(fds: &mut [libc::pollfd], socks: &[Option<Arc<Socket>>]) -> Result<usize
 
 /// `rpoll(fds, timeout)`: the number of entries with events (0 when
 /// `timeout` ms pass; a negative timeout waits for ever).
-pub(super) fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<usize, Errno> {
+pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<usize, Errno> {
     let socks: Vec<Option<Arc<Socket>>> =
         fds.iter().map(|p| (p.fd >= 0).then(|| super::find(p.fd)).flatten()).collect();
     let d = defaults();
