@@ -42,11 +42,11 @@ use roce_wire::Psn;
 pub const MIN_CWND: u32 = 2;
 /// The shortest retransmission timeout: well above a loopback round trip
 /// and the driver thread's timer resolution, so a slow turn is not a loss.
-pub const MIN_RTO: Duration = Duration::from_millis(5);
+pub(crate) const MIN_RTO: Duration = Duration::from_millis(5);
 /// The shortest wait before a tail probe: a spurious probe costs one packet.
-pub const MIN_PTO: Duration = Duration::from_micros(200);
+pub(crate) const MIN_PTO: Duration = Duration::from_micros(200);
 /// How long a loss makes the path count as lossy (tail probes on).
-pub const LOSSY_MEMORY: Duration = Duration::from_secs(1);
+pub(crate) const LOSSY_MEMORY: Duration = Duration::from_secs(1);
 /// The least time between two CNPs of one QP: DCQCN's notification point
 /// sends at most one per 50 us per flow (Zhu et al., SIGCOMM 2015), so a
 /// burst of marked packets costs the sender one cut, not one per packet.

@@ -12,7 +12,7 @@ use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 impl Qp {
     /// Handles a response packet (ACK, READ response, ATOMIC ACK) for this QP.
-    pub fn completer_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
+    pub(crate) fn completer_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>) {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             ctx.counters.drop_invalid += 1;
             return;
@@ -400,7 +400,7 @@ impl Qp {
     }
 
     /// The retransmit timer expired: first the tail probe, then a retry.
-    pub fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn completer_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.set_retransmit_timer(ctx, None);
         if self.comp.psn == self.req.psn || self.state() != QpState::Rts {
             return;

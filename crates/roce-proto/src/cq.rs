@@ -9,7 +9,7 @@ use crate::wr::Wc;
 /// The size rxe gives a CQ (or SRQ) asked for `n` entries: its ring has a
 /// power-of-two number of slots, one kept empty (`rxe_queue_init`), so it
 /// holds `2^k - 1 >= n` entries and reports that in `ibv_cq.cqe`.
-pub fn rxe_queue_size(n: u32) -> u32 {
+pub(crate) fn rxe_queue_size(n: u32) -> u32 {
     (n.saturating_add(1)).checked_next_power_of_two().map_or(u32::MAX, |s| s - 1)
 }
 
@@ -53,7 +53,7 @@ impl Moderation {
 
 /// What a push did besides queueing the completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Notify {
+pub(crate) enum Notify {
     /// Nothing more.
     None,
     /// The CQ was armed and this completion fires its completion event; the
@@ -63,7 +63,7 @@ pub enum Notify {
 
 /// A completion queue of `capacity` entries.
 #[derive(Debug)]
-pub struct Cq {
+pub(crate) struct Cq {
     entries: VecDeque<Wc>,
     capacity: usize,
     overrun: bool,
@@ -75,7 +75,7 @@ pub struct Cq {
 
 /// How a CQ is armed (`ibv_req_notify_cq`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arm {
+pub(crate) enum Arm {
     /// The next completion fires.
     Next,
     /// The next completion of a solicited receive fires.
@@ -84,7 +84,7 @@ pub enum Arm {
 
 impl Cq {
     /// A CQ for `capacity` completions, allocated now so pushes never allocate.
-    pub fn new(capacity: usize) -> Cq {
+    pub(crate) fn new(capacity: usize) -> Cq {
         Cq {
             entries: VecDeque::with_capacity(capacity),
             capacity,
@@ -97,7 +97,7 @@ impl Cq {
 
     /// Changes the capacity to `capacity` entries (`ibv_resize_cq`), keeping
     /// the completions queued, in order; refused below their number.
-    pub fn resize(&mut self, capacity: usize) -> Result<(), CqError> {
+    pub(crate) fn resize(&mut self, capacity: usize) -> Result<(), CqError> {
         if capacity < self.entries.len() {
             return Err(CqError::BelowHeld { cqe: capacity.try_into().unwrap_or(u32::MAX), held: self.entries.len() });
         }
@@ -112,24 +112,19 @@ impl Cq {
 
     /// Sets event moderation; an event already waiting keeps its trigger
     /// time and is measured against the new bounds.
-    pub fn set_moderation(&mut self, m: Moderation) {
+    pub(crate) fn set_moderation(&mut self, m: Moderation) {
         self.moderation = m;
-    }
-
-    /// The moderation in force.
-    pub fn moderation(&self) -> Moderation {
-        self.moderation
     }
 
     /// When a waiting moderated event is due by time, if one waits and the
     /// period bounds it.
-    pub fn moderation_deadline(&self) -> Option<Instant> {
+    pub(crate) fn moderation_deadline(&self) -> Option<Instant> {
         let (since, _) = self.held?;
         (!self.moderation.period.is_zero()).then(|| since + self.moderation.period)
     }
 
     /// Fires the waiting event if its period ran out at `now`.
-    pub fn fire_due(&mut self, now: Instant) -> bool {
+    pub(crate) fn fire_due(&mut self, now: Instant) -> bool {
         if self.moderation_deadline().is_some_and(|d| d <= now) {
             self.held = None;
             return true;
@@ -138,29 +133,24 @@ impl Cq {
     }
 
     /// Capacity (`cqe`).
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Completions waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    /// Whether no completion waits.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Whether the CQ has overrun.
-    pub fn is_overrun(&self) -> bool {
+    pub(crate) fn is_overrun(&self) -> bool {
         self.overrun
     }
 
     /// Appends `wc` at `now`. `solicited` marks a receive whose SEND had the
     /// SE bit: like rxe, a solicited-only arm fires only for those. With
     /// moderation the event may wait (see [`Moderation`]).
-    pub fn push(&mut self, wc: Wc, solicited: bool, now: Instant) -> Result<Notify, CqError> {
+    pub(crate) fn push(&mut self, wc: Wc, solicited: bool, now: Instant) -> Result<Notify, CqError> {
         if self.overrun || self.entries.len() == self.capacity {
             self.overrun = true;
             return Err(CqError::Overrun);
@@ -193,7 +183,7 @@ impl Cq {
     }
 
     /// Pops up to `out.len()` completions, oldest first; returns how many.
-    pub fn poll(&mut self, out: &mut [Wc]) -> usize {
+    pub(crate) fn poll(&mut self, out: &mut [Wc]) -> usize {
         let n = out.len().min(self.entries.len());
         for (slot, wc) in out.iter_mut().zip(self.entries.drain(..n)) {
             *slot = wc;
@@ -203,7 +193,7 @@ impl Cq {
 
     /// Arms the CQ for one completion event. Arming `Next` over
     /// `SolicitedOnly` widens it; the reverse keeps `Next`.
-    pub fn arm(&mut self, how: Arm) {
+    pub(crate) fn arm(&mut self, how: Arm) {
         self.armed = match (self.armed, how) {
             (Some(Arm::Next), _) | (_, Arm::Next) => Some(Arm::Next),
             _ => Some(Arm::SolicitedOnly),
@@ -211,7 +201,7 @@ impl Cq {
     }
 
     /// The current arm.
-    pub fn armed(&self) -> Option<Arm> {
+    pub(crate) fn armed(&self) -> Option<Arm> {
         self.armed
     }
 }

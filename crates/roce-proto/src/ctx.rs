@@ -32,7 +32,7 @@ pub enum AsyncEvent {
 }
 
 /// Borrowed device state for one call into a QP.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// The current time.
     pub now: Instant,
     /// Memory regions.
@@ -74,13 +74,13 @@ pub struct Piece {
 
 impl Ctx<'_> {
     /// The address handle `ah`.
-    pub fn ah(&self, ah: u32) -> Option<AhAttr> {
+    pub(crate) fn ah(&self, ah: u32) -> Option<AhAttr> {
         self.ahs.get(ah as usize).copied().flatten()
     }
 
     /// Appends `wc` to CQ `cq`, raising the completion event if armed; an
     /// overrun raises `CQ_ERR` once and is reported to the device.
-    pub fn push_wc(&mut self, cq: u32, wc: Wc, solicited: bool) {
+    pub(crate) fn push_wc(&mut self, cq: u32, wc: Wc, solicited: bool) {
         let Some(Some(c)) = self.cqs.get_mut(cq as usize) else {
             return;
         };

@@ -274,7 +274,7 @@ pub struct Device {
 }
 
 /// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
-pub const FIRST_QPN: u32 = 0x11;
+pub(crate) const FIRST_QPN: u32 = 0x11;
 /// The GSI QP's number (QP 1), see [`Device::create_gsi_qp`].
 pub const GSI_QPN: u32 = 1;
 

@@ -1,15 +1,19 @@
 //! The sans-IO RoCEv2 engine: verbs objects, the QP lifecycle, and the three
 //! protocol roles of Linux rxe (requester, completer, responder), driven by
 //! calls that carry `now` and pulled for transmits, timeouts and completions.
+//!
+//! Only what the rest of softroce uses is `pub`: the modules that serve the
+//! engine alone are private, and the lint below keeps it so.
 
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
-pub mod attr;
+mod attr;
 pub mod cc;
-pub mod completer;
+mod completer;
 pub mod counters;
 pub mod cq;
-pub mod ctx;
+mod ctx;
 pub mod devattr;
 pub mod device;
 pub mod mcast;
@@ -18,11 +22,11 @@ pub mod mr;
 pub mod qp;
 pub mod qp_state;
 pub mod queue;
-pub mod reorder;
+mod reorder;
 pub mod requester;
 pub mod responder;
-pub mod srq;
-pub mod timers;
+mod srq;
+mod timers;
 pub mod verbs;
 pub mod wr;
 

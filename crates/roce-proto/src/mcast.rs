@@ -16,7 +16,7 @@ pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
 /// A multicast GID: `ff00::/8`, or an IPv4 group (224.0.0.0/4) mapped as
 /// `::ffff:a.b.c.d`.
-pub fn is_multicast_gid(gid: &[u8; 16]) -> bool {
+pub(crate) fn is_multicast_gid(gid: &[u8; 16]) -> bool {
     match std::net::Ipv6Addr::from(*gid).to_ipv4_mapped() {
         Some(v4) => v4.is_multicast(),
         None => gid[0] == 0xff,
@@ -42,7 +42,7 @@ pub fn group_ip(mgid: &[u8; 16]) -> IpAddr {
 
 /// Why an attach or detach was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McastError {
+pub(crate) enum McastError {
     /// Not a multicast GID.
     NotMulticast,
     /// Detach of a QP that is not attached to the group.
@@ -53,14 +53,14 @@ pub enum McastError {
 
 /// Which QPs are attached to which groups.
 #[derive(Debug, Clone, Default)]
-pub struct McastTable {
+pub(crate) struct McastTable {
     groups: BTreeMap<[u8; 16], Vec<u32>>,
     total: usize,
 }
 
 /// The table's limits (`ibv_device_attr`'s `max_mcast_*`).
 #[derive(Debug, Clone, Copy)]
-pub struct McastLimits {
+pub(crate) struct McastLimits {
     /// Groups.
     pub groups: usize,
     /// QPs per group.
@@ -71,7 +71,7 @@ pub struct McastLimits {
 
 impl McastTable {
     /// Attaches `qpn` to `mgid`; attaching twice is not an error (as rxe).
-    pub fn attach(&mut self, mgid: [u8; 16], qpn: u32, limits: McastLimits) -> Result<(), McastError> {
+    pub(crate) fn attach(&mut self, mgid: [u8; 16], qpn: u32, limits: McastLimits) -> Result<(), McastError> {
         if !is_multicast_gid(&mgid) {
             return Err(McastError::NotMulticast);
         }
@@ -95,7 +95,7 @@ impl McastTable {
     }
 
     /// Detaches `qpn` from `mgid`; the group goes with its last QP.
-    pub fn detach(&mut self, mgid: [u8; 16], qpn: u32) -> Result<(), McastError> {
+    pub(crate) fn detach(&mut self, mgid: [u8; 16], qpn: u32) -> Result<(), McastError> {
         let qps = self.groups.get_mut(&mgid).ok_or(McastError::NotAttached)?;
         let at = qps.iter().position(|&q| q == qpn).ok_or(McastError::NotAttached)?;
         qps.swap_remove(at);
@@ -107,17 +107,17 @@ impl McastTable {
     }
 
     /// The QPs attached to `mgid`, in no particular order.
-    pub fn members(&self, mgid: &[u8; 16]) -> &[u32] {
+    pub(crate) fn members(&self, mgid: &[u8; 16]) -> &[u32] {
         self.groups.get(mgid).map_or(&[], Vec::as_slice)
     }
 
     /// The groups `qpn` is attached to.
-    pub fn groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+    pub(crate) fn groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
         self.groups.iter().filter(|(_, q)| q.contains(&qpn)).map(|(g, _)| *g).collect()
     }
 
     /// Whether any QP is attached to `mgid`.
-    pub fn has_group(&self, mgid: &[u8; 16]) -> bool {
+    pub(crate) fn has_group(&self, mgid: &[u8; 16]) -> bool {
         self.groups.contains_key(mgid)
     }
 }

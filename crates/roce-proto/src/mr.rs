@@ -32,7 +32,7 @@ pub enum MrError {
 /// Why binding a memory window fails: the bind WR completes with
 /// `IBV_WC_MW_BIND_ERR` (rxe `rxe_check_bind_mw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BindError {
+pub(crate) enum BindError {
     /// No window has this key (or the key byte is stale).
     #[error("no memory window with key {0:#x}")]
     UnknownWindow(u32),
@@ -88,10 +88,10 @@ pub struct MwBindInfo {
 }
 
 /// The first index of memory window keys (rxe: `RXE_MIN_MW_INDEX`).
-pub const MW_FIRST_INDEX: u32 = 0x8_0001;
+pub(crate) const MW_FIRST_INDEX: u32 = 0x8_0001;
 
 /// Whether `key` names a memory window rather than a region.
-pub const fn is_mw_key(key: u32) -> bool {
+pub(crate) const fn is_mw_key(key: u32) -> bool {
     key >> 8 >= MW_FIRST_INDEX
 }
 
@@ -232,7 +232,7 @@ fn check_access(access: AccessFlags, iova: u64, region: &Region) -> Result<(), M
 impl MrTable {
     /// An empty table of at most `max` regions and `max_mw` windows;
     /// `seed` drives the key bytes.
-    pub fn new(max: u32, max_mw: u32, seed: u64) -> MrTable {
+    pub(crate) fn new(max: u32, max_mw: u32, seed: u64) -> MrTable {
         let max = max.min(MW_FIRST_INDEX - 1);
         let max_mw = max_mw.min((1 << 24) - MW_FIRST_INDEX);
         MrTable {
@@ -255,12 +255,12 @@ impl MrTable {
     }
 
     /// How many regions and windows exist (`rdma resource show` counts them).
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         (self.slots.iter().filter(|s| s.mr.is_some()).count(), self.mws.iter().filter(|w| w.is_some()).count())
     }
 
     /// Registers `region` at `iova` for `pd` with `access`; returns its key.
-    pub fn register(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, MrError> {
+    pub(crate) fn register(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, MrError> {
         check_access(access, iova, &region)?;
         let index = match self.free.pop() {
             Some(i) => i,
@@ -288,7 +288,7 @@ impl MrTable {
     /// them for a new translation too, as NICs that re-register in place
     /// do. Refused while windows are bound (the kernel's EBUSY on a region
     /// in use) and for access `register` refuses; nothing changes then.
-    pub fn reregister(
+    pub(crate) fn reregister(
         &mut self,
         key: u32,
         pd: Option<u32>,
@@ -310,7 +310,7 @@ impl MrTable {
     }
 
     /// Removes the region with `key`; refused while windows are bound to it.
-    pub fn deregister(&mut self, key: u32) -> Result<Mr, MrError> {
+    pub(crate) fn deregister(&mut self, key: u32) -> Result<Mr, MrError> {
         let slot = self.slot_mut(key).ok_or(MrError::UnknownKey(key))?;
         if slot.mr.is_some_and(|m| m.windows > 0) {
             return Err(MrError::HasWindows(key));
@@ -321,13 +321,13 @@ impl MrTable {
     }
 
     /// Whether a region or window belongs to `pd`.
-    pub fn uses_pd(&self, pd: u32) -> bool {
+    pub(crate) fn uses_pd(&self, pd: u32) -> bool {
         self.slots.iter().any(|s| s.mr.is_some_and(|m| m.pd == pd)) || self.mws.iter().flatten().any(|m| m.pd == pd)
     }
 
     /// Allocates an unbound window in `pd` (`ibv_alloc_mw`); returns its R_Key.
     /// A type 1 window starts valid with nothing granted, a type 2 free.
-    pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, MrError> {
+    pub(crate) fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, MrError> {
         let i = match self.mw_free.pop() {
             Some(i) => i,
             None if (self.mws.len() as u32) < self.max_mw => {
@@ -342,7 +342,7 @@ impl MrTable {
     }
 
     /// Frees the window with `key` (`ibv_dealloc_mw`), unbinding it.
-    pub fn dealloc_mw(&mut self, key: u32) -> Result<Mw, MrError> {
+    pub(crate) fn dealloc_mw(&mut self, key: u32) -> Result<Mw, MrError> {
         // By index, as rxe deallocates by handle: the key's low byte may
         // have moved on with type 2 binds the owner posted.
         let i = (key >> 8).checked_sub(MW_FIRST_INDEX).ok_or(MrError::UnknownKey(key))? as usize;
@@ -373,7 +373,7 @@ impl MrTable {
     /// Executes a BIND_MW work request of QP `qpn` (protection domain `pd`):
     /// the window `mw_key` takes key byte `new_key & 0xff` and grants `info`
     /// (rxe `rxe_bind_mw`). A type 1 bind of length 0 unbinds.
-    pub fn bind_mw(
+    pub(crate) fn bind_mw(
         &mut self,
         pd: u32,
         qpn: u32,
@@ -447,7 +447,7 @@ impl MrTable {
     /// window can be invalidated: a type 1 window cannot (o10-37.2.26), and
     /// neither can a region registered by `ibv_reg_mr` (rxe: only fast-reg
     /// regions, which user space cannot create).
-    pub fn invalidate(&mut self, key: u32, pd: u32) -> Result<(), AccessError> {
+    pub(crate) fn invalidate(&mut self, key: u32, pd: u32) -> Result<(), AccessError> {
         let i = self.mw_index(key).ok_or(AccessError::InvalidKey(key))?;
         let mw = self.mws[i].expect("index checked");
         if mw.pd != pd {
@@ -514,7 +514,7 @@ impl MrTable {
     /// a FLUSH of the whole region (selectivity level `IBV_FLUSH_MR`) names
     /// no range. Returns the start of what the key grants and its length
     /// (the region, or the window's range).
-    pub fn check_remote_key(
+    pub(crate) fn check_remote_key(
         &self,
         key: u32,
         pd: u32,
@@ -534,7 +534,14 @@ impl MrTable {
 
     /// Checks that the region `key` grants `needed` on `[va, va + len)` to a
     /// QP of protection domain `pd` (an L_Key, or a region's R_Key).
-    pub fn check(&self, key: u32, pd: u32, va: u64, len: u64, needed: AccessFlags) -> Result<Grant, AccessError> {
+    pub(crate) fn check(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<Grant, AccessError> {
         let mr = self.get(key).ok_or(AccessError::InvalidKey(key))?;
         if mr.pd != pd {
             return Err(AccessError::PdMismatch(key));

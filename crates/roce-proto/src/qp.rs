@@ -22,7 +22,7 @@ use crate::wr::Wc;
 /// oldest unacknowledged PSN.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 /// rxe's `RXE_MAX_PKT_PER_ACK`: AckReq at least this often within a message.
-pub const MAX_PKT_PER_ACK: u32 = 64;
+pub(crate) const MAX_PKT_PER_ACK: u32 = 64;
 
 /// The local ACK timeout for `timeout` (4.096 us x 2^timeout), `None` for 0.
 pub fn ack_timeout(timeout: u8) -> Option<Duration> {
@@ -323,7 +323,7 @@ pub fn flow_label_to_udp_sport(fl: u32) -> u16 {
 /// (`rxe_modify_qp`: `rdma_get_udp_sport`): the GRH's flow label folded,
 /// or the QPN pair's when the label is 0. rdma_cm connections carry the
 /// REQ's label, so both ends send from one port.
-pub fn rdma_get_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+pub(crate) fn rdma_get_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     match flow_label & 0xf_ffff {
         0 => udp_src_port(lqpn, rqpn),
         fl => flow_label_to_udp_sport(fl),
@@ -342,11 +342,11 @@ pub fn rxe_init_sport(qpn: u32) -> u16 {
 /// a gap: a probe there resends one packet, not a window, so a lost NAK or
 /// a lost resent hole costs a few probe waits (each twice the last)
 /// rather than a retransmission timeout (at least 5 ms).
-pub const KEEPING_PEER_PROBES: u8 = 3;
+pub(crate) const KEEPING_PEER_PROBES: u8 = 3;
 
 impl Qp {
     /// A new QP in RESET.
-    pub fn new(qpn: u32, init: QpInitAttr) -> Qp {
+    pub(crate) fn new(qpn: u32, init: QpInitAttr) -> Qp {
         let QpCap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data } = init.cap;
         Qp {
             qpn,
@@ -456,12 +456,12 @@ impl Qp {
     /// Whether the responder or the requester may have a packet to send:
     /// the device schedules such QPs.
     #[inline]
-    pub fn has_tx_work(&self) -> bool {
+    pub(crate) fn has_tx_work(&self) -> bool {
         self.responder_has_work() || self.requester_has_work()
     }
 
     /// Applies `ibv_modify_qp` after checking the transition table.
-    pub fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: M) -> Result<(), ModifyError> {
+    pub(crate) fn modify(&mut self, ctx: &mut Ctx<'_>, attr: &QpAttr, mask: M) -> Result<(), ModifyError> {
         let cur = self.state();
         let next = if mask.contains(M::STATE) { attr.qp_state } else { cur };
         check_modify(cur, next, self.qp_type(), mask)?;
@@ -539,7 +539,7 @@ impl Qp {
 
     /// In SQD, once every WQE the requester started has completed, raises
     /// `IBV_EVENT_SQ_DRAINED` (if asked for with `en_sqd_async_notify`), once.
-    pub fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
         if self.state() != QpState::Sqd || self.sqd_notified {
             return;
         }
@@ -568,7 +568,7 @@ impl Qp {
 
     /// Moves to ERR and flushes every outstanding WQE with `WR_FLUSH_ERR`
     /// (a WQE already `Done` with an error keeps its status).
-    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         self.attr.qp_state = QpState::Err;
         self.set_retransmit_timer(ctx, None);
         self.set_rnr_until(ctx, None);
@@ -580,7 +580,7 @@ impl Qp {
     }
 
     /// Completes everything queued with `WR_FLUSH_ERR` (QP in ERR).
-    pub fn flush(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
         while !self.sq.is_empty() {
             let i = self.sq.consumer;
             let w = self.sq.get_mut(i);
@@ -608,7 +608,7 @@ impl Qp {
 
     /// Retires the WQE at the send queue's consumer, which must be `Done`,
     /// generating its completion if it is signaled or failed.
-    pub fn complete_front(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn complete_front(&mut self, ctx: &mut Ctx<'_>) {
         let i = self.sq.consumer;
         let w = self.sq.get(i);
         debug_assert_eq!(w.state, WqeState::Done);

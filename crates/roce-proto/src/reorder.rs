@@ -28,11 +28,11 @@ use roce_wire::Psn;
 
 /// How far ahead of the expected PSN a packet is kept: twice the window
 /// of rxe's and softroce's requesters (128 unacknowledged PSNs).
-pub const MAX_AHEAD: u32 = 256;
+pub(crate) const MAX_AHEAD: u32 = 256;
 
 /// Bytes of kept packets a device holds at most, over all its QPs: past
 /// it, packets ahead of the gap are dropped as rxe drops them.
-pub const DEVICE_BUDGET: usize = 64 << 20;
+pub(crate) const DEVICE_BUDGET: usize = 64 << 20;
 
 /// The device-wide byte count of kept packets, shared by its QPs' buffers.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +55,7 @@ impl Budget {
 
 /// What became of a packet offered to [`ReorderBuffer::keep`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // `Kept::Kept` reads as what happened.
 pub enum Kept {
     /// Kept for later.
     Kept,

@@ -23,12 +23,12 @@ pub const CREDIT_UPDATE_WAIT: std::time::Duration = std::time::Duration::from_mi
 
 /// Payloads up to this size are copied behind the headers even for a
 /// scatter-gather send: an extra iovec costs more than the copy.
-pub const SMALL_PAYLOAD: usize = 256;
+pub(crate) const SMALL_PAYLOAD: usize = 256;
 
 /// A packet a role wrote into the caller's buffer: `len` bytes of BTH
 /// through pad (the device appends the ICRC), for `dst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// Packet length without the ICRC.
     pub len: usize,
     /// Bytes of it written into the buffer: all of them, or with a gather
@@ -114,7 +114,7 @@ pub(crate) fn msn_after(a: u32, b: u32) -> bool {
 impl Qp {
     /// Whether the requester could send now (ignoring the window): used to
     /// schedule the QP.
-    pub fn requester_has_work(&self) -> bool {
+    pub(crate) fn requester_has_work(&self) -> bool {
         matches!(self.state(), QpState::Rts | QpState::Sqd)
             && (self.sq.next < self.sq.producer || self.req.hole.is_some())
     }
@@ -122,7 +122,7 @@ impl Qp {
     /// Runs the local operations (LOCAL_INV, BIND_MW) the requester has
     /// reached, then writes the next request packet into `buf`, if the QP may
     /// send one now.
-    pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+    pub(crate) fn requester_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         if self.req.hole.is_some()
             && matches!(self.state(), QpState::Rts | QpState::Sqd)
             && let Some(o) = self.resend_hole(ctx, buf)
@@ -460,7 +460,7 @@ impl Qp {
     }
 
     /// Retires WQEs from the consumer on while they are `Done`.
-    pub fn complete_done(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn complete_done(&mut self, ctx: &mut Ctx<'_>) {
         while !self.sq.is_empty() && self.sq.get(self.sq.consumer).state == WqeState::Done {
             self.complete_front(ctx);
         }

@@ -22,11 +22,11 @@ use crate::wr::{Wc, WcFlags};
 pub const ROCE_L3_IPV4: u8 = 2;
 
 /// Length of the GRH area at the start of every UD receive buffer.
-pub const GRH_LEN: usize = 40;
+pub(crate) const GRH_LEN: usize = 40;
 
 /// Where a request came from (UD receives report it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// Source address.
     pub src: IpAddr,
     /// Destination address (ours).
@@ -43,7 +43,7 @@ enum Verdict {
 impl Qp {
     /// Handles a request packet addressed to this QP, then the requests
     /// kept ahead of a gap it filled ([`crate::reorder`]).
-    pub fn responder_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
+    pub(crate) fn responder_handle(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, origin: Origin) {
         let start = self.resp.psn;
         self.handle_request(ctx, p, origin);
         if self.resp.reorder.is_empty() || self.resp.psn == start {
@@ -773,7 +773,7 @@ impl Qp {
     /// softroce requester would have to probe, and a probe that meets an
     /// empty queue fails a QP with `rnr_retry` 0. Returns whether one was
     /// queued.
-    pub fn announce_credits(&mut self) -> bool {
+    pub(crate) fn announce_credits(&mut self) -> bool {
         let active = matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd);
         if self.qp_type() != QpType::Rc
             || !active
@@ -801,7 +801,7 @@ impl Qp {
     /// in the same GSO send as its (shorter or equal) last segment: in a
     /// ping-pong the reply and the ACK of the request cost one datagram
     /// send. The ACK waits for one packet at most.
-    pub fn ack_may_follow_request(&self) -> bool {
+    pub(crate) fn ack_may_follow_request(&self) -> bool {
         !self.resp.ack_waited
             && self.requester_has_work()
             && self.resp.responses.len() == 1
@@ -809,7 +809,7 @@ impl Qp {
     }
 
     /// Writes the next response packet into `buf`.
-    pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
+    pub(crate) fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         let mtu = self.mtu();
         let front = *self.resp.responses.front()?;
         let dest_qpn = self.attr.dest_qp_num;

@@ -5,7 +5,7 @@ use crate::queue::RecvQueue;
 
 /// A shared receive queue.
 #[derive(Debug)]
-pub struct Srq {
+pub(crate) struct Srq {
     /// Protection domain.
     pub pd: u32,
     /// The WQEs.
@@ -16,13 +16,13 @@ pub struct Srq {
 
 impl Srq {
     /// An SRQ of `depth` WQEs with up to `max_sge` SGEs each.
-    pub fn new(pd: u32, depth: u32, max_sge: u32) -> Srq {
+    pub(crate) fn new(pd: u32, depth: u32, max_sge: u32) -> Srq {
         Srq { pd, rq: RecvQueue::new(depth, max_sge), limit: 0 }
     }
 
     /// Retires the front WQE; returns true if that crossed the armed limit
     /// (the limit then disarms, as `ibv_modify_srq` documents).
-    pub fn advance(&mut self) -> bool {
+    pub(crate) fn advance(&mut self) -> bool {
         self.rq.advance();
         if self.limit != 0 && self.rq.len() < u64::from(self.limit) {
             self.limit = 0;

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// Which timer of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TimerKind {
+pub(crate) enum TimerKind {
     /// The local ACK timeout (`Completer::timer`).
     Retransmit,
     /// The end of an RNR wait (`Requester::rnr_until`).
@@ -25,13 +25,13 @@ pub enum TimerKind {
 
 /// Armed timers, earliest first.
 #[derive(Debug, Default, Clone)]
-pub struct Timers {
+pub(crate) struct Timers {
     set: BTreeSet<(Instant, u32, TimerKind)>,
 }
 
 impl Timers {
     /// QP `qpn`'s `kind` timer moves from `old` to `new` (either may be none).
-    pub fn update(&mut self, qpn: u32, kind: TimerKind, old: Option<Instant>, new: Option<Instant>) {
+    pub(crate) fn update(&mut self, qpn: u32, kind: TimerKind, old: Option<Instant>, new: Option<Instant>) {
         if old == new {
             return;
         }
@@ -44,22 +44,24 @@ impl Timers {
     }
 
     /// The earliest armed timer.
-    pub fn earliest(&self) -> Option<Instant> {
+    pub(crate) fn earliest(&self) -> Option<Instant> {
         self.set.first().map(|e| e.0)
     }
 
     /// Takes out the earliest timer if it is due at `now`.
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32, TimerKind)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32, TimerKind)> {
         if self.set.first()?.0 <= now { self.set.pop_first() } else { None }
     }
 
     /// How many timers are armed.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.set.len()
     }
 
     /// Whether none is armed.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.set.is_empty()
     }
 }
