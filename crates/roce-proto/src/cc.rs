@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use roce_wire::Psn;
 
 /// The window after a timeout, and the least a loss halves it to.
-pub const MIN_CWND: u32 = 2;
+pub(crate) const MIN_CWND: u32 = 2;
 /// The shortest retransmission timeout: well above a loopback round trip
 /// and the driver thread's timer resolution, so a slow turn is not a loss.
 pub(crate) const MIN_RTO: Duration = Duration::from_millis(5);
@@ -50,13 +50,13 @@ pub(crate) const LOSSY_MEMORY: Duration = Duration::from_secs(1);
 /// The least time between two CNPs of one QP: DCQCN's notification point
 /// sends at most one per 50 us per flow (Zhu et al., SIGCOMM 2015), so a
 /// burst of marked packets costs the sender one cut, not one per packet.
-pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
+pub(crate) const CNP_INTERVAL: Duration = Duration::from_micros(50);
 /// Backoff doublings at most (then the QP's timeout bounds it anyway).
 const MAX_BACKOFF: u32 = 16;
 
 /// One QP's congestion and round-trip state.
 #[derive(Debug, Clone)]
-pub struct Cc {
+pub(crate) struct Cc {
     /// Congestion window in PSNs.
     cwnd: u32,
     /// Slow start ends here.
@@ -93,7 +93,7 @@ const ALPHA_SHIFT: u32 = 4;
 impl Cc {
     /// A window that starts at `max` (rxe's window: a lossless path runs as
     /// fast as before) with no round trip known.
-    pub fn new(max: u32) -> Cc {
+    pub(crate) fn new(max: u32) -> Cc {
         Cc {
             cwnd: max,
             ssthresh: max,
@@ -110,25 +110,26 @@ impl Cc {
     }
 
     /// PSNs the requester may have outstanding now.
-    pub fn window(&self) -> u32 {
+    pub(crate) fn window(&self) -> u32 {
         self.cwnd
     }
 
     /// The smoothed round trip, once one was measured.
-    pub fn srtt(&self) -> Option<Duration> {
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
     /// A request packet with `psn` leaves at `now`; `fresh` when it was never
     /// sent before and asks for an ACK (the one kind an ACK times cleanly).
-    pub fn on_send(&mut self, now: Instant, psn: Psn, fresh: bool) {
+    pub(crate) fn on_send(&mut self, now: Instant, psn: Psn, fresh: bool) {
         if fresh && self.sample.is_none() {
             self.sample = Some((psn, now));
         }
     }
 
     /// The oldest unacknowledged PSN moved forward by `acked` PSNs to `una`.
-    pub fn on_progress(&mut self, now: Instant, una: Psn, acked: u32) {
+    pub(crate) fn on_progress(&mut self, now: Instant, una: Psn, acked: u32) {
         self.backoff = 0;
         if let Some((psn, sent)) = self.sample
             && una.after(psn)
@@ -178,7 +179,7 @@ impl Cc {
     /// (so a first CNP halves it, and rare marks cut less and less deep);
     /// nothing was lost, so nothing is resent and the path does not count
     /// as lossy.
-    pub fn on_cnp(&mut self, sent_psn: Psn) {
+    pub(crate) fn on_cnp(&mut self, sent_psn: Psn) {
         self.alpha += (ALPHA_ONE - self.alpha) >> ALPHA_SHIFT;
         if self.recovery_until.is_some() {
             return;
@@ -193,7 +194,7 @@ impl Cc {
     /// A loss was detected from the responder's answer (sequence NAK, or an
     /// ACK past a READ whose response never came), with PSNs up to
     /// `sent_psn` (exclusive) sent.
-    pub fn on_loss(&mut self, now: Instant, sent_psn: Psn) {
+    pub(crate) fn on_loss(&mut self, now: Instant, sent_psn: Psn) {
         self.last_loss = Some(now);
         // The retransmission's PSNs are not timed (Karn).
         self.sample = None;
@@ -207,7 +208,7 @@ impl Cc {
     }
 
     /// The retransmission timer expired.
-    pub fn on_timeout(&mut self, now: Instant) {
+    pub(crate) fn on_timeout(&mut self, now: Instant) {
         self.last_loss = Some(now);
         self.sample = None;
         if self.recovery_until.is_none() {
@@ -226,7 +227,7 @@ impl Cc {
     /// probe would only be an early timer for every idle moment of a
     /// ping-pong (a wake-up each), and a tail is no likelier lost than any
     /// packet.
-    pub fn pto(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn pto(&self, now: Instant) -> Option<Duration> {
         self.srtt.filter(|_| self.lossy(now)).map(|s| (s * 2).max(MIN_PTO))
     }
 
@@ -241,7 +242,7 @@ impl Cc {
     /// as rxe: a clean path's timer is then armed far out, so a ping-pong
     /// does not wake a thread for it on every turn, and its first loss is
     /// met by a NAK or one timeout as before.
-    pub fn rto(&self, qp_timeout: Duration, now: Instant) -> Duration {
+    pub(crate) fn rto(&self, qp_timeout: Duration, now: Instant) -> Duration {
         let Some(srtt) = self.srtt.filter(|_| self.lossy(now)) else { return qp_timeout };
         let base = (srtt + self.rttvar * 4).max(MIN_RTO);
         base.saturating_mul(1 << self.backoff).min(qp_timeout)

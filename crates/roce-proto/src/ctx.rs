@@ -34,31 +34,31 @@ pub enum AsyncEvent {
 /// Borrowed device state for one call into a QP.
 pub(crate) struct Ctx<'a> {
     /// The current time.
-    pub now: Instant,
+    pub(crate) now: Instant,
     /// Memory regions.
-    pub mrs: &'a mut MrTable,
+    pub(crate) mrs: &'a mut MrTable,
     /// Completion queues by handle.
-    pub cqs: &'a mut Vec<Option<Cq>>,
+    pub(crate) cqs: &'a mut Vec<Option<Cq>>,
     /// Address handles by handle.
-    pub ahs: &'a [Option<AhAttr>],
+    pub(crate) ahs: &'a [Option<AhAttr>],
     /// Shared receive queues by handle.
-    pub srqs: &'a mut Vec<Option<Srq>>,
+    pub(crate) srqs: &'a mut Vec<Option<Srq>>,
     /// Counters.
-    pub counters: &'a mut Counters,
+    pub(crate) counters: &'a mut Counters,
     /// Async events raised.
-    pub events: &'a mut VecDeque<AsyncEvent>,
+    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     /// CQs whose completion event fired.
-    pub comp_events: &'a mut VecDeque<u32>,
+    pub(crate) comp_events: &'a mut VecDeque<u32>,
     /// CQs that overran during this call (their QPs go to ERR afterwards).
-    pub overrun: &'a mut Vec<u32>,
+    pub(crate) overrun: &'a mut Vec<u32>,
     /// When set, roles building a packet leave its payload in registered
     /// memory and list the pieces here instead of copying them behind the
     /// headers (scatter-gather sends).
     /// (Moved in and out for the call, so the list keeps its capacity.)
-    pub gather: Option<Vec<Piece>>,
+    pub(crate) gather: Option<Vec<Piece>>,
     /// The device's timers in deadline order (kept by the QPs' timer
     /// setters).
-    pub timers: &'a mut crate::timers::Timers,
+    pub(crate) timers: &'a mut crate::timers::Timers,
 }
 
 /// A piece of a packet's payload still in registered memory.

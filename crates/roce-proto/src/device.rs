@@ -281,7 +281,7 @@ pub const GSI_QPN: u32 = 1;
 /// Packets a QP may send in a row before it goes to the back of the
 /// transmit queue (rxe's per-QP tasks run in bursts too). The QP that sent
 /// last is polled directly, with one map lookup: a bulk message costs that.
-pub const TX_BURST: u32 = 16;
+pub(crate) const TX_BURST: u32 = 16;
 
 macro_rules! ctx {
     ($d:expr, $now:expr) => {
@@ -1366,14 +1366,14 @@ impl Device {
 
 /// The port's P_Key table holds one entry, the default full-member P_Key
 /// (rxe: `IB_DEFAULT_PKEY_FULL`), so every QP's `pkey_index` 0 names it.
-pub const PORT_PKEY: u16 = 0xffff;
+pub(crate) const PORT_PKEY: u16 = 0xffff;
 
 /// IBTA 10.9.3 (C10-117): a packet's P_Key matches the QP's when neither
 /// is invalid (low 15 bits zero), their low 15 bits are equal, and at
 /// least one of them is a full member (bit 15). A request or response that
 /// does not match is dropped silently and counted (rxe `check_keys`:
 /// `pkey_match`, `bad_pkey_cntr`), before anything looks at its QP.
-pub fn pkey_matches(packet: u16, ours: u16) -> bool {
+pub(crate) fn pkey_matches(packet: u16, ours: u16) -> bool {
     let (a, b) = (packet & 0x7fff, ours & 0x7fff);
     a != 0 && a == b && (packet | ours) & 0x8000 != 0
 }

@@ -9,7 +9,7 @@
 #![warn(unreachable_pub)]
 
 mod attr;
-pub mod cc;
+mod cc;
 mod completer;
 pub mod counters;
 pub mod cq;
@@ -23,9 +23,11 @@ pub mod qp;
 pub mod qp_state;
 pub mod queue;
 mod reorder;
-pub mod requester;
-pub mod responder;
+mod requester;
+mod responder;
 mod srq;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod timers;
 pub mod verbs;
 pub mod wr;

@@ -62,11 +62,11 @@ pub(crate) struct McastTable {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct McastLimits {
     /// Groups.
-    pub groups: usize,
+    pub(crate) groups: usize,
     /// QPs per group.
-    pub per_group: usize,
+    pub(crate) per_group: usize,
     /// Attachments in all.
-    pub total: usize,
+    pub(crate) total: usize,
 }
 
 impl McastTable {

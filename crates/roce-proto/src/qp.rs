@@ -20,18 +20,18 @@ use crate::wr::Wc;
 
 /// rxe's `RXE_MAX_UNACKED_PSNS`: how far the requester runs ahead of the
 /// oldest unacknowledged PSN.
-pub const MAX_UNACKED_PSNS: u32 = 128;
+pub(crate) const MAX_UNACKED_PSNS: u32 = 128;
 /// rxe's `RXE_MAX_PKT_PER_ACK`: AckReq at least this often within a message.
 pub(crate) const MAX_PKT_PER_ACK: u32 = 64;
 
 /// The local ACK timeout for `timeout` (4.096 us x 2^timeout), `None` for 0.
-pub fn ack_timeout(timeout: u8) -> Option<Duration> {
+pub(crate) fn ack_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
 }
 
 /// What the responder's end-to-end credits allow (IBTA 9.7.7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Credits {
+pub(crate) enum Credits {
     /// No ACK yet (from RESET): one SEND goes alone, then the first ACK
     /// tells (rdmavt starts at a limit of 0 to the same effect), so a
     /// connection's first burst cannot outrun a receive queue being filled.
@@ -46,88 +46,88 @@ pub enum Credits {
 
 /// The requester's state (rxe `qp->req`).
 #[derive(Debug, Clone)]
-pub struct Requester {
+pub(crate) struct Requester {
     /// Next PSN to send.
-    pub psn: Psn,
+    pub(crate) psn: Psn,
     /// One past the highest PSN ever sent (a rewind moves `psn` back, not this).
-    pub sent_psn: Psn,
+    pub(crate) sent_psn: Psn,
     /// Packets sent since the last AckReq.
-    pub noack_pkts: u32,
+    pub(crate) noack_pkts: u32,
     /// Outstanding READ/atomic WQEs.
-    pub rd_atomic: u32,
+    pub(crate) rd_atomic: u32,
     /// Waiting for the RNR timer until then.
-    pub rnr_until: Option<Instant>,
+    pub(crate) rnr_until: Option<Instant>,
     /// Set AckReq on the next packet: the first of a retransmission asks for
     /// an answer at once, so a lost NAK costs one round trip, not a timeout.
-    pub ack_next: bool,
+    pub(crate) ack_next: bool,
     /// End-to-end flow control (IBTA 9.7.7.2), learned from the responder's ACKs.
-    pub credits: Credits,
+    pub(crate) credits: Credits,
     /// A message is held back by `credits` (counted once per wait).
-    pub credit_wait: bool,
+    pub(crate) credit_wait: bool,
     /// With nothing in flight and no credits, the lone probe waits until
     /// then for the responder's credit update (an RNR wait's timer).
-    pub probe_at: Option<Instant>,
+    pub(crate) probe_at: Option<Instant>,
     /// Whether the responder announces new credits by itself: `Some(true)`
     /// once an update came, `Some(false)` once a probe sent after waiting in
     /// vain found a receive WQE (a NIC: probes go at once from then on).
-    pub credit_updates: Option<bool>,
+    pub(crate) credit_updates: Option<bool>,
     /// The probe in flight was sent after waiting in vain for an update.
-    pub blind_probe: bool,
+    pub(crate) blind_probe: bool,
     /// SSN of the newest message started: an ACK reporting an MSN past it
     /// speaks of messages never sent, and its credits are ignored.
-    pub sent_ssn: u32,
+    pub(crate) sent_ssn: u32,
     /// The one packet to resend before anything else: the hole a keeping
     /// responder NAKed ([`crate::reorder`]).
-    pub hole: Option<Psn>,
+    pub(crate) hole: Option<Psn>,
 }
 
 /// The completer's state (rxe `qp->comp`).
 #[derive(Debug, Clone)]
-pub struct Completer {
+pub(crate) struct Completer {
     /// Oldest PSN not yet acknowledged.
-    pub psn: Psn,
+    pub(crate) psn: Psn,
     /// Transport retries left.
-    pub retry_left: u8,
+    pub(crate) retry_left: u8,
     /// RNR retries left (7 = infinite).
-    pub rnr_left: u8,
+    pub(crate) rnr_left: u8,
     /// Retransmit deadline.
-    pub timer: Option<Instant>,
+    pub(crate) timer: Option<Instant>,
     /// A NAK-triggered retry is under way: further NAKs before progress
     /// (e.g. duplicated NAK packets) do not start another (rxe `started_retry`).
-    pub started_retry: bool,
+    pub(crate) started_retry: bool,
     /// When the retry count was last restored or spent: a retry spends one
     /// only a whole local ACK timeout after it ([`crate::cc`]).
-    pub retry_epoch: Option<Instant>,
+    pub(crate) retry_epoch: Option<Instant>,
     /// Congestion window and round-trip estimate.
-    pub cc: Cc,
+    pub(crate) cc: Cc,
     /// Tail probes sent for the current flight (until progress): one, or
     /// [`KEEPING_PEER_PROBES`] to a responder that keeps.
-    pub probes: u8,
+    pub(crate) probes: u8,
     /// The responder keeps requests that arrive ahead of a gap: one of
     /// its ACKs overtook a go-back-N rewind. Sequence NAKs then cost only
     /// the hole they name ([`crate::reorder`]).
-    pub peer_keeps: bool,
+    pub(crate) peer_keeps: bool,
     /// The last hole resent alone: a NAK for the PSN right after it sends
     /// the requester back N (two losses in a row, or a responder that
     /// does not keep after all).
-    pub last_hole: Option<Psn>,
+    pub(crate) last_hole: Option<Psn>,
     /// NAKs in a row for the PSN right after the last hole resent.
-    pub hole_streak: u8,
+    pub(crate) hole_streak: u8,
 }
 
 /// A responder resource: a READ or atomic request, kept so duplicates can be
 /// answered (rxe `struct resp_res`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resource {
+pub(crate) struct Resource {
     /// PSN of the request.
-    pub psn: Psn,
+    pub(crate) psn: Psn,
     /// What it was, and what its duplicates may ask again.
-    pub kind: ResourceKind,
+    pub(crate) kind: ResourceKind,
 }
 
 /// The request a [`Resource`] remembers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResourceKind {
+pub(crate) enum ResourceKind {
     /// An RDMA READ of `len` bytes at `va` under `rkey`, answered with PSNs
     /// `psn..=last_psn`: a repeated READ must ask for part of that range,
     /// at PSNs inside it (rxe `duplicate_request`, IBA 9.7.5.1.5).
@@ -152,7 +152,7 @@ pub enum ResourceKind {
 
 /// A response the responder has to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Response {
+pub(crate) enum Response {
     /// A congestion notification to the peer QP (RoCEv2 Annex A17.9.3).
     Cnp,
     /// ACK or NAK with this syndrome for `psn`.
@@ -195,7 +195,7 @@ pub enum Response {
 
 /// An incoming multi-packet message in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InMessage {
+pub(crate) enum InMessage {
     /// A SEND being scattered into the receive WQE at the queue's front.
     Send {
         /// Bytes received so far.
@@ -224,7 +224,7 @@ pub enum InMessage {
 /// | `Dropping` | UC: a packet that does not start a message          | `Dropping` |
 /// | `Dropping` | UC: a packet that starts a message                  | `InStep`   |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecvSeq {
+pub(crate) enum RecvSeq {
     /// Requests arrive at the expected PSN.
     InStep,
     /// RC: a PSN sequence NAK was sent for the current gap; requests
@@ -238,41 +238,41 @@ pub enum RecvSeq {
 
 /// The responder's state (rxe `qp->resp`).
 #[derive(Debug)]
-pub struct Responder {
+pub(crate) struct Responder {
     /// Next expected request PSN.
-    pub psn: Psn,
+    pub(crate) psn: Psn,
     /// Message sequence number: messages completed.
-    pub msn: u32,
+    pub(crate) msn: u32,
     /// The message being received, if between FIRST and LAST.
-    pub current: Option<InMessage>,
+    pub(crate) current: Option<InMessage>,
     /// In step with the requester's PSNs, or how it is not.
-    pub seq: RecvSeq,
+    pub(crate) seq: RecvSeq,
     /// Responses to send, oldest first.
-    pub responses: VecDeque<Response>,
+    pub(crate) responses: VecDeque<Response>,
     /// A lone ACK already let one request packet of this QP go first
     /// (see [`Qp::ack_may_follow_request`]).
-    pub ack_waited: bool,
+    pub(crate) ack_waited: bool,
     /// READ/atomic resources, oldest first, at most `max_dest_rd_atomic`.
-    pub resources: VecDeque<Resource>,
+    pub(crate) resources: VecDeque<Resource>,
     /// DMA length of the RDMA WRITE in progress (reported by WRITE with immediate).
-    pub write_len: u64,
+    pub(crate) write_len: u64,
     /// With an SRQ: the receive WQE this QP took for the message in
     /// progress (rxe `qp->resp.srq_wqe`). It leaves the SRQ at the message's
     /// first packet, so QPs sharing the SRQ never scatter into one buffer.
-    pub srq_wqe: RecvWqe,
+    pub(crate) srq_wqe: RecvWqe,
     /// `srq_wqe` holds a WQE.
-    pub srq_held: bool,
+    pub(crate) srq_held: bool,
     /// No CNP before this instant (the notification point's pacing).
-    pub cnp_after: Option<Instant>,
+    pub(crate) cnp_after: Option<Instant>,
     /// The last ACK or NAK sent left the requester no credits (0, or an
     /// RNR NAK): the next receive WQE posted is announced by a credit
     /// update ([`Qp::announce_credits`]).
-    pub credits_exhausted: bool,
+    pub(crate) credits_exhausted: bool,
     /// The PSN of the credit update queued and not yet sent (counted in
     /// `credit_updates` when it leaves, not when a newer ACK replaced it).
-    pub announced: Option<Psn>,
+    pub(crate) announced: Option<Psn>,
     /// Requests that arrived ahead of a gap ([`crate::reorder`]).
-    pub reorder: ReorderBuffer,
+    pub(crate) reorder: ReorderBuffer,
 }
 
 /// A queue pair.
@@ -285,20 +285,20 @@ pub struct Qp {
     /// Current attributes.
     pub attr: QpAttr,
     /// Send queue.
-    pub sq: SendQueue,
+    pub(crate) sq: SendQueue,
     /// Own receive queue (unused with an SRQ).
-    pub rq: RecvQueue,
+    pub(crate) rq: RecvQueue,
     /// Requester role.
-    pub req: Requester,
+    pub(crate) req: Requester,
     /// Completer role.
-    pub comp: Completer,
+    pub(crate) comp: Completer,
     /// Responder role.
-    pub resp: Responder,
+    pub(crate) resp: Responder,
     /// UDP source port, as rxe picks it: [`rxe_init_sport`] at creation,
     /// [`rdma_get_udp_sport`] once an address vector is set.
     pub src_port: u16,
     /// The SQ_DRAINED event for the current SQD period was raised.
-    pub sqd_notified: bool,
+    pub(crate) sqd_notified: bool,
     /// In the device's queue of QPs that may have a packet to send.
     pub(crate) tx_queued: bool,
 }
@@ -417,6 +417,16 @@ impl Qp {
     /// Path MTU in bytes.
     pub fn mtu(&self) -> u64 {
         self.attr.path_mtu.bytes() as u64
+    }
+
+    /// The next PSN the requester sends.
+    pub fn next_send_psn(&self) -> Psn {
+        self.req.psn
+    }
+
+    /// The request PSN the responder expects next.
+    pub fn expected_psn(&self) -> Psn {
+        self.resp.psn
     }
 
     /// Arms (`Some`) or stops the retransmit timer, keeping the device's
@@ -693,7 +703,7 @@ impl Qp {
 }
 
 /// The completion opcode of a send WR.
-pub fn wc_opcode(op: WrOpcode) -> WcOpcode {
+pub(crate) fn wc_opcode(op: WrOpcode) -> WcOpcode {
     match op {
         WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
         WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,

@@ -48,9 +48,9 @@ pub enum ModifyError {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attrs {
     /// Attributes the mask must contain.
-    pub required: M,
+    pub(crate) required: M,
     /// Attributes the mask may contain.
-    pub optional: M,
+    pub(crate) optional: M,
 }
 
 /// One transition with its attributes for RC, UC and UD; `None` where the
@@ -58,15 +58,15 @@ pub(crate) struct Attrs {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Transition {
     /// From state.
-    pub from: QpState,
+    pub(crate) from: QpState,
     /// To state.
-    pub to: QpState,
+    pub(crate) to: QpState,
     /// RC attributes.
-    pub rc: Option<Attrs>,
+    pub(crate) rc: Option<Attrs>,
     /// UC attributes.
-    pub uc: Option<Attrs>,
+    pub(crate) uc: Option<Attrs>,
     /// UD attributes.
-    pub ud: Option<Attrs>,
+    pub(crate) ud: Option<Attrs>,
 }
 
 const fn a(required: u32, optional: u32) -> Option<Attrs> {

@@ -53,7 +53,7 @@ pub enum PostError {
 
 /// Progress of a send WQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WqeState {
+pub(crate) enum WqeState {
     /// Not started (or rewound for retransmission).
     Posted,
     /// Some packets sent.
@@ -66,57 +66,57 @@ pub enum WqeState {
 
 /// A posted send.
 #[derive(Debug, Clone)]
-pub struct SendWqe {
+pub(crate) struct SendWqe {
     /// The caller's tag.
-    pub wr_id: u64,
+    pub(crate) wr_id: u64,
     /// Operation.
-    pub opcode: WrOpcode,
+    pub(crate) opcode: WrOpcode,
     /// Flags.
-    pub flags: SendFlags,
+    pub(crate) flags: SendFlags,
     /// Gather list (when not inline).
-    pub sges: Vec<Sge>,
+    pub(crate) sges: Vec<Sge>,
     /// Inline bytes (when inline).
-    pub inline: Vec<u8>,
+    pub(crate) inline: Vec<u8>,
     /// Whether the payload is inline.
-    pub is_inline: bool,
+    pub(crate) is_inline: bool,
     /// Message length in bytes.
-    pub length: u64,
+    pub(crate) length: u64,
     /// Remote address.
-    pub remote_addr: u64,
+    pub(crate) remote_addr: u64,
     /// Remote key.
-    pub rkey: u32,
+    pub(crate) rkey: u32,
     /// Immediate data.
-    pub imm_data: u32,
+    pub(crate) imm_data: u32,
     /// R_Key to invalidate.
-    pub invalidate_rkey: u32,
+    pub(crate) invalidate_rkey: u32,
     /// Compare or add operand.
-    pub compare_add: u64,
+    pub(crate) compare_add: u64,
     /// Swap operand.
-    pub swap: u64,
+    pub(crate) swap: u64,
     /// UD destination.
-    pub ud: Option<UdDest>,
+    pub(crate) ud: Option<UdDest>,
     /// BIND_MW request.
-    pub bind: Option<MwBind>,
+    pub(crate) bind: Option<MwBind>,
     /// FLUSH request (zero for other opcodes).
-    pub flush: Flush,
+    pub(crate) flush: Flush,
     /// PSN of the first packet.
-    pub first_psn: Psn,
+    pub(crate) first_psn: Psn,
     /// PSN of the message's last packet (for READ: of the last response),
     /// fixed when the message starts.
-    pub last_psn: Psn,
+    pub(crate) last_psn: Psn,
     /// Bytes of the message sent so far (READ: requested so far).
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// `first_psn..=last_psn` are assigned (the message started once); a
     /// rewind may reset `state` to `Posted` but the PSN range stays.
-    pub psns_assigned: bool,
+    pub(crate) psns_assigned: bool,
     /// Progress.
-    pub state: WqeState,
+    pub(crate) state: WqeState,
     /// Outcome once `Done`.
-    pub status: WcStatus,
+    pub(crate) status: WcStatus,
     /// Send sequence number (IBTA 9.7.7.2): the message's number among the
     /// QP's messages on the wire (24 bits, from 1), compared against the
     /// responder's MSN plus its credits.
-    pub ssn: u32,
+    pub(crate) ssn: u32,
 }
 
 impl SendWqe {
@@ -153,7 +153,7 @@ impl SendWqe {
     /// READ or atomic: its response carries data (READ bytes, the original
     /// value), so an acknowledgement of a later PSN means that response was
     /// lost and the request must be asked again.
-    pub fn is_read_or_atomic(&self) -> bool {
+    pub(crate) fn is_read_or_atomic(&self) -> bool {
         matches!(self.opcode, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
     }
 
@@ -163,19 +163,19 @@ impl SendWqe {
     /// ATOMIC WRITE (rxe's responder keeps a resource for both to answer
     /// their duplicates; rxe's requester counts only ATOMIC WRITE, so a
     /// burst of FLUSHes could recycle the resource of a READ still in flight).
-    pub fn takes_rd_atomic(&self) -> bool {
+    pub(crate) fn takes_rd_atomic(&self) -> bool {
         self.is_read_or_atomic() || self.is_placement()
     }
 
     /// FLUSH or ATOMIC WRITE (IBA 1.5 memory placement extensions): one
     /// packet, answered by an RDMA READ response of zero length.
-    pub fn is_placement(&self) -> bool {
+    pub(crate) fn is_placement(&self) -> bool {
         matches!(self.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite)
     }
 
     /// SEND or RDMA WRITE with immediate: takes a receive WQE at the
     /// responder, so the responder's end-to-end credits limit it.
-    pub fn consumes_recv(&self) -> bool {
+    pub(crate) fn consumes_recv(&self) -> bool {
         matches!(
             self.opcode,
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
@@ -183,33 +183,33 @@ impl SendWqe {
     }
 
     /// LOCAL_INV or BIND_MW: executed by the requester, no packet.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         matches!(self.opcode, WrOpcode::LocalInv | WrOpcode::BindMw)
     }
 
     /// Atomic.
-    pub fn is_atomic(&self) -> bool {
+    pub(crate) fn is_atomic(&self) -> bool {
         matches!(self.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
     }
 }
 
 /// A ring of send WQEs.
 #[derive(Debug)]
-pub struct SendQueue {
+pub(crate) struct SendQueue {
     slots: Vec<SendWqe>,
     /// `slots.len() - 1`.
     mask: u64,
     /// WQEs it holds at most (`ibv_qp_cap.max_send_wr`).
     depth: u32,
     /// Oldest WQE not yet completed (the completer's position).
-    pub consumer: u64,
+    pub(crate) consumer: u64,
     /// Next WQE the requester works on.
-    pub next: u64,
+    pub(crate) next: u64,
     /// One past the last WQE ever sent in full: a rewind moves `next` back,
     /// not this, so responses to earlier transmissions still retire WQEs.
-    pub high: u64,
+    pub(crate) high: u64,
     /// Next free slot.
-    pub producer: u64,
+    pub(crate) producer: u64,
     /// SSN of the next message posted (24 bits; the first is 1, IBTA 9.7.7.2).
     next_ssn: u32,
     max_sge: u32,
@@ -218,7 +218,7 @@ pub struct SendQueue {
 
 impl SendQueue {
     /// A queue of `depth` WQEs.
-    pub fn new(depth: u32, max_sge: u32, max_inline: u32) -> SendQueue {
+    pub(crate) fn new(depth: u32, max_sge: u32, max_inline: u32) -> SendQueue {
         let depth = depth.max(1);
         let n = depth.next_power_of_two();
         let slots = (0..n).map(|_| SendWqe::empty(max_sge as usize)).collect();
@@ -237,33 +237,34 @@ impl SendQueue {
     }
 
     /// Depth.
-    pub fn depth(&self) -> u32 {
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn depth(&self) -> u32 {
         self.depth
     }
 
     /// WQEs posted and not completed.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.producer - self.consumer
     }
 
     /// Whether nothing is outstanding.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.producer == self.consumer
     }
 
     /// The WQE at absolute index `i`.
-    pub fn get(&self, i: u64) -> &SendWqe {
+    pub(crate) fn get(&self, i: u64) -> &SendWqe {
         &self.slots[(i & self.mask) as usize]
     }
 
     /// The WQE at absolute index `i`, mutably.
-    pub fn get_mut(&mut self, i: u64) -> &mut SendWqe {
+    pub(crate) fn get_mut(&mut self, i: u64) -> &mut SendWqe {
         &mut self.slots[(i & self.mask) as usize]
     }
 
     /// Appends `wr` after the checks that do not depend on memory (those
     /// surface as completions when the data is gathered).
-    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    pub(crate) fn post(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         if self.len() >= u64::from(self.depth) {
             return Err(PostError::QueueFull(self.depth));
         }
@@ -345,7 +346,7 @@ impl SendQueue {
 
     /// Takes back the WQE just posted (a check after `post` refused it),
     /// with its SSN.
-    pub fn unpost_last(&mut self) {
+    pub(crate) fn unpost_last(&mut self) {
         debug_assert!(self.producer > self.next, "the last WQE already went out");
         self.producer -= 1;
         let ssn = self.get(self.producer).ssn;
@@ -357,33 +358,33 @@ impl SendQueue {
 
 /// A posted receive.
 #[derive(Debug, Clone)]
-pub struct RecvWqe {
+pub(crate) struct RecvWqe {
     /// The caller's tag.
-    pub wr_id: u64,
+    pub(crate) wr_id: u64,
     /// Scatter list.
-    pub sges: Vec<Sge>,
+    pub(crate) sges: Vec<Sge>,
     /// Sum of the SGE lengths.
-    pub length: u64,
+    pub(crate) length: u64,
 }
 
 /// A ring of receive WQEs (a QP's own, or an SRQ's).
 #[derive(Debug)]
-pub struct RecvQueue {
+pub(crate) struct RecvQueue {
     slots: Vec<RecvWqe>,
     /// `slots.len() - 1`.
     mask: u64,
     /// WQEs it holds at most.
     depth: u32,
     /// Oldest posted WQE.
-    pub consumer: u64,
+    pub(crate) consumer: u64,
     /// Next free slot.
-    pub producer: u64,
+    pub(crate) producer: u64,
     max_sge: u32,
 }
 
 impl RecvQueue {
     /// A queue of `depth` WQEs of up to `max_sge` SGEs.
-    pub fn new(depth: u32, max_sge: u32) -> RecvQueue {
+    pub(crate) fn new(depth: u32, max_sge: u32) -> RecvQueue {
         let depth = depth.max(1);
         let n = depth.next_power_of_two();
         let slots =
@@ -392,23 +393,23 @@ impl RecvQueue {
     }
 
     /// WQEs waiting.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.producer - self.consumer
     }
 
     /// Whether no WQE waits.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.producer == self.consumer
     }
 
     /// WQEs it holds at most.
-    pub fn depth(&self) -> u32 {
+    pub(crate) fn depth(&self) -> u32 {
         self.depth
     }
 
     /// Holds `depth` WQEs from now on (an SRQ resize), keeping those posted
     /// in place of their indexes; the caller checks `depth >= len()`.
-    pub fn resize(&mut self, depth: u32) {
+    pub(crate) fn resize(&mut self, depth: u32) {
         let depth = depth.max(1).max(self.len() as u32);
         let n = depth.next_power_of_two();
         let mask = u64::from(n) - 1;
@@ -424,7 +425,7 @@ impl RecvQueue {
     }
 
     /// Appends a receive.
-    pub fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    pub(crate) fn post(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         if self.len() >= u64::from(self.depth) {
             return Err(PostError::QueueFull(self.depth));
         }
@@ -441,13 +442,13 @@ impl RecvQueue {
     }
 
     /// The oldest WQE.
-    pub fn front(&self) -> Option<&RecvWqe> {
+    pub(crate) fn front(&self) -> Option<&RecvWqe> {
         (!self.is_empty()).then(|| &self.slots[(self.consumer & self.mask) as usize])
     }
 
     /// Retires the oldest WQE (when its message completes: until then the
     /// slot stays owned by the message being received into it).
-    pub fn advance(&mut self) {
+    pub(crate) fn advance(&mut self) {
         if !self.is_empty() {
             self.consumer += 1;
         }

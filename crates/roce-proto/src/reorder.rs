@@ -36,11 +36,12 @@ pub(crate) const DEVICE_BUDGET: usize = 64 << 20;
 
 /// The device-wide byte count of kept packets, shared by its QPs' buffers.
 #[derive(Debug, Clone, Default)]
-pub struct Budget(Arc<AtomicUsize>);
+pub(crate) struct Budget(Arc<AtomicUsize>);
 
 impl Budget {
     /// Bytes held now.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         self.0.load(Ordering::Relaxed)
     }
 
@@ -56,7 +57,7 @@ impl Budget {
 /// What became of a packet offered to [`ReorderBuffer::keep`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(clippy::enum_variant_names)] // `Kept::Kept` reads as what happened.
-pub enum Kept {
+pub(crate) enum Kept {
     /// Kept for later.
     Kept,
     /// A copy of this PSN is kept already.
@@ -67,7 +68,7 @@ pub enum Kept {
 
 /// One QP's packets ahead of its expected PSN.
 #[derive(Debug, Default)]
-pub struct ReorderBuffer {
+pub(crate) struct ReorderBuffer {
     /// `slots[d]`: the packet with PSN `base + d`.
     slots: VecDeque<Option<Box<[u8]>>>,
     /// PSN of `slots[0]`.
@@ -81,27 +82,28 @@ pub struct ReorderBuffer {
 
 impl ReorderBuffer {
     /// An empty buffer drawing on `budget`.
-    pub fn new(budget: Budget) -> ReorderBuffer {
+    pub(crate) fn new(budget: Budget) -> ReorderBuffer {
         ReorderBuffer { slots: VecDeque::new(), base: Psn::ZERO, kept: 0, bytes: 0, budget }
     }
 
     /// The budget it draws on (kept across a QP's reset).
-    pub fn budget(&self) -> Budget {
+    pub(crate) fn budget(&self) -> Budget {
         self.budget.clone()
     }
 
     /// Whether any packet is kept.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.kept == 0
     }
 
     /// Packets kept.
-    pub fn len(&self) -> usize {
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn len(&self) -> usize {
         self.kept
     }
 
     /// Keeps `packet` (PSN `psn`, ahead of `expected`).
-    pub fn keep(&mut self, expected: Psn, psn: Psn, packet: &[u8]) -> Kept {
+    pub(crate) fn keep(&mut self, expected: Psn, psn: Psn, packet: &[u8]) -> Kept {
         self.advance(expected);
         let d = expected.distance_to(psn);
         if d <= 0 || d as u32 >= MAX_AHEAD {
@@ -125,7 +127,7 @@ impl ReorderBuffer {
 
     /// Takes the packet with PSN `expected`, if kept, dropping any kept
     /// before it (PSNs a READ's responses used, or never sent).
-    pub fn take(&mut self, expected: Psn) -> Option<Box<[u8]>> {
+    pub(crate) fn take(&mut self, expected: Psn) -> Option<Box<[u8]>> {
         self.advance(expected);
         if !matches!(self.slots.front(), Some(Some(_))) {
             return None;
@@ -164,7 +166,7 @@ impl ReorderBuffer {
     }
 
     /// Drops everything kept (the QP left RTR/RTS, or was reset).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.slots.clear();
         self.kept = 0;
         let n = std::mem::take(&mut self.bytes);

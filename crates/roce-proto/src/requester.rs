@@ -19,7 +19,7 @@ use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 /// receive queue answers with an RNR NAK). Long enough for a receiver
 /// descheduled on a loaded machine; paid once per QP toward a responder
 /// that never announces (a NIC), which from then on is probed at once.
-pub const CREDIT_UPDATE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const CREDIT_UPDATE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Payloads up to this size are copied behind the headers even for a
 /// scatter-gather send: an extra iovec costs more than the copy.
@@ -30,15 +30,15 @@ pub(crate) const SMALL_PAYLOAD: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Outgoing {
     /// Packet length without the ICRC.
-    pub len: usize,
+    pub(crate) len: usize,
     /// Bytes of it written into the buffer: all of them, or with a gather
     /// sink only the headers (the payload is in the sink's pieces, the pad
     /// is the sender's to add).
-    pub head_len: usize,
+    pub(crate) head_len: usize,
     /// Destination address.
-    pub dst: IpAddr,
+    pub(crate) dst: IpAddr,
     /// Index of the source GID.
-    pub sgid_index: u8,
+    pub(crate) sgid_index: u8,
 }
 
 /// Where a packet starting at byte `offset` of its message sits in it,
@@ -497,9 +497,9 @@ pub(crate) enum Blocked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Go {
     /// Index of the WQE in the send queue.
-    pub idx: u64,
+    pub(crate) idx: u64,
     /// The message starts with this packet.
-    pub starting: bool,
+    pub(crate) starting: bool,
 }
 
 /// The part of its message a request packet carries ([`Qp::segment`]).

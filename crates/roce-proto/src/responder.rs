@@ -19,7 +19,7 @@ use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{Wc, WcFlags};
 
 /// `wc.sl` of a UD receive carried by IPv4 (mlx5's RoCE L3 header type).
-pub const ROCE_L3_IPV4: u8 = 2;
+pub(crate) const ROCE_L3_IPV4: u8 = 2;
 
 /// Length of the GRH area at the start of every UD receive buffer.
 pub(crate) const GRH_LEN: usize = 40;
@@ -28,9 +28,9 @@ pub(crate) const GRH_LEN: usize = 40;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Origin {
     /// Source address.
-    pub src: IpAddr,
+    pub(crate) src: IpAddr,
     /// Destination address (ours).
-    pub dst: IpAddr,
+    pub(crate) dst: IpAddr,
 }
 
 enum Verdict {
@@ -791,7 +791,7 @@ impl Qp {
     }
 
     /// Whether the responder has something to send.
-    pub fn responder_has_work(&self) -> bool {
+    pub(crate) fn responder_has_work(&self) -> bool {
         !self.resp.responses.is_empty()
     }
 

@@ -7,11 +7,11 @@ use crate::queue::RecvQueue;
 #[derive(Debug)]
 pub(crate) struct Srq {
     /// Protection domain.
-    pub pd: u32,
+    pub(crate) pd: u32,
     /// The WQEs.
-    pub rq: RecvQueue,
+    pub(crate) rq: RecvQueue,
     /// When armed (non-zero), the event fires as the WQE count drops below it.
-    pub limit: u32,
+    pub(crate) limit: u32,
 }
 
 impl Srq {

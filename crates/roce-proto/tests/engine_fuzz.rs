@@ -1,5 +1,5 @@
-//! The engine fuzzer's harness (`engine_harness`, also built by the
-//! cargo-fuzz target in `crates/roce-proto/fuzz`) over a fixed
+//! The engine fuzzer's harness (`roce_proto::testing::engine_harness`, also
+//! run by the cargo-fuzz target in `crates/roce-proto/fuzz`) over a fixed
 //! pseudo-random stream of scripts, so `cargo test` runs a short version of
 //! the fuzzer. `SOFTROCE_FUZZ_INPUTS=N` runs N scripts instead of the
 //! default; `SOFTROCE_FUZZ_INPUT=FILE cargo test -p roce-proto --test
@@ -9,7 +9,7 @@
 //! there, to seed the fuzzer's corpus; `SOFTROCE_FUZZ_ONLY=I` runs only
 //! script I of the stream (with `SOFTROCE_FUZZ_TRACE=1`: step by step).
 
-mod engine_harness;
+use roce_proto::testing::engine_harness;
 
 /// Scripts `cargo test` runs.
 const INPUTS: usize = 3000;

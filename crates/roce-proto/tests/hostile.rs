@@ -22,7 +22,7 @@ fn inject(p: &mut Pair, bytes: &[u8]) {
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().resp.psn
+    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
 }
 
 fn naks(p: &mut Pair) -> Vec<Syndrome> {

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{A, B, Pair, Pkt, Setup};
-use roce_proto::qp::{MAX_UNACKED_PSNS, ack_timeout};
+use roce_proto::testing::{MAX_UNACKED_PSNS, QpProbe, ack_timeout};
 use roce_proto::verbs::{QpState, WcStatus, WrOpcode};
 use roce_wire::{BthRepr, ExtRepr, Opcode, PacketRepr, Psn, Syndrome};
 
@@ -31,12 +31,12 @@ fn warm_up(p: &mut Pair) {
     hop(p, &ack);
     assert!(p.transmit().is_empty());
     assert_eq!(p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(100, WcStatus::Success)]);
-    let srtt = p.dev[A].qp(p.qpn[A]).unwrap().comp.cc.srtt();
+    let srtt = p.dev[A].qp(p.qpn[A]).unwrap().srtt();
     assert_eq!(srtt, Some(2 * HOP));
 }
 
 fn window(p: &Pair) -> u32 {
-    p.dev[A].qp(p.qpn[A]).unwrap().comp.cc.window()
+    p.dev[A].qp(p.qpn[A]).unwrap().cwnd()
 }
 
 /// Exchanges packets, one hop each, until both devices are quiet.
@@ -154,7 +154,7 @@ fn after_a_timeout_the_window_restarts_small_and_slow_starts() {
     // All lost: the retransmission timeout (a clean path has no probes).
     assert!(p.advance());
     let again = p.transmit();
-    assert_eq!(again.len(), roce_proto::cc::MIN_CWND as usize);
+    assert_eq!(again.len(), roce_proto::testing::MIN_CWND as usize);
     assert_eq!(again[0].psn(), first[0].psn());
     // Each round trip doubles what may be in flight.
     let mut sizes = vec![again.len()];
@@ -276,7 +276,7 @@ fn ce_marked_requests_get_one_cnp_per_interval_and_the_sender_halves_its_window(
     assert_eq!(window(&p), full / 2, "the reaction point halves its window, no packet lost");
     // Once the interval has passed (the round trips above took longer), the
     // next mark is answered again.
-    assert!(p.now - first_mark >= roce_proto::cc::CNP_INTERVAL);
+    assert!(p.now - first_mark >= roce_proto::testing::CNP_INTERVAL);
     p.send(A, 11, WrOpcode::RdmaWrite, 0, 64, 0);
     let out = p.transmit();
     deliver_marked(&mut p, &out);

@@ -240,8 +240,30 @@ fn a_type2_window_answers_only_through_its_qp() {
     let pd = p.pd[B];
     let mw = p.dev[B].mr_table().mw(key).unwrap();
     assert_eq!(mw.bound.unwrap().qpn, Some(p.qpn[B]));
-    assert!(p.dev[B].mr_table().check_remote(key, pd, p.qpn[B], p.va(B, 0), 64, AccessFlags::REMOTE_READ).is_ok());
-    assert!(p.dev[B].mr_table().check_remote(key, pd, p.qpn[B] + 1, p.va(B, 0), 64, AccessFlags::REMOTE_READ).is_err());
+    assert!(
+        roce_proto::testing::check_remote(
+            p.dev[B].mr_table(),
+            key,
+            pd,
+            p.qpn[B],
+            p.va(B, 0),
+            64,
+            AccessFlags::REMOTE_READ
+        )
+        .is_ok()
+    );
+    assert!(
+        roce_proto::testing::check_remote(
+            p.dev[B].mr_table(),
+            key,
+            pd,
+            p.qpn[B] + 1,
+            p.va(B, 0),
+            64,
+            AccessFlags::REMOTE_READ
+        )
+        .is_err()
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{A, B, MEM, Pair, Pkt, Setup};
+use roce_proto::testing::QpProbe;
 use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use roce_proto::wr::{Flush, placement, selectivity};
 use roce_proto::{Payload, QpAttr, SendWr};
@@ -50,7 +51,7 @@ fn set_qp_access(p: &mut Pair, access: AccessFlags) {
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().resp.psn
+    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
 }
 
 fn b_state(p: &Pair) -> QpState {
@@ -151,7 +152,7 @@ fn flush_after_write_is_one_packet_answered_by_a_zero_length_read_response() {
     );
     assert_eq!(wcs[1].byte_len, 3000, "the length asked for, as rxe reports it");
     assert_eq!(b_state(&p), QpState::Rts);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().req.rd_atomic, 0, "the FLUSH's credit came back");
+    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().rd_atomic(), 0, "the FLUSH's credit came back");
 }
 
 #[test]
@@ -432,7 +433,7 @@ fn a_repeated_flush_whose_resource_was_recycled_runs_again() {
     let off = aligned(&p, B, 64);
     let aw = reth_ext(RethRepr { va: p.va(B, off), rkey: p.key[B], dma_len: 8 });
     assert_eq!(forge(&mut p, Opcode::RC_ATOMIC_WRITE, psn.next(), aw, &[3; 8]).len(), 1);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().resp.resources.len(), 1);
+    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().resources_held(), 1);
     let got = forge(&mut p, Opcode::RC_FLUSH, psn, f, &[]);
     assert_eq!(got, [(Opcode::RC_RDMA_READ_RESPONSE_ONLY, psn, Some((ACK, 2)), 0)]);
     // Its checks run again too: a repeated FLUSH of a range outside the
@@ -477,7 +478,7 @@ fn flush_and_atomic_write_count_against_max_rd_atomic_and_fence() {
         Vec::new()
     };
     assert_eq!(step(&mut p), [Opcode::RC_ATOMIC_WRITE]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().req.rd_atomic, 1);
+    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().rd_atomic(), 1);
     assert_eq!(step(&mut p), [Opcode::RC_FLUSH], "after the ATOMIC WRITE's response");
     assert_eq!(step(&mut p), [Opcode::RC_SEND_ONLY], "the FENCE waited for the FLUSH");
     p.run(|_| true);

@@ -63,7 +63,7 @@ fn unanswered_write_is_resent_at_each_timeout_then_fails_retry_exceeded() {
         assert!(p.advance());
         assert_eq!(p.elapsed(), timeout * round, "retransmission {round} at t = {round} x timeout");
         let again = p.transmit();
-        assert_eq!(again.len(), roce_proto::cc::MIN_CWND as usize);
+        assert_eq!(again.len(), roce_proto::testing::MIN_CWND as usize);
         for (k, (x, y)) in first.iter().zip(&again).enumerate() {
             let (a, b) = (x.packet(), y.packet());
             assert_eq!((a.bth().opcode(), a.bth().psn(), a.payload()), (b.bth().opcode(), b.bth().psn(), b.payload()));

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{A, B, Pair, Pkt, Setup};
+use roce_proto::testing::QpProbe;
 use roce_proto::verbs::{WcOpcode, WcStatus, WrOpcode};
 use roce_wire::{Psn, Syndrome};
 
@@ -71,13 +72,13 @@ fn learn(p: &mut Pair) {
         deliver_all(p, &out);
     }
     assert_eq!(p.completions(A).len(), 1);
-    assert!(qp(p, A).comp.cc.srtt().is_some());
+    assert!(qp(p, A).srtt().is_some());
     let first = write_losing(p, 1, &[2]);
     assert_eq!(p.dev[B].counters().reorder_kept, (PKTS - 3) as u64, "everything after the gap is kept");
     let answer = poll(p, B, usize::MAX);
     assert_eq!(naks(&answer), [first.add(2)], "one NAK for the gap");
     deliver_all(p, &answer);
-    assert!(!qp(p, A).comp.peer_keeps);
+    assert!(!qp(p, A).peer_keeps());
     // A goes back N; its first packet is the hole, asking for an ACK.
     let resent = poll(p, A, 1);
     assert_eq!(resent[0].psn(), first.add(2));
@@ -86,7 +87,7 @@ fn learn(p: &mut Pair) {
     let ack = poll(p, B, usize::MAX);
     assert_eq!(ack.last().unwrap().psn(), first.add(PKTS as u32 - 1), "B executed what it kept and says so");
     deliver_all(p, &ack);
-    assert!(qp(p, A).comp.peer_keeps, "the ACK overtook the rewind");
+    assert!(qp(p, A).peer_keeps(), "the ACK overtook the rewind");
     assert_eq!(p.dev[A].counters().resends_skipped, 1);
     assert!(poll(p, A, usize::MAX).is_empty(), "nothing acknowledged is sent again");
     assert_eq!(p.mem[B].get(0, PKTS * 1024), p.mem[A].get(0, PKTS * 1024));
@@ -148,13 +149,13 @@ fn three_losses_in_a_row_send_the_requester_back_n_and_it_learns_again() {
         assert_eq!(naks(&answer), [first.add(hole + 1)]);
         deliver_all(&mut p, &answer);
     }
-    assert!(!qp(&p, A).comp.peer_keeps, "the third hole in a row: a responder that keeps would have had it");
+    assert!(!qp(&p, A).peer_keeps(), "the third hole in a row: a responder that keeps would have had it");
     let resent = poll(&mut p, A, 1);
     assert_eq!(resent[0].psn(), first.add(7), "back N from the new gap");
     deliver_all(&mut p, &resent);
     let ack = poll(&mut p, B, usize::MAX);
     deliver_all(&mut p, &ack);
-    assert!(qp(&p, A).comp.peer_keeps, "learned again");
+    assert!(qp(&p, A).peer_keeps(), "learned again");
     assert!(poll(&mut p, A, usize::MAX).is_empty());
     assert_eq!(p.mem[B].get(0, PKTS * 1024), p.mem[A].get(0, PKTS * 1024));
     assert_eq!(p.completions(A)[0].status, WcStatus::Success);
@@ -211,7 +212,7 @@ fn a_lost_nak_is_found_by_probing_the_oldest_packet_not_by_a_timeout() {
     assert!(poll(&mut p, A, usize::MAX).is_empty());
     assert_eq!(p.dev[A].counters().sent_pkts - sent, PKTS as u64 + 2);
     assert_eq!(p.dev[A].counters().completer_retry_err, 1, "the first write's NAK only: no timeout");
-    let rto = p.dev[A].qp(p.qpn[A]).unwrap().comp.cc.rto(std::time::Duration::from_secs(1), p.now);
+    let rto = p.dev[A].qp(p.qpn[A]).unwrap().rto(std::time::Duration::from_secs(1), p.now);
     assert!(p.now - t0 < rto, "recovered in {:?}, before one retransmission timeout ({rto:?})", p.now - t0);
     assert_eq!(p.mem[B].get(0, PKTS * 1024), p.mem[A].get(0, PKTS * 1024));
     assert_eq!(p.completions(A)[0].status, WcStatus::Success);

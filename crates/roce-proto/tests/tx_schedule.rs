@@ -4,7 +4,7 @@
 mod common;
 
 use common::{A, B, Pair, Setup};
-use roce_proto::device::TX_BURST;
+use roce_proto::testing::TX_BURST;
 use roce_proto::verbs::{SendFlags, WcStatus, WrOpcode};
 use roce_proto::{Payload, SendWr};
 

@@ -5,6 +5,7 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::{A, B, Pair, Setup};
+use roce_proto::testing::QpProbe;
 use roce_proto::verbs::{QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use roce_proto::{AhAttr, Payload, QpAttr, SendWr, UdDest, WcFlags};
 use roce_wire::Opcode;
@@ -48,7 +49,7 @@ fn ud_receive_has_the_grh_area_and_source_qp() {
     );
     assert!(w.wc_flags.contains(WcFlags::GRH) && w.wc_flags.contains(WcFlags::WITH_IMM));
     assert_eq!(w.imm_data, 0xabcd_0001);
-    assert_eq!(w.sl, roce_proto::responder::ROCE_L3_IPV4, "mlx5's network header type for IPv4");
+    assert_eq!(w.sl, roce_proto::testing::ROCE_L3_IPV4, "mlx5's network header type for IPv4");
     // Data at offset 40; the IPv4 header of the packet in bytes 20..40.
     assert_eq!(p.mem[B].get(1040, 512), data);
     let grh = p.mem[B].get(1000, 40);
@@ -166,7 +167,7 @@ fn reset_empties_the_queues() {
     assert!(p.completions(B).is_empty(), "RESET discards without completions");
     let qp = p.dev[B].qp(p.qpn[B]).unwrap();
     assert_eq!(qp.state(), QpState::Reset);
-    assert!(qp.sq.is_empty() && qp.rq.is_empty());
+    assert!(qp.queues_empty());
     assert!(
         p.dev[B].post_send(p.qpn[B], &SendWr::new(9, WrOpcode::Send, SendFlags::EMPTY, Payload::Inline(b"x"))).is_err()
     );

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{A, B, Pair, Setup};
-use roce_proto::device::{PORT_PKEY, pkey_matches};
+use roce_proto::testing::{PORT_PKEY, pkey_matches};
 use roce_proto::verbs::{QpState, SendFlags, WcStatus, WrOpcode};
 use roce_wire::{BthRepr, ExtRepr, IcrcContext, IpContext, NakCode, Opcode, PacketRepr, Psn, RethRepr, Syndrome};
 
@@ -42,7 +42,7 @@ fn inject(p: &mut Pair, bytes: &[u8]) {
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().resp.psn
+    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
 }
 
 /// One of B's answers: opcode, PSN, AETH syndrome and MSN if any.

@@ -2,15 +2,14 @@
 //! forged and replayed packets, the devices' own packets (dropped,
 //! duplicated, reordered), posted WRs, CQ polls and time steps against two
 //! devices with one RC QP each in RTS. The harness and its oracle live in
-//! `crates/roce-proto/tests/engine_harness`, shared with the `engine_fuzz`
-//! test that `cargo test` runs.
+//! `roce_proto::testing::engine_harness` (the `testing` feature), shared
+//! with the `engine_fuzz` test that `cargo test` runs.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/engine_harness/mod.rs"]
-mod engine_harness;
+use roce_proto::testing::engine_harness;
 
 fuzz_target!(|data: &[u8]| {
     engine_harness::run(data);

@@ -1,7 +1,9 @@
 //! The engine fuzzer's harness, shared by the cargo-fuzz target
-//! (`crates/roce-proto/fuzz/fuzz_targets/engine.rs`, which includes this
-//! file by `#[path]`) and by `tests/engine_fuzz.rs`, which runs it over a
-//! fixed pseudo-random stream in `cargo test`.
+//! (`crates/roce-proto/fuzz/fuzz_targets/engine.rs`) and by
+//! `tests/engine_fuzz.rs`, which runs it over a fixed pseudo-random stream
+//! in `cargo test`. It lives inside the crate, behind the `testing` feature,
+//! because its oracle reads the QPs' role state, which the engine does not
+//! export.
 //!
 //! Two devices, each with one RC QP in RTS connected to the other's, and
 //! seven memory regions per device, every one inside a larger buffer with
@@ -23,11 +25,11 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use roce_proto::mem::OwnedBuffer;
-use roce_proto::qp::{InMessage, MAX_UNACKED_PSNS, Qp, Response, ack_timeout, wc_opcode};
-use roce_proto::verbs::{AccessFlags, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use roce_proto::wr::{Flush, placement, selectivity};
-use roce_proto::{
+use crate::mem::OwnedBuffer;
+use crate::qp::{InMessage, MAX_UNACKED_PSNS, Qp, Response, ack_timeout, wc_opcode};
+use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use crate::wr::{Flush, placement, selectivity};
+use crate::{
     AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, Region, SendWr, Sge, Wc,
 };
 use roce_wire::opcode::PayloadRule;
@@ -37,10 +39,10 @@ use roce_wire::{
 };
 
 /// Steps of one script at most (libFuzzer's inputs are up to 4 KiB by default).
-pub const MAX_STEPS: usize = 1500;
+pub(crate) const MAX_STEPS: usize = 1500;
 /// Rounds of the lossless exchange at the end (each delivers everything in
 /// flight, or runs the next timer).
-pub const FINAL_ROUNDS: usize = 20_000;
+pub(crate) const FINAL_ROUNDS: usize = 20_000;
 /// Packets remembered for replays.
 const HISTORY: usize = 64;
 /// Packets in flight toward one side at most (older ones are lost).
@@ -117,34 +119,34 @@ enum Class {
 }
 
 /// Reads the script. An exhausted input reads as zeros.
-pub struct Bytes<'a> {
+pub(crate) struct Bytes<'a> {
     data: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Bytes<'a> {
-    pub fn new(data: &'a [u8]) -> Bytes<'a> {
+    pub(crate) fn new(data: &'a [u8]) -> Bytes<'a> {
         Bytes { data, pos: 0 }
     }
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.pos >= self.data.len()
     }
-    pub fn u8(&mut self) -> u8 {
+    pub(crate) fn u8(&mut self) -> u8 {
         let b = self.data.get(self.pos).copied().unwrap_or(0);
         self.pos += 1;
         b
     }
-    pub fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
-    pub fn u32(&mut self) -> u32 {
+    pub(crate) fn u32(&mut self) -> u32 {
         u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
-    pub fn u64(&mut self) -> u64 {
+    pub(crate) fn u64(&mut self) -> u64 {
         u64::from(self.u32()) | (u64::from(self.u32()) << 32)
     }
     /// Up to `n` bytes of the input itself.
-    pub fn take(&mut self, n: usize) -> &'a [u8] {
+    pub(crate) fn take(&mut self, n: usize) -> &'a [u8] {
         let start = self.pos.min(self.data.len());
         let end = start.saturating_add(n).min(self.data.len());
         self.pos = end.max(self.pos);
@@ -154,19 +156,19 @@ impl<'a> Bytes<'a> {
 
 /// The QPs' attributes, from the first bytes of the script.
 #[derive(Debug, Clone, Copy)]
-pub struct Config {
-    pub mtu: Mtu,
-    pub sq_psn: [u32; 2],
-    pub max_rd_atomic: [u8; 2],
-    pub max_dest_rd_atomic: [u8; 2],
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub min_rnr_timer: u8,
+pub(crate) struct Config {
+    pub(crate) mtu: Mtu,
+    pub(crate) sq_psn: [u32; 2],
+    pub(crate) max_rd_atomic: [u8; 2],
+    pub(crate) max_dest_rd_atomic: [u8; 2],
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) min_rnr_timer: u8,
     /// Each QP's `qp_access_flags`.
-    pub access: [u32; 2],
-    pub sq_depth: u32,
-    pub rq_depth: u32,
+    pub(crate) access: [u32; 2],
+    pub(crate) sq_depth: u32,
+    pub(crate) rq_depth: u32,
 }
 
 impl Config {
@@ -247,10 +249,10 @@ struct Posted {
 
 /// A packet on the wire toward side `to`.
 #[derive(Debug, Clone)]
-pub struct Pkt {
-    pub to: usize,
-    pub src_port: u16,
-    pub bytes: Vec<u8>,
+pub(crate) struct Pkt {
+    pub(crate) to: usize,
+    pub(crate) src_port: u16,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// One device, its QP, its memory and what the harness knows of them.
@@ -410,7 +412,7 @@ impl Side {
 }
 
 /// The fuzzer's world: two connected devices on virtual time.
-pub struct Harness {
+pub(crate) struct Harness {
     sides: [Side; 2],
     cfg: Config,
     t0: Instant,
@@ -506,7 +508,7 @@ pub fn run_with(data: &[u8], mut op: Option<&mut dyn FnMut() -> u8>, mut record:
 }
 
 impl Harness {
-    pub fn new(cfg: Config) -> Harness {
+    pub(crate) fn new(cfg: Config) -> Harness {
         let mut sides = [Side::new(0, &cfg), Side::new(1, &cfg)];
         let qpn = [sides[0].qpn, sides[1].qpn];
         for (i, side) in sides.iter_mut().enumerate() {
@@ -538,7 +540,7 @@ impl Harness {
     }
 
     /// One step of the script, of kind `kind`.
-    pub fn step(&mut self, kind: u8, b: &mut Bytes<'_>) {
+    pub(crate) fn step(&mut self, kind: u8, b: &mut Bytes<'_>) {
         match kind % 32 {
             0..=9 => self.inject(b),
             10..=11 => self.replay(b),
@@ -1443,7 +1445,7 @@ impl Harness {
     // ----- the oracle -----
 
     /// Checks memory and state of both sides (after every step).
-    pub fn check(&mut self) {
+    pub(crate) fn check(&mut self) {
         for s in 0..2 {
             self.check_memory(s);
             self.check_state(s);
@@ -1553,7 +1555,7 @@ impl Harness {
 
     /// A grant the responder holds lies in a region that grants `right`
     /// (and the QP too), with `len` bytes left inside it.
-    fn check_grant(&self, s: usize, g: roce_proto::mr::Grant, len: u64, right: u32, what: &str) {
+    fn check_grant(&self, s: usize, g: crate::mr::Grant, len: u64, right: u32, what: &str) {
         let side = &self.sides[s];
         let j = (0..NMR)
             .find(|&j| side.regions[j] == g.region)
@@ -1575,7 +1577,7 @@ impl Harness {
     /// The script is over: a lossless exchange, with receives posted on
     /// both sides, must go quiet, and then every send WR of a QP that can
     /// make progress (a retransmit timer, READs allowed) has completed.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         let mut quiet = false;
         for _ in 0..FINAL_ROUNDS {
             for s in 0..2 {
@@ -1629,7 +1631,7 @@ impl Harness {
 
 /// RESET -> INIT -> RTR -> RTS for QP `qpn` of side `i` toward `peer`.
 fn connect(dev: &mut Device, qpn: u32, peer: u32, i: usize, cfg: &Config) {
-    use roce_proto::qp_state::required_mask;
+    use crate::qp_state::required_mask;
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: AccessFlags(cfg.access[i]),
