@@ -2,6 +2,8 @@
 
 use std::net::IpAddr;
 
+use roce_wire::Psn;
+
 use crate::verbs::{AccessFlags, QpState, QpType};
 
 /// Path MTU (`enum ibv_mtu`): payload bytes per packet.
@@ -106,9 +108,9 @@ pub struct QpAttr {
     /// Q_Key (UD).
     pub qkey: u32,
     /// First expected request PSN.
-    pub rq_psn: u32,
+    pub rq_psn: Psn,
     /// First PSN to send.
-    pub sq_psn: u32,
+    pub sq_psn: Psn,
     /// Remote QP number.
     pub dest_qp_num: u32,
     /// Remote operations this QP accepts.
@@ -142,8 +144,8 @@ impl Default for QpAttr {
             cur_qp_state: QpState::Reset,
             path_mtu: Mtu::Mtu1024,
             qkey: 0,
-            rq_psn: 0,
-            sq_psn: 0,
+            rq_psn: Psn::ZERO,
+            sq_psn: Psn::ZERO,
             dest_qp_num: 0,
             qp_access_flags: AccessFlags::EMPTY,
             ah_attr: AhAttr {

@@ -59,9 +59,9 @@ impl Qp {
         let before = self.req.credits;
         self.req.credits = match (Syndrome::credit_count(code), self.req.credits) {
             (None, _) | (_, Credits::Unlimited) => Credits::Unlimited,
-            (Some(n), Credits::Unknown) => Credits::Limit(msn.wrapping_add(n) & 0xff_ffff),
+            (Some(n), Credits::Unknown) => Credits::Limit(crate::qp::seq24_add(msn, n)),
             (Some(n), Credits::Limit(lsn)) => {
-                let new = msn.wrapping_add(n) & 0xff_ffff;
+                let new = crate::qp::seq24_add(msn, n);
                 Credits::Limit(if msn_after(new, lsn) { new } else { lsn })
             }
         };

@@ -37,4 +37,6 @@ pub use ctx::AsyncEvent;
 pub use ctx::Piece;
 pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};
 pub use mem::Region;
+/// The 24-bit PSN of the wire crate, which `QpAttr` carries.
+pub use roce_wire::Psn;
 pub use wr::{Payload, RecvWr, SendWr, Sge, UdDest, Wc, WcFlags};

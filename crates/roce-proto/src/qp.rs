@@ -29,6 +29,18 @@ pub(crate) fn ack_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
 }
 
+/// The low 24 bits of a field that is 24 bits on the wire and not a PSN
+/// (QPNs; [`seq24_add`] for MSNs and SSNs).
+pub(crate) const fn low24(v: u32) -> u32 {
+    v & 0xff_ffff
+}
+
+/// `a + n` in the 24-bit space of message and send sequence numbers (MSN,
+/// SSN, credit limits), which wrap as PSNs do but are not PSNs.
+pub(crate) const fn seq24_add(a: u32, n: u32) -> u32 {
+    low24(a.wrapping_add(n))
+}
+
 /// What the responder's end-to-end credits allow (IBTA 9.7.7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Credits {
@@ -521,15 +533,15 @@ impl Qp {
             a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         if mask.contains(M::DEST_QPN) {
-            a.dest_qp_num = attr.dest_qp_num & 0xff_ffff;
+            a.dest_qp_num = low24(attr.dest_qp_num);
         }
         if mask.contains(M::RQ_PSN) {
-            a.rq_psn = attr.rq_psn & Psn::MASK;
-            self.resp.psn = Psn::new(a.rq_psn);
+            a.rq_psn = attr.rq_psn;
+            self.resp.psn = a.rq_psn;
         }
         if mask.contains(M::SQ_PSN) {
-            a.sq_psn = attr.sq_psn & Psn::MASK;
-            self.req.psn = Psn::new(a.sq_psn);
+            a.sq_psn = attr.sq_psn;
+            self.req.psn = a.sq_psn;
             self.req.sent_psn = self.req.psn;
             self.comp.psn = self.req.psn;
         }

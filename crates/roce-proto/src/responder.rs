@@ -337,7 +337,7 @@ impl Qp {
             self.resp.current = Some(InMessage::Send { offset: end });
         } else {
             self.resp.current = None;
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
             let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
             wc.byte_len = end as u32;
             wc.src_qp = self.attr.dest_qp_num;
@@ -413,7 +413,7 @@ impl Qp {
         } else {
             let len = if info.starts_message() { total } else { self.resp.write_len };
             self.resp.current = None;
-            self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+            self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
             if let Some(i) = p.immdt()
                 && let Some((wr_id, _)) = self.recv_take(ctx)
             {
@@ -647,7 +647,7 @@ impl Qp {
         }
         self.resp.psn = r.psn.add(npsn);
         self.resp.resources.push_back(r);
-        self.resp.msn = (self.resp.msn + 1) & 0xff_ffff;
+        self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
     }
 
     /// A request with a PSN already seen: re-acknowledge SENDs and WRITEs,

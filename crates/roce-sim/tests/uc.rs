@@ -107,12 +107,12 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         a.qp_state = QpState::Rtr;
         a.path_mtu = mtu;
         a.dest_qp_num = qpn[1 - side];
-        a.rq_psn = psn[1 - side];
+        a.rq_psn = roce_proto::Psn::new(psn[1 - side]);
         a.ah_attr =
             AhAttr { dest: addr[1 - side], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
         d.modify_qp(qpn[side], &a, M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0)).unwrap();
         a.qp_state = QpState::Rts;
-        a.sq_psn = psn[side];
+        a.sq_psn = roce_proto::Psn::new(psn[side]);
         d.modify_qp(qpn[side], &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
     }
     for r in 0..nrecv {

@@ -92,7 +92,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
             a.qp_state = QpState::Rtr;
             d.modify_qp(q[side], &a, M::STATE).unwrap();
             a.qp_state = QpState::Rts;
-            a.sq_psn = rng.random_range(0..1 << 24);
+            a.sq_psn = roce_proto::Psn::new(rng.random_range(0..1 << 24));
             d.modify_qp(q[side], &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
         }
         ids.push(sim.add_endpoint(addr[side], SimDevice::new(d, addr[side])));

@@ -275,7 +275,8 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
         .iter()
         .map(|qp| {
             use std::hash::BuildHasher;
-            let psn = (std::collections::hash_map::RandomState::new().hash_one(qp.qpn()) & 0xff_ffff) as u32;
+            let psn =
+                roce_wire::Psn::new(std::collections::hash_map::RandomState::new().hash_one(qp.qpn()) as u32).value();
             Dest { lid: 0, qpn: qp.qpn(), psn, gid }
         })
         .collect();

@@ -1643,14 +1643,14 @@ fn connect(dev: &mut Device, qpn: u32, peer: u32, i: usize, cfg: &Config) {
     a.qp_state = QpState::Rtr;
     a.path_mtu = cfg.mtu;
     a.dest_qp_num = peer;
-    a.rq_psn = cfg.sq_psn[1 - i];
+    a.rq_psn = Psn::new(cfg.sq_psn[1 - i]);
     a.max_dest_rd_atomic = cfg.max_dest_rd_atomic[i];
     a.min_rnr_timer = cfg.min_rnr_timer;
     a.ah_attr =
         AhAttr { dest: IpAddr::V4(ADDR[1 - i]), sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
     dev.modify_qp(qpn, &a, required_mask(QpState::Init, QpState::Rtr, QpType::Rc).unwrap()).unwrap();
     a.qp_state = QpState::Rts;
-    a.sq_psn = cfg.sq_psn[i];
+    a.sq_psn = Psn::new(cfg.sq_psn[i]);
     a.timeout = cfg.timeout;
     a.retry_cnt = cfg.retry_cnt;
     a.rnr_retry = cfg.rnr_retry;

@@ -196,14 +196,14 @@ impl Pair {
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
         a.dest_qp_num = qpn[j];
-        a.rq_psn = s.sq_psn[j];
+        a.rq_psn = Psn::new(s.sq_psn[j]);
         a.max_dest_rd_atomic = s.max_dest_rd_atomic;
         a.min_rnr_timer = s.min_rnr_timer;
         a.ah_attr = AhAttr { dest: self.addr[j], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
         let rtr = roce_proto::qp_state::required_mask(QpState::Init, QpState::Rtr, s.qp_type).unwrap();
         self.dev[i].modify_qp(qpn[i], &a, rtr).unwrap();
         a.qp_state = QpState::Rts;
-        a.sq_psn = s.sq_psn[i];
+        a.sq_psn = Psn::new(s.sq_psn[i]);
         a.timeout = s.timeout;
         a.retry_cnt = s.retry_cnt;
         a.rnr_retry = s.rnr_retry;

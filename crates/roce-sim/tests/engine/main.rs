@@ -521,7 +521,7 @@ impl Scenario {
                 a.qp_state = QpState::Rtr;
                 a.path_mtu = self.mtu;
                 a.dest_qp_num = pair[other];
-                a.rq_psn = psn[other];
+                a.rq_psn = roce_proto::Psn::new(psn[other]);
                 a.max_dest_rd_atomic = 16;
                 a.min_rnr_timer = 1;
                 a.ah_attr =
@@ -535,7 +535,7 @@ impl Scenario {
                     | M::MIN_RNR_TIMER.0;
                 d.modify_qp(pair[side], &a, M(rtr)).unwrap();
                 a.qp_state = QpState::Rts;
-                a.sq_psn = psn[side];
+                a.sq_psn = roce_proto::Psn::new(psn[side]);
                 a.timeout = 8; // 1 ms
                 a.retry_cnt = 7;
                 a.rnr_retry = 7;

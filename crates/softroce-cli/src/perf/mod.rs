@@ -590,5 +590,5 @@ fn sync(stream: &mut std::net::TcpStream) -> Result<(), PerfError> {
 
 fn rand_psn() -> u32 {
     use std::hash::BuildHasher;
-    (std::collections::hash_map::RandomState::new().hash_one(std::process::id()) & 0xff_ffff) as u32
+    roce_wire::Psn::new(std::collections::hash_map::RandomState::new().hash_one(std::process::id()) as u32).value()
 }

@@ -57,8 +57,8 @@ pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
     out.qp_state = a.qp_state as u32;
     out.path_mtu = a.path_mtu as u32;
     out.qkey = a.qkey;
-    out.rq_psn = a.rq_psn;
-    out.sq_psn = a.sq_psn;
+    out.rq_psn = a.rq_psn.value();
+    out.sq_psn = a.sq_psn.value();
     out.dest_qp_num = a.dest_qp_num;
     out.qp_access_flags = a.qp_access_flags.0;
     write_ah_attr(&mut out.ah_attr, &a.ah_attr);
@@ -85,8 +85,8 @@ fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> R
         o.path_mtu = softroce::Mtu::from_raw(a.path_mtu).ok_or(libc::EINVAL)?;
     }
     o.qkey = a.qkey;
-    o.rq_psn = a.rq_psn;
-    o.sq_psn = a.sq_psn;
+    o.rq_psn = roce_proto::Psn::new(a.rq_psn);
+    o.sq_psn = roce_proto::Psn::new(a.sq_psn);
     o.dest_qp_num = a.dest_qp_num;
     o.qp_access_flags = AccessFlags(a.qp_access_flags);
     if mask & IBV_QP_AV as u32 != 0 {

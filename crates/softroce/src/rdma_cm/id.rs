@@ -111,7 +111,7 @@ impl Id {
             src: None,
             dst: None,
             qp: None,
-            psn: random_u32() & 0xff_ffff,
+            psn: Psn::new(random_u32()).value(),
             comm: None,
             req: None,
             rep: None,
@@ -405,7 +405,7 @@ impl CmId {
             qp.modify_for_app(&init, M(M::STATE.0 | M::QKEY.0 | M::PKEY_INDEX.0 | M::PORT.0))?;
             qp.modify_for_app(&QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE)?;
             qp.modify_for_app(
-                &QpAttr { qp_state: QpState::Rts, sq_psn: 0, ..QpAttr::default() },
+                &QpAttr { qp_state: QpState::Rts, sq_psn: Psn::ZERO, ..QpAttr::default() },
                 M(M::STATE.0 | M::SQ_PSN.0),
             )?;
         } else {
@@ -477,7 +477,7 @@ impl CmId {
                     qp_state: QpState::Rtr,
                     path_mtu,
                     dest_qp_num,
-                    rq_psn: st.psn,
+                    rq_psn: Psn::new(st.psn),
                     max_dest_rd_atomic,
                     min_rnr_timer: 0,
                     ah_attr: crate::AhAttr {
@@ -513,7 +513,7 @@ impl CmId {
                 };
                 let a = QpAttr {
                     qp_state: QpState::Rts,
-                    sq_psn: sq_psn.value(),
+                    sq_psn,
                     timeout: st.ack_timeout.unwrap_or(timeout),
                     retry_cnt: retry_cnt.min(7),
                     rnr_retry: rnr_retry.min(7),

@@ -268,7 +268,7 @@ impl Dev {
             dev: Some(self.clone()),
             src: Some(SocketAddr::new(local, port)),
             dst: Some(SocketAddr::new(if peer.is_unspecified() { hdr.src_addr() } else { peer }, hdr.port)),
-            psn: random_u32() & 0xff_ffff,
+            psn: roce_wire::Psn::new(random_u32()).value(),
             comm: Some(comm),
             ..Id::new()
         };

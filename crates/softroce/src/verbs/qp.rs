@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use roce_proto::qp_state::required_mask;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType};
-use roce_proto::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr};
+use roce_proto::{AhAttr, Mtu, Psn, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr};
 
 use super::{Cq, Pd, Srq};
 use crate::context::Context;
@@ -337,7 +337,7 @@ impl Qp {
     /// What the peer needs to connect to this QP, with `psn` as the first
     /// PSN this QP will send.
     pub fn endpoint(&self, psn: u32) -> QpEndpoint {
-        QpEndpoint { qpn: self.0.qpn, psn: psn & 0xff_ffff, gid: self.ctx().device().addr }
+        QpEndpoint { qpn: self.0.qpn, psn: Psn::new(psn).value(), gid: self.ctx().device().addr }
     }
 
     /// RESET -> INIT -> RTR -> RTS to `remote` with default settings; this
@@ -395,7 +395,7 @@ impl Qp {
             qp_state: QpState::Rtr,
             path_mtu: t.mtu,
             dest_qp_num: t.remote.qpn,
-            rq_psn: t.remote.psn & 0xff_ffff,
+            rq_psn: Psn::new(t.remote.psn),
             max_dest_rd_atomic: t.max_dest_rd_atomic,
             min_rnr_timer: t.min_rnr_timer,
             ah_attr: AhAttr {
@@ -415,7 +415,7 @@ impl Qp {
     pub fn to_rts(&self, t: &ToRts) -> Result<(), Error> {
         let a = QpAttr {
             qp_state: QpState::Rts,
-            sq_psn: t.sq_psn & 0xff_ffff,
+            sq_psn: Psn::new(t.sq_psn),
             timeout: t.timeout,
             retry_cnt: t.retry_cnt,
             rnr_retry: t.rnr_retry,
