@@ -86,7 +86,7 @@ pub struct QpInitAttr {
     /// CQ for receive completions.
     pub recv_cq: u32,
     /// Shared receive queue, instead of the QP's own.
-    pub srq: Option<u32>,
+    pub srq: Option<crate::SrqHandle>,
     /// Queue sizes.
     pub cap: QpCap,
     /// Every send WR is signaled.

@@ -22,7 +22,7 @@ pub enum AsyncEvent {
     /// A QP on an SRQ entered ERR and will take no more receives (`IBV_EVENT_QP_LAST_WQE_REACHED`).
     QpLastWqeReached(u32),
     /// An SRQ fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
-    SrqLimitReached(u32),
+    SrqLimitReached(crate::SrqHandle),
     /// The send queue drained after a move to SQD (`IBV_EVENT_SQ_DRAINED`).
     SqDrained(u32),
     /// The device stopped working (`IBV_EVENT_DEVICE_FATAL`). The engine

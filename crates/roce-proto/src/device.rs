@@ -21,6 +21,7 @@ use crate::counters::Counters;
 use crate::cq::{Arm, Cq, Moderation};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::devattr::{DeviceAttr, PortAttr};
+use crate::handle::SrqHandle;
 use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
@@ -499,10 +500,11 @@ impl Device {
     }
 
     /// Destroys an SRQ no QP uses.
-    pub fn destroy_srq(&mut self, srq: u32) -> Result<(), VerbError> {
-        if self.qps.values().any(|q| q.init.srq == Some(srq)) {
+    pub fn destroy_srq(&mut self, handle: SrqHandle) -> Result<(), VerbError> {
+        if self.qps.values().any(|q| q.init.srq == Some(handle)) {
             return Err(VerbError::Busy);
         }
+        let srq = handle.get();
         self.srqs.get_mut(srq as usize).and_then(Option::take).ok_or(VerbError::UnknownHandle(srq))?;
         self.free_srqs.push_back(srq);
         Ok(())
@@ -600,7 +602,7 @@ impl Device {
     }
 
     /// Creates a shared receive queue.
-    pub fn create_srq(&mut self, pd: u32, max_wr: u32, max_sge: u32) -> Result<u32, VerbError> {
+    pub fn create_srq(&mut self, pd: u32, max_wr: u32, max_sge: u32) -> Result<SrqHandle, VerbError> {
         self.check_pd(pd)?;
         let l = &self.cfg.limits;
         if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
@@ -609,14 +611,15 @@ impl Device {
         let srq = Some(Srq::new(pd, max_wr, max_sge));
         if let Some(h) = self.free_srqs.pop_front() {
             self.srqs[h as usize] = srq;
-            return Ok(h);
+            return Ok(SrqHandle::from(h));
         }
         self.srqs.push(srq);
-        Ok(self.srqs.len() as u32 - 1)
+        Ok(SrqHandle::from(self.srqs.len() as u32 - 1))
     }
 
     /// Arms an SRQ's limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
-    pub fn set_srq_limit(&mut self, srq: u32, limit: u32) -> Result<(), VerbError> {
+    pub fn set_srq_limit(&mut self, handle: SrqHandle, limit: u32) -> Result<(), VerbError> {
+        let srq = handle.get();
         let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
         s.limit = limit;
         Ok(())
@@ -627,7 +630,8 @@ impl Device {
     /// (`rxe_srq_chk_attr`, `rxe_queue_resize`), refused (EINVAL) for 0 or
     /// more than `max_srq_wr`, below an armed limit, or below the WRs it
     /// holds. (rxe rounds to `2^k - 1`; softroce holds exactly `max_wr`.)
-    pub fn resize_srq(&mut self, srq: u32, max_wr: u32) -> Result<(), VerbError> {
+    pub fn resize_srq(&mut self, handle: SrqHandle, max_wr: u32) -> Result<(), VerbError> {
+        let srq = handle.get();
         let max = self.cfg.limits.max_srq_wr;
         let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
         if max_wr == 0 || max_wr > max {
@@ -644,18 +648,21 @@ impl Device {
     }
 
     /// The WRs SRQ `srq` holds at most (`ibv_query_srq`'s `max_wr`).
-    pub fn srq_size(&self, srq: u32) -> Result<u32, VerbError> {
+    pub fn srq_size(&self, handle: SrqHandle) -> Result<u32, VerbError> {
+        let srq = handle.get();
         self.srqs.get(srq as usize).and_then(Option::as_ref).map(|s| s.rq.depth()).ok_or(VerbError::UnknownHandle(srq))
     }
 
     /// The SRQ's armed limit: 0 when disarmed, as it is once the limit
     /// event fired (`ibv_query_srq`'s `srq_limit`).
-    pub fn srq_limit(&self, srq: u32) -> Result<u32, VerbError> {
+    pub fn srq_limit(&self, handle: SrqHandle) -> Result<u32, VerbError> {
+        let srq = handle.get();
         self.srqs.get(srq as usize).and_then(Option::as_ref).map(|s| s.limit).ok_or(VerbError::UnknownHandle(srq))
     }
 
     /// Posts a receive to an SRQ.
-    pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+    pub fn post_srq_recv(&mut self, handle: SrqHandle, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let srq = handle.get();
         let s = self.srqs.get_mut(srq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(srq))?;
         Ok(s.rq.post(wr)?)
     }
@@ -699,9 +706,9 @@ impl Device {
             }
         }
         if let Some(s) = init.srq
-            && !matches!(self.srqs.get(s as usize), Some(Some(_)))
+            && !matches!(self.srqs.get(s.get() as usize), Some(Some(_)))
         {
-            return Err(VerbError::UnknownHandle(s));
+            return Err(VerbError::UnknownHandle(s.get()));
         }
         if c.max_send_wr > l.max_qp_wr
             || c.max_recv_wr > l.max_qp_wr

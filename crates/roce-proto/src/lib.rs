@@ -16,6 +16,7 @@ pub mod cq;
 mod ctx;
 pub mod devattr;
 pub mod device;
+mod handle;
 pub mod mcast;
 pub mod mem;
 pub mod mr;
@@ -36,6 +37,7 @@ pub use attr::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr};
 pub use ctx::AsyncEvent;
 pub use ctx::Piece;
 pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};
+pub use handle::SrqHandle;
 pub use mem::Region;
 /// The 24-bit PSN of the wire crate, which `QpAttr` carries.
 pub use roce_wire::Psn;

@@ -246,7 +246,7 @@ impl Qp {
             return self.rq.front().map(|w| (w.wr_id, w.length));
         };
         if !self.resp.srq_held {
-            let q = ctx.srqs.get_mut(s as usize)?.as_mut()?;
+            let q = ctx.srqs.get_mut(s.get() as usize)?.as_mut()?;
             let w = q.rq.front()?;
             let held = &mut self.resp.srq_wqe;
             held.wr_id = w.wr_id;

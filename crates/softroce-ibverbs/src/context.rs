@@ -180,7 +180,7 @@ ibv_export! { "IBVERBS_1.1";
             AsyncEvent::CqErr(h) => (IBV_EVENT_CQ_ERR, objs.cqs.get(&h).copied()),
             AsyncEvent::QpFatal(q) => (IBV_EVENT_QP_FATAL, objs.qps.get(&q).copied()),
             AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, objs.qps.get(&q).copied()),
-            AsyncEvent::SrqLimitReached(s) => (IBV_EVENT_SRQ_LIMIT_REACHED, objs.srqs.get(&s).copied()),
+            AsyncEvent::SrqLimitReached(s) => (IBV_EVENT_SRQ_LIMIT_REACHED, objs.srqs.get(&s.get()).copied()),
             AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, objs.qps.get(&q).copied()),
             AsyncEvent::DeviceFatal => (IBV_EVENT_DEVICE_FATAL, None),
         };

@@ -48,12 +48,12 @@ fn make(pd: *mut IbvPd, srq_context: *mut c_void, attr: &IbvSrqAttr) -> Result<*
     c.context = p.c.context;
     c.srq_context = srq_context;
     c.pd = pd;
-    c.handle = srq.handle();
+    c.handle = srq.handle().get();
     let handle = srq.handle();
     let o = Box::into_raw(Box::new(SrqObj { c, srq, users: AtomicUsize::new(0), attr: Mutex::new(*attr) }));
     // SAFETY: the PD's context is live.
     if let Some(b) = unsafe { context::block(p.c.context) } {
-        b.objects.lock().unwrap_or_else(|p| p.into_inner()).srqs.insert(handle, o as usize);
+        b.objects.lock().unwrap_or_else(|p| p.into_inner()).srqs.insert(handle.get(), o as usize);
         b.events.claim(softroce::EventSource::Srq(handle));
     }
     Ok(o)

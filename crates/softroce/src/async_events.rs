@@ -28,7 +28,7 @@ pub enum EventSource {
     /// A QP, by [`Qp::qpn`](crate::Qp::qpn).
     Qp(u32),
     /// An SRQ, by [`Srq::handle`](crate::Srq::handle).
-    Srq(u32),
+    Srq(roce_proto::SrqHandle),
 }
 
 impl EventSource {
@@ -170,12 +170,12 @@ mod tests {
         r.claim(EventSource::Cq(1), &b);
         r.push(AsyncEvent::QpFatal(17));
         r.push(AsyncEvent::CqErr(1));
-        r.push(AsyncEvent::SrqLimitReached(3));
+        r.push(AsyncEvent::SrqLimitReached(3.into()));
         assert_eq!(a.try_pop(), Some(AsyncEvent::QpFatal(17)));
         assert_eq!(a.try_pop(), None);
         assert_eq!(b.try_pop(), Some(AsyncEvent::CqErr(1)));
         assert_eq!(b.try_pop(), None);
-        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SrqLimitReached(3)), "unclaimed: the context's queue");
+        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SrqLimitReached(3.into())), "unclaimed: the context's queue");
         assert_eq!(r.default.try_pop(), None);
     }
 
@@ -193,9 +193,9 @@ mod tests {
         assert_eq!(a.try_pop(), None);
         assert_eq!(r.default.try_pop(), Some(AsyncEvent::SqDrained(5)));
         // A dropped queue's claims fall back to the context's queue.
-        r.claim(EventSource::Srq(2), &b);
+        r.claim(EventSource::Srq(2.into()), &b);
         drop(b);
-        r.push(AsyncEvent::SrqLimitReached(2));
-        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SrqLimitReached(2)));
+        r.push(AsyncEvent::SrqLimitReached(2.into()));
+        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SrqLimitReached(2.into())));
     }
 }

@@ -86,7 +86,7 @@ pub struct Pair {
     pub key: [u32; 2],
     pub mem: [OwnedBuffer; 2],
     pub addr: [IpAddr; 2],
-    pub srq: Option<u32>,
+    pub srq: Option<SrqHandle>,
     pub t0: Instant,
     pub now: Instant,
     pub log: Vec<Pkt>,
@@ -96,7 +96,7 @@ pub struct Pair {
 pub const MEM: usize = 1 << 20;
 
 /// A test QP: one CQ for both queues, 256 WRs of 4 SGEs, 256 inline bytes.
-fn qp_init(s: Setup, pd: u32, cq: u32, srq: Option<u32>) -> QpInitAttr {
+fn qp_init(s: Setup, pd: u32, cq: u32, srq: Option<SrqHandle>) -> QpInitAttr {
     QpInitAttr {
         qp_type: s.qp_type,
         pd,

@@ -431,7 +431,7 @@ impl Scenario {
             let n: usize = self.pending_recvs.iter().map(|p| p.len()).sum();
             for k in 0..n {
                 let sge = [Sge { addr: self.mem[B].addr() + (at + k * slot) as u64, length: slot as u32, lkey: key }];
-                b.post_srq_recv(SRQ_HANDLE, &RecvWr { wr_id: k as u64, sg_list: &sge }).unwrap();
+                b.post_srq_recv(SRQ_HANDLE.into(), &RecvWr { wr_id: k as u64, sg_list: &sge }).unwrap();
             }
             self.pending_recvs.iter_mut().for_each(|p| p.clear());
             return;
@@ -473,7 +473,7 @@ impl Scenario {
             self.cq[side] = dev.create_cq(2 * (total_wrs + self.windows.len()) as u32 + 8).unwrap();
             if side == B && self.srq.is_some() {
                 let srq = dev.create_srq(pd[side], total_wrs as u32 + 1, 1).unwrap();
-                assert_eq!(srq, SRQ_HANDLE);
+                assert_eq!(srq.get(), SRQ_HANDLE);
             }
             let on = std::env::var_os("SOFTROCE_SIM_TRACE").is_some();
             let t0 = self.sim.now();
@@ -492,7 +492,7 @@ impl Scenario {
                         pd: pd[side],
                         send_cq: self.cq[side],
                         recv_cq: self.cq[side],
-                        srq: if side == B && self.srq.is_some() { Some(SRQ_HANDLE) } else { None },
+                        srq: if side == B && self.srq.is_some() { Some(SRQ_HANDLE.into()) } else { None },
                         cap: QpCap {
                             max_send_wr: qops.len() as u32 + nwin + 1,
                             max_recv_wr: qops.len() as u32 + 1,

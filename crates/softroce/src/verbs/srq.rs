@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use roce_proto::RecvWr;
+use roce_proto::{RecvWr, SrqHandle};
 
 use super::Pd;
 use crate::error::Error;
@@ -15,7 +15,7 @@ pub struct Srq(pub(super) Arc<SrqInner>);
 #[derive(Debug)]
 pub(super) struct SrqInner {
     pd: Pd,
-    pub(super) handle: u32,
+    pub(super) handle: SrqHandle,
 }
 
 impl Drop for SrqInner {
@@ -73,7 +73,7 @@ impl Srq {
 
 impl Srq {
     /// The handle the engine knows it by (what SRQ events carry).
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> SrqHandle {
         self.0.handle
     }
 }

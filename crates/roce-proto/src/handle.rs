@@ -1,0 +1,37 @@
+//! Typed handles of the engine's objects: a handle of one kind cannot be
+//! passed where another is expected. Each wraps the number the C API uses;
+//! `get` and `From` convert at that boundary.
+
+/// Declares a handle type over the `u32` the verbs C API carries.
+macro_rules! handle {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(transparent)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// The raw number (the C API's).
+            pub const fn get(self) -> u32 {
+                self.0
+            }
+        }
+
+        impl From<u32> for $name {
+            fn from(raw: u32) -> $name {
+                $name(raw)
+            }
+        }
+
+        impl From<$name> for u32 {
+            fn from(h: $name) -> u32 {
+                h.0
+            }
+        }
+    };
+}
+
+handle! {
+    /// A shared receive queue of a device.
+    SrqHandle
+}
