@@ -80,11 +80,11 @@ pub struct QpInitAttr {
     /// Transport.
     pub qp_type: QpType,
     /// Protection domain.
-    pub pd: u32,
+    pub pd: crate::PdHandle,
     /// CQ for send completions.
-    pub send_cq: u32,
+    pub send_cq: crate::CqHandle,
     /// CQ for receive completions.
-    pub recv_cq: u32,
+    pub recv_cq: crate::CqHandle,
     /// Shared receive queue, instead of the QP's own.
     pub srq: Option<crate::SrqHandle>,
     /// Queue sizes.

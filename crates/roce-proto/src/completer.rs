@@ -117,7 +117,7 @@ impl Qp {
             ctx.counters.drop_invalid += 1;
             return;
         }
-        let status = match scatter(ctx, self.init.pd, &w.sges, 0, &orig.to_ne_bytes()) {
+        let status = match scatter(ctx, self.init.pd.get(), &w.sges, 0, &orig.to_ne_bytes()) {
             Ok(()) => WcStatus::Success,
             Err(_) => WcStatus::LocProtErr,
         };
@@ -167,7 +167,7 @@ impl Qp {
         if bad_size {
             return self.fail_front(ctx, WcStatus::BadRespErr);
         }
-        if scatter(ctx, self.init.pd, &w.sges, offset, data).is_err() {
+        if scatter(ctx, self.init.pd.get(), &w.sges, offset, data).is_err() {
             return self.fail_front(ctx, WcStatus::LocProtErr);
         }
         self.progress(ctx, psn.next());

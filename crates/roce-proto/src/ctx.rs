@@ -16,7 +16,7 @@ use crate::wr::Wc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncEvent {
     /// A CQ overran (`IBV_EVENT_CQ_ERR`).
-    CqErr(u32),
+    CqErr(crate::CqHandle),
     /// A QP hit an error it reports asynchronously (`IBV_EVENT_QP_FATAL`).
     QpFatal(u32),
     /// A QP on an SRQ entered ERR and will take no more receives (`IBV_EVENT_QP_LAST_WQE_REACHED`).
@@ -80,7 +80,8 @@ impl Ctx<'_> {
 
     /// Appends `wc` to CQ `cq`, raising the completion event if armed; an
     /// overrun raises `CQ_ERR` once and is reported to the device.
-    pub(crate) fn push_wc(&mut self, cq: u32, wc: Wc, solicited: bool) {
+    pub(crate) fn push_wc(&mut self, handle: crate::CqHandle, wc: Wc, solicited: bool) {
+        let cq = handle.get();
         let Some(Some(c)) = self.cqs.get_mut(cq as usize) else {
             return;
         };
@@ -97,7 +98,7 @@ impl Ctx<'_> {
             Ok(Notify::None) => self.counters.completions += 1,
             Err(_) => {
                 if !was_overrun {
-                    self.events.push_back(AsyncEvent::CqErr(cq));
+                    self.events.push_back(AsyncEvent::CqErr(handle));
                     self.overrun.push(cq);
                 }
             }

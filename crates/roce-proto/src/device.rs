@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::cq::{Arm, Cq, Moderation};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::devattr::{DeviceAttr, PortAttr};
-use crate::handle::SrqHandle;
+use crate::handle::{CqHandle, PdHandle, SrqHandle};
 use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
@@ -384,16 +384,16 @@ impl Device {
     }
 
     /// Allocates a protection domain.
-    pub fn alloc_pd(&mut self) -> Result<u32, VerbError> {
+    pub fn alloc_pd(&mut self) -> Result<PdHandle, VerbError> {
         if self.pds.iter().filter(|p| **p).count() as u32 >= self.cfg.limits.max_pd {
             return Err(VerbError::Exhausted("max_pd"));
         }
         if let Some(pd) = self.free_pds.pop_front() {
             self.pds[pd as usize] = true;
-            return Ok(pd);
+            return Ok(PdHandle::from(pd));
         }
         self.pds.push(true);
-        Ok(self.pds.len() as u32 - 1)
+        Ok(PdHandle::from(self.pds.len() as u32 - 1))
     }
 
     fn check_pd(&self, pd: u32) -> Result<(), VerbError> {
@@ -401,7 +401,14 @@ impl Device {
     }
 
     /// Registers `region` (I/O virtual address `iova`) in `pd`; returns the key.
-    pub fn reg_mr(&mut self, pd: u32, iova: u64, region: Region, access: AccessFlags) -> Result<u32, VerbError> {
+    pub fn reg_mr(
+        &mut self,
+        handle: PdHandle,
+        iova: u64,
+        region: Region,
+        access: AccessFlags,
+    ) -> Result<u32, VerbError> {
+        let pd = handle.get();
         self.check_pd(pd)?;
         Ok(self.mrs.register(pd, iova, region, access)?)
     }
@@ -415,10 +422,11 @@ impl Device {
     pub fn rereg_mr(
         &mut self,
         key: u32,
-        pd: Option<u32>,
+        pd: Option<PdHandle>,
         translation: Option<(u64, Region)>,
         access: Option<AccessFlags>,
     ) -> Result<(), VerbError> {
+        let pd = pd.map(PdHandle::get);
         if let Some(pd) = pd {
             self.check_pd(pd)?;
         }
@@ -426,7 +434,8 @@ impl Device {
     }
 
     /// Allocates a memory window in `pd` (`ibv_alloc_mw`); returns its R_Key.
-    pub fn alloc_mw(&mut self, pd: u32, ty: MwType) -> Result<u32, VerbError> {
+    pub fn alloc_mw(&mut self, handle: PdHandle, ty: MwType) -> Result<u32, VerbError> {
+        let pd = handle.get();
         self.check_pd(pd)?;
         Ok(self.mrs.alloc_mw(pd, ty)?)
     }
@@ -487,8 +496,9 @@ impl Device {
     }
 
     /// Destroys a CQ no QP uses (`ibv_destroy_cq`; `Busy` otherwise).
-    pub fn destroy_cq(&mut self, cq: u32) -> Result<(), VerbError> {
-        if self.qps.values().any(|q| q.init.send_cq == cq || q.init.recv_cq == cq) {
+    pub fn destroy_cq(&mut self, handle: CqHandle) -> Result<(), VerbError> {
+        let cq = handle.get();
+        if self.qps.values().any(|q| q.init.send_cq == handle || q.init.recv_cq == handle) {
             return Err(VerbError::Busy);
         }
         let c = self.cqs.get_mut(cq as usize).and_then(Option::take).ok_or(VerbError::UnknownHandle(cq))?;
@@ -516,10 +526,11 @@ impl Device {
     }
 
     /// Frees a protection domain nothing uses (`ibv_dealloc_pd`; `Busy` otherwise).
-    pub fn dealloc_pd(&mut self, pd: u32) -> Result<(), VerbError> {
+    pub fn dealloc_pd(&mut self, handle: PdHandle) -> Result<(), VerbError> {
+        let pd = handle.get();
         self.check_pd(pd)?;
         let srq_uses = self.srqs.iter().flatten().any(|s| s.pd == pd);
-        if self.mrs.uses_pd(pd) || srq_uses || self.qps.values().any(|q| q.init.pd == pd) {
+        if self.mrs.uses_pd(pd) || srq_uses || self.qps.values().any(|q| q.init.pd == handle) {
             return Err(VerbError::Busy);
         }
         self.pds[pd as usize] = false;
@@ -529,13 +540,13 @@ impl Device {
 
     /// Creates a CQ of at least `cqe` entries: as rxe, `2^k - 1 >= cqe`
     /// ([`Device::cq_size`] tells). `cqe` must be in `1..=max_cqe`.
-    pub fn create_cq(&mut self, cqe: u32) -> Result<u32, VerbError> {
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle, VerbError> {
         self.create_cq_on(cqe, 0)
     }
 
     /// [`Device::create_cq`] with its events on completion vector
     /// `comp_vector`, which must be below [`NUM_COMP_VECTORS`].
-    pub fn create_cq_on(&mut self, cqe: u32, comp_vector: u32) -> Result<u32, VerbError> {
+    pub fn create_cq_on(&mut self, cqe: u32, comp_vector: u32) -> Result<CqHandle, VerbError> {
         let size = self.check_cqe(cqe)?;
         if comp_vector >= NUM_COMP_VECTORS {
             return Err(VerbError::CompVector { vector: comp_vector, count: NUM_COMP_VECTORS });
@@ -543,10 +554,10 @@ impl Device {
         let cq = Some(Cq::new(size as usize));
         if let Some(h) = self.free_cqs.pop_front() {
             self.cqs[h as usize] = cq;
-            return Ok(h);
+            return Ok(CqHandle::from(h));
         }
         self.cqs.push(cq);
-        Ok(self.cqs.len() as u32 - 1)
+        Ok(CqHandle::from(self.cqs.len() as u32 - 1))
     }
 
     /// The size rxe gives a CQ asked for `cqe` entries, if it may have them.
@@ -559,7 +570,8 @@ impl Device {
     }
 
     /// The entries CQ `cq` holds (`ibv_cq.cqe`).
-    pub fn cq_size(&self, cq: u32) -> Result<u32, VerbError> {
+    pub fn cq_size(&self, handle: CqHandle) -> Result<u32, VerbError> {
+        let cq = handle.get();
         let c = self.cqs.get(cq as usize).and_then(Option::as_ref).ok_or(VerbError::UnknownHandle(cq))?;
         Ok(c.capacity() as u32)
     }
@@ -569,7 +581,8 @@ impl Device {
     /// below their number plus `held_elsewhere` (completions a wrapper
     /// took out and still holds) is refused (rxe `rxe_cq_chk_attr`: EINVAL),
     /// as is one outside `1..=max_cqe`. An overrun CQ stays in error.
-    pub fn resize_cq(&mut self, cq: u32, cqe: u32, held_elsewhere: usize) -> Result<u32, VerbError> {
+    pub fn resize_cq(&mut self, handle: CqHandle, cqe: u32, held_elsewhere: usize) -> Result<u32, VerbError> {
+        let cq = handle.get();
         let size = self.check_cqe(cqe)?;
         let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
         let held = c.len() + held_elsewhere;
@@ -583,7 +596,8 @@ impl Device {
     /// `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE`: completion events of CQ
     /// `cq` wait for `m.count` completions or `m.period` (see [`Moderation`]).
     /// rxe does not implement it (EOPNOTSUPP); softroce does, as NICs do.
-    pub fn modify_cq(&mut self, cq: u32, m: Moderation) -> Result<(), VerbError> {
+    pub fn modify_cq(&mut self, handle: CqHandle, m: Moderation) -> Result<(), VerbError> {
+        let cq = handle.get();
         let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
         let before = c.moderation_deadline();
         c.set_moderation(m);
@@ -592,7 +606,8 @@ impl Device {
     }
 
     /// Creates an address handle.
-    pub fn create_ah(&mut self, pd: u32, attr: AhAttr) -> Result<u32, VerbError> {
+    pub fn create_ah(&mut self, handle: PdHandle, attr: AhAttr) -> Result<u32, VerbError> {
+        let pd = handle.get();
         self.check_pd(pd)?;
         if usize::from(attr.sgid_index) >= self.cfg.gids.len() {
             return Err(VerbError::Invalid("sgid_index"));
@@ -602,7 +617,8 @@ impl Device {
     }
 
     /// Creates a shared receive queue.
-    pub fn create_srq(&mut self, pd: u32, max_wr: u32, max_sge: u32) -> Result<SrqHandle, VerbError> {
+    pub fn create_srq(&mut self, handle: PdHandle, max_wr: u32, max_sge: u32) -> Result<SrqHandle, VerbError> {
+        let pd = handle.get();
         self.check_pd(pd)?;
         let l = &self.cfg.limits;
         if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
@@ -697,12 +713,12 @@ impl Device {
     }
 
     fn create_qp_numbered(&mut self, chosen: Option<u32>, init: QpInitAttr) -> Result<u32, VerbError> {
-        self.check_pd(init.pd)?;
+        self.check_pd(init.pd.get())?;
         let l = self.cfg.limits;
         let c = init.cap;
         for cq in [init.send_cq, init.recv_cq] {
-            if !matches!(self.cqs.get(cq as usize), Some(Some(_))) {
-                return Err(VerbError::UnknownHandle(cq));
+            if !matches!(self.cqs.get(cq.get() as usize), Some(Some(_))) {
+                return Err(VerbError::UnknownHandle(cq.get()));
             }
         }
         if let Some(s) = init.srq
@@ -912,19 +928,22 @@ impl Device {
     }
 
     /// Pops up to `out.len()` completions of CQ `cq`.
-    pub fn poll_cq(&mut self, cq: u32, out: &mut [Wc]) -> Result<usize, VerbError> {
+    pub fn poll_cq(&mut self, handle: CqHandle, out: &mut [Wc]) -> Result<usize, VerbError> {
+        let cq = handle.get();
         let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
         Ok(c.poll(out))
     }
 
     /// Whether CQ `cq` is armed for a completion event (its application
     /// means to sleep until one comes).
-    pub fn cq_armed(&self, cq: u32) -> bool {
+    pub fn cq_armed(&self, handle: CqHandle) -> bool {
+        let cq = handle.get();
         self.cqs.get(cq as usize).and_then(Option::as_ref).is_some_and(|c| c.armed().is_some())
     }
 
     /// Arms CQ `cq` for one completion event.
-    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbError> {
+    pub fn req_notify_cq(&mut self, handle: CqHandle, solicited_only: bool) -> Result<(), VerbError> {
+        let cq = handle.get();
         let c = self.cqs.get_mut(cq as usize).and_then(Option::as_mut).ok_or(VerbError::UnknownHandle(cq))?;
         c.arm(if solicited_only { Arm::SolicitedOnly } else { Arm::Next });
         Ok(())
@@ -936,8 +955,8 @@ impl Device {
     }
 
     /// The next CQ whose completion event fired.
-    pub fn poll_comp_event(&mut self) -> Option<u32> {
-        self.comp_events.pop_front()
+    pub fn poll_comp_event(&mut self) -> Option<CqHandle> {
+        self.comp_events.pop_front().map(CqHandle::from)
     }
 
     /// After a call into a QP: CQs that overran take their QPs to ERR.
@@ -957,7 +976,7 @@ impl Device {
             let qpns: Vec<u32> = self
                 .qps
                 .values()
-                .filter(|q| q.state() != QpState::Err && (q.init.send_cq == cq || q.init.recv_cq == cq))
+                .filter(|q| q.state() != QpState::Err && (q.init.send_cq.get() == cq || q.init.recv_cq.get() == cq))
                 .map(|q| q.qpn)
                 .collect();
             for qpn in qpns {

@@ -32,6 +32,16 @@ macro_rules! handle {
 }
 
 handle! {
+    /// A protection domain of a device.
+    PdHandle
+}
+
+handle! {
+    /// A completion queue of a device.
+    CqHandle
+}
+
+handle! {
     /// A shared receive queue of a device.
     SrqHandle
 }

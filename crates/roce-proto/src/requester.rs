@@ -152,7 +152,7 @@ impl Qp {
     /// does: it uses no PSN and completes in order, after the WQEs before it.
     fn execute_local(&mut self, ctx: &mut Ctx<'_>) {
         let idx = self.sq.next;
-        let (pd, qpn) = (self.init.pd, self.qpn);
+        let (pd, qpn) = (self.init.pd.get(), self.qpn);
         let w = self.sq.get(idx);
         let status = match (w.opcode, w.bind) {
             (WrOpcode::LocalInv, _) => match ctx.mrs.invalidate(w.invalidate_rkey, pd) {
@@ -196,7 +196,8 @@ impl Qp {
         }
         let seg = self.segment(idx, psn);
         let ack_req = self.ack_request(psn, seg);
-        let view = ReqView { qpn: self.qpn, ty: self.qp_type(), pd: self.init.pd, mtu: self.mtu(), attr: &self.attr };
+        let view =
+            ReqView { qpn: self.qpn, ty: self.qp_type(), pd: self.init.pd.get(), mtu: self.mtu(), attr: &self.attr };
         let w = self.sq.get(idx);
         let out = match emit_request(ctx, &view, w, psn, w.offset, seg.last, ack_req, buf) {
             Emit::Sent(out) => out,
@@ -424,7 +425,7 @@ impl Qp {
             return None;
         }
         let idx = self.wqe_at(psn)?;
-        let (ty, mtu, pd) = (self.qp_type(), self.mtu(), self.init.pd);
+        let (ty, mtu, pd) = (self.qp_type(), self.mtu(), self.init.pd.get());
         let w = self.sq.get(idx);
         let offset = u64::from(w.first_psn.distance_to(psn) as u32) * mtu;
         let last = psn == w.last_psn;

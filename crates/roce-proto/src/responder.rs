@@ -268,7 +268,7 @@ impl Qp {
             Some(_) => self.resp.srq_held.then_some(&self.resp.srq_wqe),
             None => self.rq.front(),
         };
-        scatter(ctx, self.init.pd, wqe.map_or(&[][..], |w| &w.sges[..]), offset, data)
+        scatter(ctx, self.init.pd.get(), wqe.map_or(&[][..], |w| &w.sges[..]), offset, data)
     }
 
     /// The message's receive WQE is used up.
@@ -312,7 +312,7 @@ impl Qp {
         } else if self.scatter_recv(ctx, offset, data).is_err() {
             WcStatus::LocProtErr
         } else if let Some(i) = p.ieth()
-            && ctx.mrs.invalidate(i.rkey(), self.init.pd).is_err()
+            && ctx.mrs.invalidate(i.rkey(), self.init.pd.get()).is_err()
         {
             // SEND_WITH_INV of a key that cannot be invalidated: the data
             // landed, but the message is an invalid request (rxe
@@ -373,7 +373,7 @@ impl Qp {
                 } else {
                     match ctx.mrs.check_remote(
                         reth.rkey(),
-                        self.init.pd,
+                        self.init.pd.get(),
                         self.qpn,
                         reth.va(),
                         len,
@@ -447,7 +447,14 @@ impl Qp {
         let grant = if len == 0 {
             None
         } else {
-            match ctx.mrs.check_remote(reth.rkey(), self.init.pd, self.qpn, reth.va(), len, AccessFlags::REMOTE_READ) {
+            match ctx.mrs.check_remote(
+                reth.rkey(),
+                self.init.pd.get(),
+                self.qpn,
+                reth.va(),
+                len,
+                AccessFlags::REMOTE_READ,
+            ) {
                 Ok(g) => Some(g),
                 Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
             }
@@ -519,10 +526,11 @@ impl Qp {
         if a.va() % 8 != 0 {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        let g = match ctx.mrs.check_remote(a.rkey(), self.init.pd, self.qpn, a.va(), 8, AccessFlags::REMOTE_ATOMIC) {
-            Ok(g) => g,
-            Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
-        };
+        let g =
+            match ctx.mrs.check_remote(a.rkey(), self.init.pd.get(), self.qpn, a.va(), 8, AccessFlags::REMOTE_ATOMIC) {
+                Ok(g) => g,
+                Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
+            };
         let r = match p.info().operation {
             Operation::CompareSwap => g.region.compare_swap(g.offset, a.compare(), a.swap_add()),
             _ => g.region.fetch_add(g.offset, a.swap_add()),
@@ -570,7 +578,7 @@ impl Qp {
         if self.attr.max_dest_rd_atomic == 0 || !self.attr.qp_access_flags.contains(needed) {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        let (pd, qpn) = (self.init.pd, self.qpn);
+        let (pd, qpn) = (self.init.pd.get(), self.qpn);
         let checked = if f.selectivity == crate::wr::selectivity::REGION {
             ctx.mrs.check_remote_key(reth.rkey(), pd, qpn, needed)
         } else {
@@ -606,7 +614,7 @@ impl Qp {
         let len = u64::from(reth.dma_len());
         let g = match ctx.mrs.check_remote(
             reth.rkey(),
-            self.init.pd,
+            self.init.pd.get(),
             self.qpn,
             reth.va(),
             len,

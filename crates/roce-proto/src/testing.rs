@@ -44,13 +44,13 @@ pub fn pkey_matches(packet: u16, ours: u16) -> bool {
 pub fn check_remote(
     mrs: &MrTable,
     key: u32,
-    pd: u32,
+    pd: crate::PdHandle,
     qpn: u32,
     va: u64,
     len: u64,
     needed: AccessFlags,
 ) -> Result<(), String> {
-    mrs.check_remote(key, pd, qpn, va, len, needed).map(|_| ()).map_err(|e| format!("{e:?}"))
+    mrs.check_remote(key, pd.get(), qpn, va, len, needed).map(|_| ()).map_err(|e| format!("{e:?}"))
 }
 
 /// What the responder's end-to-end credits allow the requester (a copy of

@@ -412,7 +412,7 @@ fn a_read_being_answered_keeps_its_memory_in_use_after_dereg() {
     p.dev[B].destroy_qp(p.qpn[B]).unwrap();
     p.dev[B].destroy_cq(p.cq[B]).unwrap();
     p.dev[B].dealloc_pd(p.pd[B]).unwrap();
-    assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::UnknownHandle(p.pd[B])));
+    assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::UnknownHandle(p.pd[B].get())));
 }
 
 #[test]

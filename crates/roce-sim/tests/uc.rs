@@ -70,7 +70,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
     let before = mem[1].get(0, b_end);
     let mut sim: Sim<SimDevice> = Sim::new(seed, faults).map_err(|e| e.to_string())?;
     let mut ids = Vec::new();
-    let (mut key, mut cq, mut qpn) = ([0; 2], [0; 2], [0; 2]);
+    let (mut key, mut cq, mut qpn) = ([0; 2], [roce_proto::CqHandle::from(0); 2], [0; 2]);
     let psn: [u32; 2] = [rng.random_range(0..1 << 24), rng.random_range(0..1 << 24)];
     for side in 0..2 {
         let mut d = support::device(addr[side], seed + side as u64, mtu);

@@ -60,7 +60,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
     let mut sim: Sim<SimDevice> = Sim::new(seed, faults).map_err(|e| e.to_string())?;
     let mut ids = Vec::new();
     let mut qpn = vec![[0u32; 2]; nqp];
-    let (mut key, mut cq, mut pd) = ([0; 2], [0; 2], [0; 2]);
+    let (mut key, mut cq, mut pd) = ([0; 2], [roce_proto::CqHandle::from(0); 2], [roce_proto::PdHandle::from(0); 2]);
     for side in 0..2 {
         let mut d = support::device(addr[side], seed + side as u64, mtu);
         pd[side] = d.alloc_pd().unwrap();

@@ -140,7 +140,7 @@ fn make_cq(
     c.context = context;
     c.channel = channel;
     c.cq_context = cq_context;
-    c.handle = cq.handle();
+    c.handle = cq.handle().get();
     c.cqe = size as c_int;
     c.start_poll = Some(start_poll);
     c.next_poll = Some(next_poll);
@@ -165,7 +165,7 @@ fn make_cq(
         ex_pending: AtomicBool::new(false),
         ex_cur: UnsafeCell::new(blank_wc()),
     }));
-    b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.insert(handle, o as usize);
+    b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.insert(handle.get(), o as usize);
     b.events.claim(softroce::EventSource::Cq(handle));
     Ok(o)
 }
@@ -342,7 +342,7 @@ ibv_export! { "IBVERBS_1.1";
                 }
                 continue;
             };
-            let Some(&addr) = b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.get(&h) else {
+            let Some(&addr) = b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.get(&h.get()) else {
                 // The CQ was destroyed after it fired: nothing to report.
                 continue;
             };

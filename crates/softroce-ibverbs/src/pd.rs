@@ -53,7 +53,7 @@ ibv_export! { "IBVERBS_1.1";
         };
         match b.ctx.alloc_pd() {
             Ok(pd) => {
-                let c = IbvPd { context, handle: pd.handle() };
+                let c = IbvPd { context, handle: pd.handle().get() };
                 Box::into_raw(Box::new(PdObj { c, pd, children: AtomicUsize::new(0) })) as *mut IbvPd
             }
             Err(e) => {

@@ -24,7 +24,7 @@ use crate::{Context, Error};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventSource {
     /// A CQ, by [`Cq::handle`](crate::Cq::handle).
-    Cq(u32),
+    Cq(roce_proto::CqHandle),
     /// A QP, by [`Qp::qpn`](crate::Qp::qpn).
     Qp(u32),
     /// An SRQ, by [`Srq::handle`](crate::Srq::handle).
@@ -167,13 +167,13 @@ mod tests {
         let r = AsyncRoutes::new().unwrap();
         let (a, b) = (queue(&r), queue(&r));
         r.claim(EventSource::Qp(17), &a);
-        r.claim(EventSource::Cq(1), &b);
+        r.claim(EventSource::Cq(1.into()), &b);
         r.push(AsyncEvent::QpFatal(17));
-        r.push(AsyncEvent::CqErr(1));
+        r.push(AsyncEvent::CqErr(1.into()));
         r.push(AsyncEvent::SrqLimitReached(3.into()));
         assert_eq!(a.try_pop(), Some(AsyncEvent::QpFatal(17)));
         assert_eq!(a.try_pop(), None);
-        assert_eq!(b.try_pop(), Some(AsyncEvent::CqErr(1)));
+        assert_eq!(b.try_pop(), Some(AsyncEvent::CqErr(1.into())));
         assert_eq!(b.try_pop(), None);
         assert_eq!(r.default.try_pop(), Some(AsyncEvent::SrqLimitReached(3.into())), "unclaimed: the context's queue");
         assert_eq!(r.default.try_pop(), None);

@@ -77,7 +77,7 @@ fn resources_of(dev: &Device, cm_ids: u64) -> Resources {
                 sq_psn: q.next_send_psn().value(),
                 // rxe has no path migration: always MIGRATED.
                 path_mig_state: connected.then_some(0),
-                pdn: q.init.pd,
+                pdn: q.init.pd.get(),
             }
         })
         .collect();

@@ -156,7 +156,7 @@ pub(crate) struct State {
     pieces: Vec<Piece>,
     /// The IPv4 ID fix-ups of the last few packet lengths.
     fixups: Ipv4IdFixups,
-    pub(crate) channels: HashMap<u32, Arc<EventQueue<u32>>>,
+    pub(crate) channels: HashMap<roce_proto::CqHandle, Arc<EventQueue<roce_proto::CqHandle>>>,
     pub(crate) faults: Option<Faults>,
     pub(crate) tap: Option<Tap>,
     /// Owned memory of deregistered regions that a responder may still

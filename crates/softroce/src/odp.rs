@@ -63,12 +63,12 @@ pub enum AdviseError {
 
 /// Checks the advice on `sges` for PD `pd`: each L_Key must name an
 /// ON_DEMAND region of the PD and its range must lie inside it.
-pub(crate) fn check(mrs: &MrTable, pd: u32, advice: Advice, sges: &[Sge]) -> Result<(), AdviseError> {
+pub(crate) fn check(mrs: &MrTable, pd: roce_proto::PdHandle, advice: Advice, sges: &[Sge]) -> Result<(), AdviseError> {
     if sges.is_empty() {
         return Err(AdviseError::NoSge);
     }
     for g in sges {
-        let mr = mrs.get(g.lkey).filter(|m| m.pd == pd).ok_or(AdviseError::BadKey(g.lkey))?;
+        let mr = mrs.get(g.lkey).filter(|m| m.pd == pd.get()).ok_or(AdviseError::BadKey(g.lkey))?;
         if !mr.access.contains(AccessFlags::ON_DEMAND) {
             return Err(AdviseError::NotOnDemand(g.lkey));
         }

@@ -261,7 +261,7 @@ struct Side {
     dev: Device,
     mem: OwnedBuffer,
     qpn: u32,
-    cq: u32,
+    cq: crate::CqHandle,
     /// Start of each region in the buffer.
     off: [usize; NMR],
     keys: [u32; NMR],

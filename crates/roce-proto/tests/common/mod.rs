@@ -81,8 +81,8 @@ pub struct Pair {
     // Devices first: they drop before the memory they point into.
     pub dev: [Device; 2],
     pub qpn: [u32; 2],
-    pub cq: [u32; 2],
-    pub pd: [u32; 2],
+    pub cq: [CqHandle; 2],
+    pub pd: [PdHandle; 2],
     pub key: [u32; 2],
     pub mem: [OwnedBuffer; 2],
     pub addr: [IpAddr; 2],
@@ -96,7 +96,7 @@ pub struct Pair {
 pub const MEM: usize = 1 << 20;
 
 /// A test QP: one CQ for both queues, 256 WRs of 4 SGEs, 256 inline bytes.
-fn qp_init(s: Setup, pd: u32, cq: u32, srq: Option<SrqHandle>) -> QpInitAttr {
+fn qp_init(s: Setup, pd: PdHandle, cq: CqHandle, srq: Option<SrqHandle>) -> QpInitAttr {
     QpInitAttr {
         qp_type: s.qp_type,
         pd,
@@ -124,9 +124,9 @@ impl Pair {
         };
         let mut dev = [mk(0), mk(1)];
         let mem = [OwnedBuffer::new(MEM), OwnedBuffer::new(MEM)];
-        let mut pd = [0; 2];
+        let mut pd = [PdHandle::from(0); 2];
         let mut key = [0; 2];
-        let mut cq = [0; 2];
+        let mut cq = [CqHandle::from(0); 2];
         let mut qpn = [0; 2];
         let mut srq = None;
         let access = AccessFlags::LOCAL_WRITE

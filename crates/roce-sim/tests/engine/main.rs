@@ -156,7 +156,7 @@ struct Scenario {
     qpn: Vec<[u32; 2]>,
     ops: Vec<Vec<Op>>,
     mem: [OwnedBuffer; 2],
-    cq: [u32; 2],
+    cq: [roce_proto::CqHandle; 2],
     ids: Vec<roce_sim::EndpointId>,
     recv_key: u32,
     cells: Vec<(usize, u64)>,
@@ -383,7 +383,7 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         qpn: Vec::new(),
         ops,
         mem,
-        cq: [0; 2],
+        cq: [roce_proto::CqHandle::from(0); 2],
         ids: Vec::new(),
         recv_key: 0,
         cells,
@@ -448,7 +448,7 @@ impl Scenario {
     fn setup(&mut self, seed: u64, rng: &mut ChaCha8Rng) {
         let addr = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
         let total_wrs: usize = self.ops.iter().map(Vec::len).sum();
-        let mut pd = [0; 2];
+        let mut pd = [roce_proto::PdHandle::from(0); 2];
         let mut key = [0; 2];
         for side in [A, B] {
             let mut dev = Device::new(DeviceConfig {
@@ -621,7 +621,7 @@ const SRQ_HANDLE: u32 = 0;
 impl Scenario {
     /// B binds every window through its QP before A sends anything: the
     /// BIND_MW WRs run when B's requester is polled, and complete at once.
-    fn bind_windows(&mut self, pd: u32, mr_key: u32) {
+    fn bind_windows(&mut self, pd: roce_proto::PdHandle, mr_key: u32) {
         let ep = self.sim.endpoint_mut(self.ids[B]);
         let now = ep.t0;
         let b = &mut ep.d.dev;

@@ -20,7 +20,7 @@ pub fn device(addr: IpAddr, seed: u64, mtu: Mtu) -> Device {
 }
 
 /// Every completion waiting in CQ `cq` of endpoint `id`.
-pub fn drain_cq(sim: &mut Sim<SimDevice>, id: EndpointId, cq: u32) -> Vec<Wc> {
+pub fn drain_cq(sim: &mut Sim<SimDevice>, id: EndpointId, cq: roce_proto::CqHandle) -> Vec<Wc> {
     let mut buf = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 64];
     let mut all = Vec::new();
     loop {

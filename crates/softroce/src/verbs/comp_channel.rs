@@ -15,7 +15,7 @@ use crate::error::Error;
 /// readable while a CQ event waits, for poll/epoll/`AsyncFd`.
 #[derive(Debug, Clone)]
 pub struct CompChannel {
-    pub(super) queue: Arc<EventQueue<u32>>,
+    pub(super) queue: Arc<EventQueue<roce_proto::CqHandle>>,
     ctx: Context,
 }
 
@@ -30,7 +30,7 @@ impl CompChannel {
     /// The next CQ event: the handle of the CQ that fired
     /// (`ibv_get_cq_event`), waiting up to `timeout` (`None`: forever).
     /// The CQ must be re-armed for the next event.
-    pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u32>, Error> {
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<roce_proto::CqHandle>, Error> {
         if let Some(cq) = self.queue.try_pop() {
             return Ok(Some(cq));
         }
@@ -46,7 +46,7 @@ impl CompChannel {
     }
 
     /// The next CQ event if one waits, without blocking.
-    pub fn try_get_event(&self) -> Option<u32> {
+    pub fn try_get_event(&self) -> Option<roce_proto::CqHandle> {
         self.queue.try_pop()
     }
 }

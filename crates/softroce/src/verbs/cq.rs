@@ -20,7 +20,7 @@ pub struct Cq(pub(super) Arc<CqInner>);
 #[derive(Debug)]
 pub(super) struct CqInner {
     ctx: Context,
-    pub(super) handle: u32,
+    pub(super) handle: roce_proto::CqHandle,
     /// Kept open while the CQ lives.
     _channel: Option<CompChannel>,
 }
@@ -62,7 +62,7 @@ impl Context {
 
 impl Cq {
     /// The handle the engine knows it by (what channel events carry).
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> roce_proto::CqHandle {
         self.0.handle
     }
 

@@ -14,7 +14,7 @@ pub struct Pd(pub(super) Arc<PdInner>);
 #[derive(Debug)]
 pub(super) struct PdInner {
     ctx: Context,
-    pub(super) handle: u32,
+    pub(super) handle: roce_proto::PdHandle,
 }
 
 impl Drop for PdInner {
@@ -43,7 +43,7 @@ impl Pd {
     }
 
     /// The handle the engine knows it by.
-    pub fn handle(&self) -> u32 {
+    pub fn handle(&self) -> roce_proto::PdHandle {
         self.0.handle
     }
 }
