@@ -18,13 +18,13 @@ pub enum AsyncEvent {
     /// A CQ overran (`IBV_EVENT_CQ_ERR`).
     CqErr(crate::CqHandle),
     /// A QP hit an error it reports asynchronously (`IBV_EVENT_QP_FATAL`).
-    QpFatal(u32),
+    QpFatal(crate::Qpn),
     /// A QP on an SRQ entered ERR and will take no more receives (`IBV_EVENT_QP_LAST_WQE_REACHED`).
-    QpLastWqeReached(u32),
+    QpLastWqeReached(crate::Qpn),
     /// An SRQ fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
     SrqLimitReached(crate::SrqHandle),
     /// The send queue drained after a move to SQD (`IBV_EVENT_SQ_DRAINED`).
-    SqDrained(u32),
+    SqDrained(crate::Qpn),
     /// The device stopped working (`IBV_EVENT_DEVICE_FATAL`). The engine
     /// never raises it; a driver does when its own machinery died (softroce:
     /// a panic in its driver thread or under its device lock).

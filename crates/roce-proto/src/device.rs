@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::cq::{Arm, Cq, Moderation};
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::devattr::{DeviceAttr, PortAttr};
-use crate::handle::{CqHandle, PdHandle, SrqHandle};
+use crate::handle::{CqHandle, PdHandle, Qpn, SrqHandle};
 use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
@@ -452,7 +452,7 @@ impl Device {
     /// binding itself complete the WR with `MW_BIND_ERR`.
     pub fn bind_mw(
         &mut self,
-        qpn: u32,
+        qpn: Qpn,
         mw_key: u32,
         wr_id: u64,
         flags: SendFlags,
@@ -684,14 +684,15 @@ impl Device {
     }
 
     /// Creates a QP in RESET; returns its number.
-    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, VerbError> {
         self.create_qp_numbered(None, init)
     }
 
     /// [`Device::create_qp`] with the number chosen by the caller (a device
     /// shared by several processes gives each its own QPN blocks), which
     /// must be free and neither QP0, QP1 nor the multicast QPN.
-    pub fn create_qp_as(&mut self, qpn: u32, init: QpInitAttr) -> Result<u32, VerbError> {
+    pub fn create_qp_as(&mut self, handle: Qpn, init: QpInitAttr) -> Result<Qpn, VerbError> {
+        let qpn = handle.get();
         if !(FIRST_QPN..=0xff_fffe).contains(&qpn) || self.qps.contains_key(&qpn) {
             return Err(VerbError::Invalid("qp number taken or reserved"));
         }
@@ -702,7 +703,7 @@ impl Device {
     /// MADs (IBTA 13.5): a UD QP numbered 1. Its Q_Key is set as usual
     /// (rdma_cm uses 0x80010000, `GSI_QKEY`), and like rxe's GSI QP it sends
     /// every packet with AckReq set (golden capture rping_c3).
-    pub fn create_gsi_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+    pub fn create_gsi_qp(&mut self, init: QpInitAttr) -> Result<Qpn, VerbError> {
         if init.qp_type != QpType::Ud {
             return Err(VerbError::Invalid("the GSI QP is a UD QP"));
         }
@@ -712,7 +713,7 @@ impl Device {
         self.create_qp_numbered(Some(GSI_QPN), init)
     }
 
-    fn create_qp_numbered(&mut self, chosen: Option<u32>, init: QpInitAttr) -> Result<u32, VerbError> {
+    fn create_qp_numbered(&mut self, chosen: Option<u32>, init: QpInitAttr) -> Result<Qpn, VerbError> {
         self.check_pd(init.pd.get())?;
         let l = self.cfg.limits;
         let c = init.cap;
@@ -754,11 +755,12 @@ impl Device {
             qp.attr.path_mtu = self.cfg.active_mtu;
         }
         self.qps.insert(qpn, qp);
-        Ok(qpn)
+        Ok(Qpn::from(qpn))
     }
 
     /// Destroys a QP.
-    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+    pub fn destroy_qp(&mut self, handle: Qpn) -> Result<(), VerbError> {
+        let qpn = handle.get();
         if self.burst.is_some_and(|(q, _)| q == qpn) {
             self.burst = None;
         }
@@ -775,7 +777,8 @@ impl Device {
     }
 
     /// Attaches UD QP `qpn` to multicast group `mgid` (`ibv_attach_mcast`).
-    pub fn attach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<(), VerbError> {
+    pub fn attach_mcast(&mut self, handle: Qpn, mgid: [u8; 16]) -> Result<(), VerbError> {
+        let qpn = handle.get();
         let qp = self.qps.get(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         if qp.qp_type() != QpType::Ud {
             return Err(VerbError::Invalid("only UD QPs join multicast groups"));
@@ -793,7 +796,8 @@ impl Device {
     }
 
     /// Detaches `qpn` from `mgid` (`ibv_detach_mcast`).
-    pub fn detach_mcast(&mut self, qpn: u32, mgid: [u8; 16]) -> Result<(), VerbError> {
+    pub fn detach_mcast(&mut self, handle: Qpn, mgid: [u8; 16]) -> Result<(), VerbError> {
+        let qpn = handle.get();
         if !self.qps.contains_key(&qpn) {
             return Err(VerbError::UnknownHandle(qpn));
         }
@@ -801,7 +805,8 @@ impl Device {
     }
 
     /// The groups `qpn` is attached to.
-    pub fn mcast_groups_of(&self, qpn: u32) -> Vec<[u8; 16]> {
+    pub fn mcast_groups_of(&self, handle: Qpn) -> Vec<[u8; 16]> {
+        let qpn = handle.get();
         self.mcast.groups_of(qpn)
     }
 
@@ -811,7 +816,8 @@ impl Device {
     }
 
     /// A QP, to inspect.
-    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+    pub fn qp(&self, handle: Qpn) -> Option<&Qp> {
+        let qpn = handle.get();
         self.qps.get(&qpn)
     }
 
@@ -824,7 +830,8 @@ impl Device {
     /// moves it again: for a transport that cannot send from the port rxe
     /// picked (receivers match only the destination port; the ICRC covers
     /// the port that is sent).
-    pub fn set_qp_src_port(&mut self, qpn: u32, port: u16) -> Result<(), VerbError> {
+    pub fn set_qp_src_port(&mut self, handle: Qpn, port: u16) -> Result<(), VerbError> {
+        let qpn = handle.get();
         self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?.src_port = port;
         Ok(())
     }
@@ -836,7 +843,8 @@ impl Device {
     }
 
     /// `ibv_modify_qp`.
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
+    pub fn modify_qp(&mut self, handle: Qpn, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbError> {
+        let qpn = handle.get();
         let l = self.cfg.limits;
         if mask.contains(QpAttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= self.cfg.gids.len() {
             return Err(VerbError::Invalid("sgid_index"));
@@ -857,7 +865,8 @@ impl Device {
     }
 
     /// Posts a send WR. A QP in ERR takes it and flushes it at once.
-    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbError> {
+    pub fn post_send(&mut self, handle: Qpn, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        let qpn = handle.get();
         let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         let ty = qp.qp_type();
@@ -906,7 +915,8 @@ impl Device {
     /// Posts a receive WR. `true`: the post made a packet to send, the
     /// credit update of a responder that had reported none
     /// ([`Qp::announce_credits`]); the caller should transmit.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<bool, VerbError> {
+    pub fn post_recv(&mut self, handle: Qpn, wr: &RecvWr<'_>) -> Result<bool, VerbError> {
+        let qpn = handle.get();
         let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
         if qp.init.srq.is_some() {
@@ -983,7 +993,7 @@ impl Device {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     let mut ctx = ctx!(self, now);
                     qp.enter_error(&mut ctx);
-                    self.events.push_back(AsyncEvent::QpFatal(qpn));
+                    self.events.push_back(AsyncEvent::QpFatal(Qpn::from(qpn)));
                 }
             }
         }

@@ -45,3 +45,8 @@ handle! {
     /// A shared receive queue of a device.
     SrqHandle
 }
+
+handle! {
+    /// A queue pair's number (24 bits on the wire).
+    Qpn
+}

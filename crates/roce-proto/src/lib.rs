@@ -37,7 +37,7 @@ pub use attr::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr};
 pub use ctx::AsyncEvent;
 pub use ctx::Piece;
 pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};
-pub use handle::{CqHandle, PdHandle, SrqHandle};
+pub use handle::{CqHandle, PdHandle, Qpn, SrqHandle};
 pub use mem::Region;
 /// The 24-bit PSN of the wire crate, which `QpAttr` carries.
 pub use roce_wire::Psn;

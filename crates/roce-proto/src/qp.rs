@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use roce_wire::Psn;
 
+use crate::Qpn;
 use crate::attr::{QpAttr, QpCap, QpInitAttr};
 use crate::cc::Cc;
 use crate::ctx::Ctx;
@@ -570,7 +571,7 @@ impl Qp {
         if !started {
             self.sqd_notified = true;
             if self.attr.en_sqd_async_notify {
-                ctx.events.push_back(crate::ctx::AsyncEvent::SqDrained(self.qpn));
+                ctx.events.push_back(crate::ctx::AsyncEvent::SqDrained(Qpn::from(self.qpn)));
             }
         }
     }

@@ -166,7 +166,7 @@ impl Qp {
         let pending = std::mem::take(&mut self.resp.responses);
         self.enter_error(ctx);
         self.resp.responses = pending;
-        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        ctx.events.push_back(AsyncEvent::QpFatal(crate::Qpn::from(self.qpn)));
     }
 
     /// Executes an in-sequence request.

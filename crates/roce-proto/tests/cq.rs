@@ -77,7 +77,7 @@ fn a_destroyed_cqs_pending_event_is_not_the_next_ones() {
     }
     // The second event is left untaken. B's QP holds the CQ: destroy the QP first, as an application would.
     let qpn = p.qpn[B];
-    p.dev[B].destroy_qp(qpn).unwrap();
+    p.dev[B].destroy_qp(qpn.into()).unwrap();
     p.dev[B].destroy_cq(cq).unwrap();
     let again = p.dev[B].create_cq(16).unwrap();
     assert_eq!(again, cq, "the handle is used again");
@@ -121,7 +121,7 @@ fn resize_keeps_completions_and_refuses_to_shrink_below_them() {
     assert_eq!(n, 25, "nothing lost, no overrun");
     assert!(out[..n].iter().all(|w| w.status == WcStatus::Success));
     assert_eq!(out[..n].iter().map(|w| w.wr_id).collect::<Vec<_>>(), (100..125).collect::<Vec<_>>());
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), roce_proto::verbs::QpState::Rts);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), roce_proto::verbs::QpState::Rts);
     // Shrunk again once empty: the 8th completion of a 7-entry CQ overruns.
     assert_eq!(p.dev[B].resize_cq(cq, 7, 0), Ok(7));
     sends(&mut p, 8);
@@ -195,7 +195,7 @@ fn a_destroyed_cq_takes_its_moderation_timer_with_it() {
     assert_eq!(p.dev[B].destroy_cq(p.cq[B]), Err(VerbError::Busy));
     p.dev[B].destroy_cq(extra).unwrap();
     assert!(p.dev[B].poll_timeout().is_some());
-    p.dev[B].destroy_qp(p.qpn[B]).unwrap();
+    p.dev[B].destroy_qp(p.qpn[B].into()).unwrap();
     p.dev[B].destroy_cq(p.cq[B]).unwrap();
     assert_eq!(p.dev[B].poll_timeout(), None);
 }

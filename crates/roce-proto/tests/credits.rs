@@ -54,7 +54,7 @@ fn acks_carry_the_posted_receive_wqes_rounded_down_to_a_credit_code() {
     p.send(A, 3, WrOpcode::RdmaWrite, 0, 8, 0);
     let out = p.transmit();
     assert_eq!(credits(&exchange(&mut p, &out)), [12]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().credits(), Credits::Limit(3 + 64));
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().credits(), Credits::Limit(3 + 64));
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn a_qp_on_an_srq_sends_credits_invalid_and_its_peer_is_not_limited() {
     p.send(A, 1, WrOpcode::Send, 0, 8, 0);
     let out = p.transmit();
     assert_eq!(credits(&exchange(&mut p, &out)), [Syndrome::CREDITS_INVALID]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().credits(), Credits::Unlimited);
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().credits(), Credits::Unlimited);
 }
 
 #[test]
@@ -129,7 +129,10 @@ fn sends_past_the_credits_wait_for_the_ack_that_grants_more() {
     );
     let b = p.completions(B);
     assert_eq!(b.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2, 3, 4]);
-    assert_eq!((p.dev[B].counters().send_rnr_err, p.dev[A].qp(p.qpn[A]).unwrap().credit_updates()), (0, Some(true)));
+    assert_eq!(
+        (p.dev[B].counters().send_rnr_err, p.dev[A].qp(p.qpn[A].into()).unwrap().credit_updates()),
+        (0, Some(true))
+    );
 }
 
 #[test]
@@ -150,7 +153,7 @@ fn toward_a_responder_that_never_announces_the_probe_goes_after_the_wait_then_at
     let probe = p.transmit();
     assert_eq!(probe.iter().map(Pkt::opcode).collect::<Vec<_>>(), [Opcode::RC_SEND_ONLY]);
     assert_eq!(credits(&exchange(&mut p, &probe)), [0]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().credit_updates(), Some(false));
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().credit_updates(), Some(false));
     // From now on a SEND with no credits goes at once (were the queue
     // empty: an RNR NAK, which fails this QP; a NIC peer's choice).
     p.send(A, 3, WrOpcode::Send, 0, 8, 0);

@@ -59,16 +59,16 @@ fn gathered_writes_reads_and_sends_carry_the_same_bytes() {
     let sges = [p.sge(A, 0, 1500), p.sge(A, 1500, 2500)];
     let mut wr = SendWr::new(1, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sges));
     (wr.remote_addr, wr.rkey) = (p.va(B, 20_000), p.key[B]);
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     // A READ: its responses are gathered at B.
     let r: [Sge; 1] = [p.sge(A, 30_000, 5000)];
     let mut wr = SendWr::new(2, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&r));
     (wr.remote_addr, wr.rkey) = (p.va(B, 50_000), p.key[B]);
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     // An inline SEND (copied at post time, so it stays in the head).
     p.recv(B, 7, 60_000, 64);
     let wr = SendWr::new(3, WrOpcode::Send, SendFlags::SIGNALED | SendFlags::INLINE, Payload::Inline(b"inline!"));
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     let (n, gathered) = run_gathered(&mut p);
     let wcs = p.completions(A);
     assert_eq!(
@@ -116,7 +116,7 @@ fn burst_workload() -> Pair {
     let sge = [p.sge(A, 0, 20_000)];
     let mut wr = SendWr::new(200, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
     (wr.remote_addr, wr.rkey) = (p.va(B, 0), p.key[B]);
-    p.dev[A].post_send(second[A], &wr).unwrap();
+    p.dev[A].post_send(second[A].into(), &wr).unwrap();
     p.recv(B, 9, 300_000, 1000);
     p.send(A, 300, WrOpcode::Send, 0, 1000, 0);
     p

@@ -17,12 +17,12 @@ fn forge(p: &Pair, opcode: Opcode, psn: Psn, reth: Option<RethRepr>, payload: &[
 }
 
 fn inject(p: &mut Pair, bytes: &[u8]) {
-    let src_port = p.dev[A].qp(p.qpn[A]).unwrap().src_port;
+    let src_port = p.dev[A].qp(p.qpn[A].into()).unwrap().src_port;
     p.dev[B].handle_datagram(p.now, p.addr[A], src_port, p.addr[B], None, bytes);
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
+    p.dev[B].qp(p.qpn[B].into()).unwrap().expected_psn()
 }
 
 fn naks(p: &mut Pair) -> Vec<Syndrome> {
@@ -40,7 +40,11 @@ fn write_outside_the_region_is_nakked_and_memory_untouched() {
     inject(&mut p, &pkt);
     assert_eq!(naks(&mut p), [Syndrome::Nak(roce_wire::NakCode::RemoteAccessError)]);
     assert_eq!(p.mem[B].get(common::MEM - 32, 32), before);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err, "class C error: the responder QP fails too");
+    assert_eq!(
+        p.dev[B].qp(p.qpn[B].into()).unwrap().state(),
+        QpState::Err,
+        "class C error: the responder QP fails too"
+    );
 }
 
 #[test]
@@ -118,7 +122,7 @@ fn read_without_remote_read_access_is_refused() {
     );
     wr.remote_addr = p.va(B, 0);
     wr.rkey = key;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.run(|_| true);
     assert_eq!(p.completions(A)[0].status, WcStatus::RemAccessErr);
 }
@@ -159,7 +163,7 @@ fn a_repeated_read_needs_the_qps_remote_read_access() {
         qp_access_flags: AccessFlags::REMOTE_WRITE,
         ..roce_proto::QpAttr::default()
     };
-    p.dev[B].modify_qp(p.qpn[B], &a, QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS).unwrap();
+    p.dev[B].modify_qp(p.qpn[B].into(), &a, QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS).unwrap();
     p.fill(B, 0, 64, 9);
     let reth = RethRepr { va: p.va(B, 0), rkey: p.key[B], dma_len: 64 };
     // A READ with a PSN below the expected one is a duplicate: it is
@@ -172,13 +176,13 @@ fn a_repeated_read_needs_the_qps_remote_read_access() {
         sent.iter().all(|k| k.opcode() != Opcode::RC_RDMA_READ_RESPONSE_ONLY),
         "B's memory left through a QP that does not grant REMOTE_READ"
     );
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Rts, "a duplicate is dropped, not an error");
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Rts, "a duplicate is dropped, not an error");
 }
 
 /// Writes `repr` with `payload` as B's QP sends it to A (for forged responses).
 fn emit_from_b(p: &Pair, repr: &PacketRepr, payload: &[u8]) -> Vec<u8> {
     let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (p.addr[B], p.addr[A]) else { unreachable!("IPv4 pair") };
-    let src_port = p.dev[B].qp(p.qpn[B]).unwrap().src_port;
+    let src_port = p.dev[B].qp(p.qpn[B].into()).unwrap().src_port;
     let ctx = roce_wire::IcrcContext { ip: roce_wire::IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
     let mut buf = vec![0u8; repr.packet_len(payload.len()).unwrap()];
     repr.emit(&mut buf, payload, &ctx).unwrap();
@@ -215,7 +219,7 @@ fn a_read_response_stream_longer_than_the_read_fails_the_read_instead_of_hanging
             ext: ExtRepr { aeth, ..Default::default() },
         };
         let bytes = emit_from_b(&p, &repr, &[0x5a; 256]);
-        let src_port = p.dev[B].qp(p.qpn[B]).unwrap().src_port;
+        let src_port = p.dev[B].qp(p.qpn[B].into()).unwrap().src_port;
         p.dev[A].handle_datagram(p.now, p.addr[B], src_port, p.addr[A], None, &bytes);
     }
     // Whatever comes next (here: nothing more from B, timers run), the WR
@@ -265,5 +269,5 @@ fn a_repeated_read_is_answered_only_inside_the_read_it_repeats() {
     assert_eq!(answers(&mut p, first, va - 256, rkey, 256), vec![]);
     assert_eq!(answers(&mut p, first, va, rkey ^ 0x100, 768), vec![]);
     assert_eq!(p.dev[B].counters().drop_invalid, dropped + 4, "each refused repeat is a counted drop");
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Rts, "a duplicate is dropped, not an error");
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Rts, "a duplicate is dropped, not an error");
 }

@@ -31,12 +31,12 @@ fn warm_up(p: &mut Pair) {
     hop(p, &ack);
     assert!(p.transmit().is_empty());
     assert_eq!(p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(100, WcStatus::Success)]);
-    let srtt = p.dev[A].qp(p.qpn[A]).unwrap().srtt();
+    let srtt = p.dev[A].qp(p.qpn[A].into()).unwrap().srtt();
     assert_eq!(srtt, Some(2 * HOP));
 }
 
 fn window(p: &Pair) -> u32 {
-    p.dev[A].qp(p.qpn[A]).unwrap().cwnd()
+    p.dev[A].qp(p.qpn[A].into()).unwrap().cwnd()
 }
 
 /// Exchanges packets, one hop each, until both devices are quiet.
@@ -183,7 +183,7 @@ fn retry_cnt_counts_local_ack_timeouts_without_progress_not_the_faster_retransmi
     let mut rounds = Vec::new();
     assert_eq!(p.transmit().len(), 1);
     // The peer is gone: nothing arrives any more.
-    while p.dev[A].qp(p.qpn[A]).unwrap().state() == QpState::Rts {
+    while p.dev[A].qp(p.qpn[A].into()).unwrap().state() == QpState::Rts {
         assert!(p.advance(), "a timer is armed until the QP fails");
         if !p.transmit().is_empty() {
             rounds.push(p.now - start);

@@ -32,7 +32,7 @@ fn send_to(p: &mut Pair, dest: IpAddr, qpn: u32, len: u32, qkey: u32) -> (Vec<u8
     wr.imm_data = 0x5555_0001;
     wr.ud = Some(UdDest { ah, remote_qpn: MULTICAST_QPN, remote_qkey: qkey });
     let qpn = if qpn == A_QP { p.qpn[A] } else { qpn };
-    p.dev[A].post_send(qpn, &wr).unwrap();
+    p.dev[A].post_send(qpn.into(), &wr).unwrap();
     let mut buf = vec![0u8; 9000];
     let t = p.dev[A].poll_transmit(p.now, &mut buf).expect("the SEND leaves");
     assert!(p.dev[A].poll_transmit(p.now, &mut buf).is_none(), "one datagram");
@@ -41,7 +41,7 @@ fn send_to(p: &mut Pair, dest: IpAddr, qpn: u32, len: u32, qkey: u32) -> (Vec<u8
 
 fn recv_on(p: &mut Pair, i: usize, qpn: u32, wr_id: u64, off: usize) {
     let sge = [p.sge(i, off, 40 + 1024)];
-    p.dev[i].post_recv(qpn, &RecvWr { wr_id, sg_list: &sge }).unwrap();
+    p.dev[i].post_recv(qpn.into(), &RecvWr { wr_id, sg_list: &sge }).unwrap();
 }
 
 fn completions(p: &mut Pair, i: usize) -> Vec<Wc> {
@@ -55,8 +55,8 @@ fn a_send_to_a_group_reaches_every_attached_qp_and_only_those() {
     let [_, b3] = p.add_pair(Setup { qp_type: QpType::Ud, ..Setup::default() });
     let mgid = mgid_of(IpAddr::V4(GROUP));
     let b1 = p.qpn[B];
-    p.dev[B].attach_mcast(b1, mgid).unwrap();
-    p.dev[B].attach_mcast(b2, mgid).unwrap();
+    p.dev[B].attach_mcast(b1.into(), mgid).unwrap();
+    p.dev[B].attach_mcast(b2.into(), mgid).unwrap();
     // b3 is not attached.
     for (k, q) in [b1, b2, b3].into_iter().enumerate() {
         recv_on(&mut p, B, q, 100 + k as u64, 2048 * k);
@@ -79,8 +79,8 @@ fn a_send_to_a_group_reaches_every_attached_qp_and_only_those() {
     assert_eq!((a.len(), a[0].status, a[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
 
     // Detached, b2 gets no more; b1 still does.
-    p.dev[B].detach_mcast(b2, mgid).unwrap();
-    assert_eq!(p.dev[B].detach_mcast(b2, mgid), Err(VerbError::Invalid("QP not attached to the group")));
+    p.dev[B].detach_mcast(b2.into(), mgid).unwrap();
+    assert_eq!(p.dev[B].detach_mcast(b2.into(), mgid), Err(VerbError::Invalid("QP not attached to the group")));
     recv_on(&mut p, B, b1, 200, 0);
     let (pkt, dst, sport) = send_to_group(&mut p, A_QP, 300, QKEY);
     p.dev[B].handle_datagram(p.now, p.addr[A], sport, dst, None, &pkt);
@@ -93,7 +93,7 @@ fn multicast_packets_are_checked_like_any_ud_packet() {
     let mut p = Pair::new(Setup { qp_type: QpType::Ud, ..Setup::default() });
     let mgid = mgid_of(IpAddr::V4(GROUP));
     let b = p.qpn[B];
-    p.dev[B].attach_mcast(b, mgid).unwrap();
+    p.dev[B].attach_mcast(b.into(), mgid).unwrap();
     recv_on(&mut p, B, b, 1, 0);
     // A wrong Q_Key: dropped as invalid.
     let (pkt, dst, sport) = send_to_group(&mut p, A_QP, 64, 0x2222_2222);
@@ -121,17 +121,20 @@ fn attach_rules_follow_the_kernel() {
     let mut p = Pair::new(Setup { qp_type: QpType::Ud, ..Setup::default() });
     let mut rc = Pair::new(Setup::default());
     let mgid = mgid_of(IpAddr::V4(GROUP));
-    assert_eq!(rc.dev[A].attach_mcast(rc.qpn[A], mgid), Err(VerbError::Invalid("only UD QPs join multicast groups")));
+    assert_eq!(
+        rc.dev[A].attach_mcast(rc.qpn[A].into(), mgid),
+        Err(VerbError::Invalid("only UD QPs join multicast groups"))
+    );
     let unicast = mgid_of(IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)));
-    assert_eq!(p.dev[B].attach_mcast(p.qpn[B], unicast), Err(VerbError::Invalid("not a multicast GID")));
-    assert_eq!(p.dev[B].attach_mcast(0x99_9999, mgid), Err(VerbError::UnknownHandle(0x99_9999)));
-    p.dev[B].attach_mcast(p.qpn[B], mgid).unwrap();
-    assert_eq!(p.dev[B].mcast_groups_of(p.qpn[B]), [mgid]);
+    assert_eq!(p.dev[B].attach_mcast(p.qpn[B].into(), unicast), Err(VerbError::Invalid("not a multicast GID")));
+    assert_eq!(p.dev[B].attach_mcast(0x99_9999.into(), mgid), Err(VerbError::UnknownHandle(0x99_9999)));
+    p.dev[B].attach_mcast(p.qpn[B].into(), mgid).unwrap();
+    assert_eq!(p.dev[B].mcast_groups_of(p.qpn[B].into()), [mgid]);
     // Attached, it cannot be destroyed (the kernel's EBUSY); detached, it can.
-    assert_eq!(p.dev[B].destroy_qp(p.qpn[B]), Err(VerbError::Busy));
-    p.dev[B].detach_mcast(p.qpn[B], mgid).unwrap();
+    assert_eq!(p.dev[B].destroy_qp(p.qpn[B].into()), Err(VerbError::Busy));
+    p.dev[B].detach_mcast(p.qpn[B].into(), mgid).unwrap();
     assert!(!p.dev[B].has_mcast_group(&mgid));
-    p.dev[B].destroy_qp(p.qpn[B]).unwrap();
+    p.dev[B].destroy_qp(p.qpn[B].into()).unwrap();
 }
 
 #[test]
@@ -155,9 +158,9 @@ fn a_qp_that_blocks_self_loopback_misses_only_its_own_packets() {
         sq_sig_all: false,
         block_self_mcast_lb: true,
     };
-    let sender = p.dev[A].create_qp(init).unwrap();
+    let sender = p.dev[A].create_qp(init).unwrap().get();
     init.block_self_mcast_lb = false;
-    let other = p.dev[A].create_qp(init).unwrap();
+    let other = p.dev[A].create_qp(init).unwrap().get();
     for q in [sender, other] {
         let a = roce_proto::QpAttr { qkey: QKEY, ..roce_proto::QpAttr::default() };
         for (from, to) in [
@@ -166,9 +169,9 @@ fn a_qp_that_blocks_self_loopback_misses_only_its_own_packets() {
             (roce_proto::verbs::QpState::Rtr, roce_proto::verbs::QpState::Rts),
         ] {
             let m = roce_proto::qp_state::required_mask(from, to, QpType::Ud).unwrap();
-            p.dev[A].modify_qp(q, &roce_proto::QpAttr { qp_state: to, ..a }, m).unwrap();
+            p.dev[A].modify_qp(q.into(), &roce_proto::QpAttr { qp_state: to, ..a }, m).unwrap();
         }
-        p.dev[A].attach_mcast(q, mgid).unwrap();
+        p.dev[A].attach_mcast(q.into(), mgid).unwrap();
         recv_on(&mut p, A, q, u64::from(q), 4096 + 2048 * (q == other) as usize);
     }
     let (pkt, dst, sport) = send_to_group(&mut p, sender, 64, QKEY);

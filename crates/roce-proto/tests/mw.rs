@@ -28,7 +28,7 @@ fn bind_type2(p: &mut Pair, off: usize, len: u64, access: AccessFlags) -> u32 {
 fn post_bind(p: &mut Pair, wr_id: u64, mw_key: u32, new_key: u32, info: MwBindInfo) {
     let mut wr = SendWr::new(wr_id, WrOpcode::BindMw, SendFlags::SIGNALED, Payload::Sges(&[]));
     wr.bind = Some(MwBind { mw_key, new_key, info });
-    p.dev[B].post_send(p.qpn[B], &wr).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &wr).unwrap();
 }
 
 /// A posts a signaled `op` of `len` bytes from its offset 0 to B's `va` under `rkey`.
@@ -37,7 +37,7 @@ fn post_remote(p: &mut Pair, wr_id: u64, op: WrOpcode, len: u32, va: u64, rkey: 
     let mut wr = SendWr::new(wr_id, op, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.remote_addr = va;
     wr.rkey = rkey;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
 }
 
 fn statuses(p: &mut Pair, i: usize) -> Vec<(u64, WcStatus, WcOpcode)> {
@@ -101,7 +101,7 @@ fn send_with_invalidate_kills_the_window_key() {
     let sge = [p.sge(A, 0, 32)];
     let mut wr = SendWr::new(1, WrOpcode::SendWithInv, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.invalidate_rkey = key;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.run(|_| true);
     assert_eq!(statuses(&mut p, A), [(1, WcStatus::Success, WcOpcode::Send)]);
     let wcs = p.completions(B);
@@ -132,7 +132,7 @@ fn a_multi_packet_send_with_invalidate_ends_with_send_last_with_invalidate() {
     let sge = [p.sge(A, 0, 2500)];
     let mut wr = SendWr::new(1, WrOpcode::SendWithInv, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.invalidate_rkey = key;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.run(|_| true);
     let ops: Vec<_> = p.log.iter().filter(|k| k.from == A).map(|k| k.opcode()).collect();
     use roce_wire::Opcode as O;
@@ -152,11 +152,11 @@ fn send_with_invalidate_of_a_key_that_cannot_be_invalidated_is_an_invalid_reques
     let sge = [p.sge(A, 0, 16)];
     let mut wr = SendWr::new(1, WrOpcode::SendWithInv, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.invalidate_rkey = p.key[B];
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.run(|_| true);
     assert_eq!(statuses(&mut p, A), [(1, WcStatus::RemInvReqErr, WcOpcode::Send)]);
     assert_eq!(statuses(&mut p, B), [(10, WcStatus::RemInvReqErr, WcOpcode::Recv)]);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
     // The region still works for local use: its key was not invalidated.
     assert!(p.dev[B].dereg_mr(p.key[B]).is_ok());
 }
@@ -172,10 +172,10 @@ fn local_invalidate_completes_in_order_after_the_writes_before_it() {
     let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
     w.remote_addr = p.va(A, 0);
     w.rkey = p.key[A];
-    p.dev[B].post_send(p.qpn[B], &w).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &w).unwrap();
     let mut inv = SendWr::new(6, WrOpcode::LocalInv, SendFlags::SIGNALED, Payload::Sges(&[]));
     inv.invalidate_rkey = key;
-    p.dev[B].post_send(p.qpn[B], &inv).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &inv).unwrap();
     let first = p.transmit();
     assert_eq!(first.len(), 1, "the WRITE; LOCAL_INV sends nothing");
     assert!(p.completions(B).is_empty(), "the LOCAL_INV waits for the WRITE's ACK");
@@ -189,10 +189,10 @@ fn local_invalidate_completes_in_order_after_the_writes_before_it() {
     // A second LOCAL_INV of the now free window fails the QP.
     let mut inv = SendWr::new(7, WrOpcode::LocalInv, SendFlags::EMPTY, Payload::Sges(&[]));
     inv.invalidate_rkey = key;
-    p.dev[B].post_send(p.qpn[B], &inv).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &inv).unwrap();
     p.run(|_| true);
     assert_eq!(statuses(&mut p, B), [(7, WcStatus::LocQpOpErr, WcOpcode::LocalInv)]);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
 }
 
 #[test]
@@ -203,12 +203,12 @@ fn local_invalidate_survives_a_retransmission_of_the_write_before_it() {
     let mut w = SendWr::new(5, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
     w.remote_addr = p.va(A, 0);
     w.rkey = p.key[A];
-    p.dev[B].post_send(p.qpn[B], &w).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &w).unwrap();
     let mut inv = SendWr::new(6, WrOpcode::LocalInv, SendFlags::SIGNALED, Payload::Sges(&[]));
     inv.invalidate_rkey = key;
-    p.dev[B].post_send(p.qpn[B], &inv).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &inv).unwrap();
     w.wr_id = 7;
-    p.dev[B].post_send(p.qpn[B], &w).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &w).unwrap();
     // Drop B's first two packets: both WRITEs are resent after the timeout,
     // the LOCAL_INV is not executed twice.
     let mut dropped = 0;
@@ -285,13 +285,15 @@ fn type1_windows_rebind_with_a_new_key_and_cannot_be_invalidated() {
     let mut p = Pair::new(Setup::default());
     let mw = p.dev[B].alloc_mw(p.pd[B], MwType::Type1).unwrap();
     let info = MwBindInfo { mr_key: p.key[B], addr: p.va(B, 0), length: 32, access: RW };
-    let k1 = p.dev[B].bind_mw(p.qpn[B], mw, 1, SendFlags::SIGNALED, info).unwrap();
+    let k1 = p.dev[B].bind_mw(p.qpn[B].into(), mw, 1, SendFlags::SIGNALED, info).unwrap();
     assert_eq!(k1 >> 8, mw >> 8);
     assert_eq!(k1 & 0xff, (mw + 1) & 0xff, "ibv_inc_rkey");
     p.run(|_| true);
     assert_eq!(statuses(&mut p, B), [(1, WcStatus::Success, WcOpcode::BindMw)]);
     // Rebinding elsewhere retires k1.
-    let k2 = p.dev[B].bind_mw(p.qpn[B], k1, 2, SendFlags::SIGNALED, MwBindInfo { addr: p.va(B, 64), ..info }).unwrap();
+    let k2 = p.dev[B]
+        .bind_mw(p.qpn[B].into(), k1, 2, SendFlags::SIGNALED, MwBindInfo { addr: p.va(B, 64), ..info })
+        .unwrap();
     p.run(|_| true);
     assert_eq!(statuses(&mut p, B), [(2, WcStatus::Success, WcOpcode::BindMw)]);
     let data = p.fill(A, 0, 32, 1);
@@ -308,7 +310,7 @@ fn type1_windows_rebind_with_a_new_key_and_cannot_be_invalidated() {
     let sge = [p.sge(A, 0, 8)];
     let mut wr = SendWr::new(4, WrOpcode::SendWithInv, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.invalidate_rkey = k2;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.run(|_| true);
     assert_eq!(statuses(&mut p, A), [(4, WcStatus::RemInvReqErr, WcOpcode::Send)]);
     assert_eq!(statuses(&mut p, B), [(10, WcStatus::RemInvReqErr, WcOpcode::Recv)]);
@@ -319,7 +321,7 @@ fn type1_windows_rebind_with_a_new_key_and_cannot_be_invalidated() {
     let mut q = Pair::new(Setup::default());
     let t2 = q.dev[B].alloc_mw(q.pd[B], MwType::Type2).unwrap();
     let info = MwBindInfo { mr_key: q.key[B], addr: q.va(B, 0), length: 32, access: RW };
-    assert!(matches!(q.dev[B].bind_mw(q.qpn[B], t2, 1, SendFlags::SIGNALED, info), Err(VerbError::Invalid(_))));
+    assert!(matches!(q.dev[B].bind_mw(q.qpn[B].into(), t2, 1, SendFlags::SIGNALED, info), Err(VerbError::Invalid(_))));
 }
 
 #[test]
@@ -331,7 +333,7 @@ fn binding_a_bound_type2_window_or_outside_the_region_fails_with_mw_bind_err() {
     post_bind(&mut p, 8, key, next, info);
     p.run(|_| true);
     assert_eq!(statuses(&mut p, B), [(8, WcStatus::MwBindErr, WcOpcode::BindMw)]);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
 
     let mut p = Pair::new(Setup::default());
     let mw = p.dev[B].alloc_mw(p.pd[B], MwType::Type2).unwrap();

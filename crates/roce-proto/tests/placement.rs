@@ -47,15 +47,15 @@ fn flush_pair(s: Setup) -> Pair {
 /// B's QP's `qp_access_flags` (RTS -> RTS).
 fn set_qp_access(p: &mut Pair, access: AccessFlags) {
     let a = QpAttr { qp_state: QpState::Rts, qp_access_flags: access, ..QpAttr::default() };
-    p.dev[B].modify_qp(p.qpn[B], &a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0)).unwrap();
+    p.dev[B].modify_qp(p.qpn[B].into(), &a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0)).unwrap();
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
+    p.dev[B].qp(p.qpn[B].into()).unwrap().expected_psn()
 }
 
 fn b_state(p: &Pair) -> QpState {
-    p.dev[B].qp(p.qpn[B]).unwrap().state()
+    p.dev[B].qp(p.qpn[B].into()).unwrap().state()
 }
 
 /// One of B's answers: opcode, PSN, AETH syndrome and MSN, payload length.
@@ -75,7 +75,7 @@ fn answers(pkts: &[Pkt]) -> Vec<Answer> {
 fn forge(p: &mut Pair, op: Opcode, psn: Psn, ext: ExtRepr, payload: &[u8]) -> Vec<Answer> {
     let repr = PacketRepr { bth: BthRepr { ack_req: true, ..BthRepr::new(op, p.qpn[B], psn) }, ext };
     let bytes = p.emit_from_a(&repr, payload);
-    let src_port = p.dev[A].qp(p.qpn[A]).unwrap().src_port;
+    let src_port = p.dev[A].qp(p.qpn[A].into()).unwrap().src_port;
     p.dev[B].handle_datagram(p.now, p.addr[A], src_port, p.addr[B], None, &bytes);
     answers(&p.transmit())
 }
@@ -98,7 +98,7 @@ fn aligned(p: &Pair, i: usize, at: usize) -> usize {
 }
 
 fn post(p: &mut Pair, wr: &SendWr<'_>) {
-    p.dev[A].post_send(p.qpn[A], wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), wr).unwrap();
 }
 
 fn rdma_flush(p: &Pair, wr_id: u64, off: usize, f: Flush) -> SendWr<'static> {
@@ -152,7 +152,7 @@ fn flush_after_write_is_one_packet_answered_by_a_zero_length_read_response() {
     );
     assert_eq!(wcs[1].byte_len, 3000, "the length asked for, as rxe reports it");
     assert_eq!(b_state(&p), QpState::Rts);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().rd_atomic(), 0, "the FLUSH's credit came back");
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().rd_atomic(), 0, "the FLUSH's credit came back");
 }
 
 #[test]
@@ -278,7 +278,7 @@ fn a_refused_flush_fails_its_wr_with_remote_access_error() {
     p.run(|_| true);
     let wcs = p.completions(A);
     assert_eq!(wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(7, WcStatus::RemAccessErr)]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().state(), QpState::Err);
     assert_eq!(b_state(&p), QpState::Err);
 }
 
@@ -433,7 +433,7 @@ fn a_repeated_flush_whose_resource_was_recycled_runs_again() {
     let off = aligned(&p, B, 64);
     let aw = reth_ext(RethRepr { va: p.va(B, off), rkey: p.key[B], dma_len: 8 });
     assert_eq!(forge(&mut p, Opcode::RC_ATOMIC_WRITE, psn.next(), aw, &[3; 8]).len(), 1);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().resources_held(), 1);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().resources_held(), 1);
     let got = forge(&mut p, Opcode::RC_FLUSH, psn, f, &[]);
     assert_eq!(got, [(Opcode::RC_RDMA_READ_RESPONSE_ONLY, psn, Some((ACK, 2)), 0)]);
     // Its checks run again too: a repeated FLUSH of a range outside the
@@ -478,7 +478,7 @@ fn flush_and_atomic_write_count_against_max_rd_atomic_and_fence() {
         Vec::new()
     };
     assert_eq!(step(&mut p), [Opcode::RC_ATOMIC_WRITE]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().rd_atomic(), 1);
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().rd_atomic(), 1);
     assert_eq!(step(&mut p), [Opcode::RC_FLUSH], "after the ATOMIC WRITE's response");
     assert_eq!(step(&mut p), [Opcode::RC_SEND_ONLY], "the FENCE waited for the FLUSH");
     p.run(|_| true);
@@ -524,7 +524,7 @@ fn a_flush_answered_with_data_is_a_bad_response() {
         ext: ExtRepr { aeth: Some(AethRepr { syndrome: ACK, msn: 1 }), ..Default::default() },
     };
     let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (p.addr[B], p.addr[A]) else { unreachable!() };
-    let src_port = p.dev[B].qp(p.qpn[B]).unwrap().src_port;
+    let src_port = p.dev[B].qp(p.qpn[B].into()).unwrap().src_port;
     let ctx = IcrcContext { ip: IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
     let mut bytes = vec![0u8; repr.packet_len(8).unwrap()];
     repr.emit(&mut bytes, &[1; 8], &ctx).unwrap();
@@ -545,30 +545,30 @@ fn posting_rules() {
         Flush { placement: placement::GLOBAL, selectivity: 2, len: 8 },
     ];
     for f in bad_flushes {
-        assert!(p.dev[A].post_send(q, &SendWr::flush(1, SendFlags::SIGNALED, key, at, f)).is_err(), "{f:?}");
+        assert!(p.dev[A].post_send(q.into(), &SendWr::flush(1, SendFlags::SIGNALED, key, at, f)).is_err(), "{f:?}");
     }
     // FLUSH carries no payload, ATOMIC WRITE exactly 8 inline bytes.
     let sge = [p.sge(A, 0, 8)];
     let mut wr = SendWr::flush(1, SendFlags::SIGNALED, key, at, global_range(8));
     wr.payload = Payload::Sges(&sge);
-    assert!(p.dev[A].post_send(q, &wr).is_err());
+    assert!(p.dev[A].post_send(q.into(), &wr).is_err());
     let mut wr = SendWr::new(1, WrOpcode::Flush, SendFlags::SIGNALED, Payload::Sges(&[]));
     wr.rkey = key;
-    assert!(p.dev[A].post_send(q, &wr).is_err(), "a FLUSH without its operands");
+    assert!(p.dev[A].post_send(q.into(), &wr).is_err(), "a FLUSH without its operands");
     let mut wr = SendWr::atomic_write(1, SendFlags::SIGNALED, key, at, &[0; 8]);
     wr.payload = Payload::Sges(&sge);
-    assert!(p.dev[A].post_send(q, &wr).is_err());
+    assert!(p.dev[A].post_send(q.into(), &wr).is_err());
     let short = [0u8; 4];
     wr.payload = Payload::Inline(&short);
-    assert!(p.dev[A].post_send(q, &wr).is_err());
+    assert!(p.dev[A].post_send(q.into(), &wr).is_err());
     // Eight inline bytes go whatever max_inline_data (none here would do).
-    assert!(p.dev[A].post_send(q, &SendWr::atomic_write(1, SendFlags::EMPTY, key, at, &[0; 8])).is_ok());
+    assert!(p.dev[A].post_send(q.into(), &SendWr::atomic_write(1, SendFlags::EMPTY, key, at, &[0; 8])).is_ok());
     // RC only (rxe's RXE_SUP_UC_QP_SEND_OPS_FLAGS have neither).
     for ty in [QpType::Uc, QpType::Ud] {
         let mut u = Pair::new(Setup { qp_type: ty, ..Setup::default() });
         let (q, key, at) = (u.qpn[A], u.key[B], u.va(B, 0));
-        assert!(u.dev[A].post_send(q, &SendWr::flush(1, SendFlags::EMPTY, key, at, global_range(8))).is_err());
-        assert!(u.dev[A].post_send(q, &SendWr::atomic_write(1, SendFlags::EMPTY, key, at, &[0; 8])).is_err());
+        assert!(u.dev[A].post_send(q.into(), &SendWr::flush(1, SendFlags::EMPTY, key, at, global_range(8))).is_err());
+        assert!(u.dev[A].post_send(q.into(), &SendWr::atomic_write(1, SendFlags::EMPTY, key, at, &[0; 8])).is_err());
         u.run(|_| true);
     }
 }

@@ -80,7 +80,7 @@ fn unanswered_write_is_resent_at_each_timeout_then_fails_retry_exceeded() {
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
     );
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().state(), QpState::Err);
     assert_eq!(p.dev[A].counters().retry_exceeded_err, 1);
     // Later posts are flushed at once.
     p.send(A, 3, WrOpcode::Send, 0, 16, 0);
@@ -187,7 +187,7 @@ fn duplicated_compare_swap_executes_once() {
     wr.rkey = p.key[B];
     wr.compare_add = 5;
     wr.swap = 9;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     let req = p.transmit();
     assert_eq!(req[0].opcode(), Opcode::RC_COMPARE_SWAP);
     p.deliver(&req[0]);
@@ -223,7 +223,7 @@ fn bad_rkey_is_a_remote_access_error_and_memory_stays_untouched() {
     let mut wr = roce_proto::SendWr::new(1, WrOpcode::RdmaWrite, SendFlags::SIGNALED, roce_proto::Payload::Sges(&sge));
     wr.remote_addr = p.va(B, 0);
     wr.rkey = p.key[B] ^ 0x01;
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     p.send(A, 2, WrOpcode::Send, 0, 8, 0);
     p.run(|_| true);
     let wcs = p.completions(A);
@@ -232,7 +232,7 @@ fn bad_rkey_is_a_remote_access_error_and_memory_stays_untouched() {
         [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]
     );
     assert_eq!(p.mem[B].get(0, 64), vec![0u8; 64]);
-    assert_eq!(p.dev[A].qp(p.qpn[A]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[A].qp(p.qpn[A].into()).unwrap().state(), QpState::Err);
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn lost_packet_is_recovered_by_sequence_nak() {
 fn write_with_immediate_consumes_a_zero_sge_receive() {
     let mut p = Pair::new(Setup::default());
     let data = p.fill(A, 0, 2000, 6);
-    p.dev[B].post_recv(p.qpn[B], &roce_proto::RecvWr { wr_id: 42, sg_list: &[] }).unwrap();
+    p.dev[B].post_recv(p.qpn[B].into(), &roce_proto::RecvWr { wr_id: 42, sg_list: &[] }).unwrap();
     p.send(A, 1, WrOpcode::RdmaWriteWithImm, 0, 2000, 300_000);
     p.run(|_| true);
     let b = p.completions(B);
@@ -342,7 +342,9 @@ fn sqd_finishes_the_message_in_progress_then_reports_drained() {
     let t = p.dev[A].poll_transmit(p.now, &mut buf).unwrap();
     let first = buf[..t.len].to_vec();
     let sqd = roce_proto::QpAttr { qp_state: QpState::Sqd, en_sqd_async_notify: true, ..Default::default() };
-    p.dev[A].modify_qp(p.qpn[A], &sqd, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::EN_SQD_ASYNC_NOTIFY.0)).unwrap();
+    p.dev[A]
+        .modify_qp(p.qpn[A].into(), &sqd, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::EN_SQD_ASYNC_NOTIFY.0))
+        .unwrap();
     p.dev[B].handle_datagram(p.now, p.addr[A], t.src_port, p.addr[B], None, &first);
     // The rest of the first WRITE goes; the second does not start.
     let rest = p.transmit();
@@ -353,11 +355,11 @@ fn sqd_finishes_the_message_in_progress_then_reports_drained() {
         p.deliver(k);
     }
     p.run(|_| true);
-    assert_eq!(p.dev[A].poll_event(), Some(roce_proto::AsyncEvent::SqDrained(p.qpn[A])));
+    assert_eq!(p.dev[A].poll_event(), Some(roce_proto::AsyncEvent::SqDrained(p.qpn[A].into())));
     assert_eq!(p.completions(A).iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
     // Back to RTS: the second WRITE goes.
     let rts = roce_proto::QpAttr { qp_state: QpState::Rts, ..Default::default() };
-    p.dev[A].modify_qp(p.qpn[A], &rts, QpAttrMask::STATE).unwrap();
+    p.dev[A].modify_qp(p.qpn[A].into(), &rts, QpAttrMask::STATE).unwrap();
     p.run(|_| true);
     assert_eq!(p.completions(A).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(2, WcStatus::Success)]);
 }
@@ -409,7 +411,7 @@ fn a_read_being_answered_keeps_its_memory_in_use_after_dereg() {
     // Objects in use cannot be destroyed; unused ones can.
     assert_eq!(p.dev[B].destroy_cq(p.cq[B]), Err(roce_proto::VerbError::Busy));
     assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::Busy));
-    p.dev[B].destroy_qp(p.qpn[B]).unwrap();
+    p.dev[B].destroy_qp(p.qpn[B].into()).unwrap();
     p.dev[B].destroy_cq(p.cq[B]).unwrap();
     p.dev[B].dealloc_pd(p.pd[B]).unwrap();
     assert_eq!(p.dev[B].dealloc_pd(p.pd[B]), Err(roce_proto::VerbError::UnknownHandle(p.pd[B].get())));

@@ -59,7 +59,7 @@ fn write_losing(p: &mut Pair, id: u64, lost: &[usize]) -> Psn {
 }
 
 fn qp(p: &Pair, i: usize) -> &roce_proto::qp::Qp {
-    p.dev[i].qp(p.qpn[i]).unwrap()
+    p.dev[i].qp(p.qpn[i].into()).unwrap()
 }
 
 /// A's first loss: go-back-N, overtaken by B's ACK for what it kept.
@@ -212,7 +212,7 @@ fn a_lost_nak_is_found_by_probing_the_oldest_packet_not_by_a_timeout() {
     assert!(poll(&mut p, A, usize::MAX).is_empty());
     assert_eq!(p.dev[A].counters().sent_pkts - sent, PKTS as u64 + 2);
     assert_eq!(p.dev[A].counters().completer_retry_err, 1, "the first write's NAK only: no timeout");
-    let rto = p.dev[A].qp(p.qpn[A]).unwrap().rto(std::time::Duration::from_secs(1), p.now);
+    let rto = p.dev[A].qp(p.qpn[A].into()).unwrap().rto(std::time::Duration::from_secs(1), p.now);
     assert!(p.now - t0 < rto, "recovered in {:?}, before one retransmission timeout ({rto:?})", p.now - t0);
     assert_eq!(p.mem[B].get(0, PKTS * 1024), p.mem[A].get(0, PKTS * 1024));
     assert_eq!(p.completions(A)[0].status, WcStatus::Success);

@@ -36,7 +36,7 @@ fn srq_feeds_receives_and_raises_the_limit_event() {
     assert_eq!(events, [AsyncEvent::SrqLimitReached(srq)], "once, when the pool fell below 2");
     // Posting to the QP's own RQ is refused while it uses an SRQ.
     let sge = [p.sge(B, 0, 8)];
-    assert!(p.dev[B].post_recv(p.qpn[B], &RecvWr { wr_id: 1, sg_list: &sge }).is_err());
+    assert!(p.dev[B].post_recv(p.qpn[B].into(), &RecvWr { wr_id: 1, sg_list: &sge }).is_err());
 }
 
 #[test]
@@ -55,7 +55,9 @@ fn interleaved_multi_packet_sends_on_two_qps_take_separate_srq_buffers() {
     let two = p.fill(A, 200_000, 2500, 2);
     for (qpn, off, id) in [(p.qpn[A], 100_000, 1), (second[A], 200_000, 2)] {
         let sge = [p.sge(A, off, 2500)];
-        p.dev[A].post_send(qpn, &SendWr::new(id, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+        p.dev[A]
+            .post_send(qpn.into(), &SendWr::new(id, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge)))
+            .unwrap();
     }
     let pkts = p.transmit();
     assert_eq!(pkts.len(), 6, "3 packets per message at MTU 1024");

@@ -34,7 +34,7 @@ fn two_bulk_qps_take_turns_in_bursts_and_a_burst_ends_with_the_work() {
         let mut wr = SendWr::new(qpn.into(), WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
         wr.remote_addr = p.va(B, remote);
         wr.rkey = p.key[B];
-        p.dev[A].post_send(qpn, &wr).unwrap();
+        p.dev[A].post_send(qpn.into(), &wr).unwrap();
     }
     let pkts = p.transmit();
     let order: Vec<u32> = pkts.iter().map(|k| k.packet().bth().dest_qpn()).collect();
@@ -69,7 +69,7 @@ fn a_qp_that_runs_dry_mid_burst_hands_over_and_a_lone_qp_keeps_sending() {
     let mut wr = SendWr::new(2, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.remote_addr = p.va(B, 0);
     wr.rkey = p.key[B];
-    p.dev[A].post_send(second[A], &wr).unwrap();
+    p.dev[A].post_send(second[A].into(), &wr).unwrap();
     let order: Vec<u32> = p.transmit().iter().map(|k| k.packet().bth().dest_qpn()).collect();
     assert_eq!(runs(&order), [(second[B], n)]);
 }

@@ -21,7 +21,7 @@ fn ud_send(p: &mut Pair, wr_id: u64, off: usize, len: u32, qkey: u32) {
     let mut wr = SendWr::new(wr_id, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.imm_data = 0xabcd_0001;
     wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B], remote_qkey: qkey });
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
 }
 
 #[test]
@@ -80,10 +80,10 @@ fn ud_message_larger_than_mtu_is_refused_at_post() {
     let sge = [p.sge(A, 0, 1025)];
     let mut wr = SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B], remote_qkey: 1 });
-    assert!(p.dev[A].post_send(p.qpn[A], &wr).is_err());
+    assert!(p.dev[A].post_send(p.qpn[A].into(), &wr).is_err());
     let mut rd = SendWr::new(2, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&sge[..0]));
     rd.ud = wr.ud;
-    assert!(p.dev[A].post_send(p.qpn[A], &rd).is_err(), "UD has no RDMA READ");
+    assert!(p.dev[A].post_send(p.qpn[A].into(), &rd).is_err(), "UD has no RDMA READ");
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn uc_rejects_read_and_atomics_at_post() {
     let sge = [p.sge(A, 0, 8)];
     for op in [WrOpcode::RdmaRead, WrOpcode::AtomicCmpAndSwp, WrOpcode::AtomicFetchAndAdd] {
         let wr = SendWr::new(1, op, SendFlags::SIGNALED, Payload::Sges(&sge));
-        assert!(p.dev[A].post_send(p.qpn[A], &wr).is_err(), "{op:?}");
+        assert!(p.dev[A].post_send(p.qpn[A].into(), &wr).is_err(), "{op:?}");
     }
 }
 
@@ -135,9 +135,9 @@ fn modify_to_err_flushes_everything_and_later_posts() {
     p.send(B, 3, WrOpcode::Send, 0, 8, 0);
     let unsignaled = [p.sge(B, 0, 8)];
     let wr = SendWr::new(4, WrOpcode::Send, SendFlags::EMPTY, Payload::Sges(&unsignaled));
-    p.dev[B].post_send(p.qpn[B], &wr).unwrap();
+    p.dev[B].post_send(p.qpn[B].into(), &wr).unwrap();
     let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-    p.dev[B].modify_qp(p.qpn[B], &attr, QpAttrMask::STATE).unwrap();
+    p.dev[B].modify_qp(p.qpn[B].into(), &attr, QpAttrMask::STATE).unwrap();
     let wcs = p.completions(B);
     let mut got: Vec<(u64, WcStatus, bool)> = wcs.iter().map(|w| (w.wr_id, w.status, w.opcode.is_recv())).collect();
     got.sort_by_key(|g| g.0);
@@ -163,13 +163,15 @@ fn reset_empties_the_queues() {
     p.recv(B, 1, 0, 64);
     p.send(B, 3, WrOpcode::Send, 0, 8, 0);
     let attr = QpAttr { qp_state: QpState::Reset, ..QpAttr::default() };
-    p.dev[B].modify_qp(p.qpn[B], &attr, QpAttrMask::STATE).unwrap();
+    p.dev[B].modify_qp(p.qpn[B].into(), &attr, QpAttrMask::STATE).unwrap();
     assert!(p.completions(B).is_empty(), "RESET discards without completions");
-    let qp = p.dev[B].qp(p.qpn[B]).unwrap();
+    let qp = p.dev[B].qp(p.qpn[B].into()).unwrap();
     assert_eq!(qp.state(), QpState::Reset);
     assert!(qp.queues_empty());
     assert!(
-        p.dev[B].post_send(p.qpn[B], &SendWr::new(9, WrOpcode::Send, SendFlags::EMPTY, Payload::Inline(b"x"))).is_err()
+        p.dev[B]
+            .post_send(p.qpn[B].into(), &SendWr::new(9, WrOpcode::Send, SendFlags::EMPTY, Payload::Inline(b"x")))
+            .is_err()
     );
 }
 
@@ -189,6 +191,6 @@ fn cq_overrun_raises_cq_err_and_moves_the_qp_to_err() {
         events.push(e);
     }
     assert!(events.contains(&roce_proto::AsyncEvent::CqErr(p.cq[B])), "{events:?}");
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
     assert_eq!(p.completions(B).len(), 3, "what fitted stays readable");
 }

@@ -37,12 +37,12 @@ fn req(p: &mut Pair, mut bth: BthRepr, reth: Option<RethRepr>, payload: &[u8]) {
 }
 
 fn inject(p: &mut Pair, bytes: &[u8]) {
-    let src_port = p.dev[A].qp(p.qpn[A]).unwrap().src_port;
+    let src_port = p.dev[A].qp(p.qpn[A].into()).unwrap().src_port;
     p.dev[B].handle_datagram(p.now, p.addr[A], src_port, p.addr[B], None, bytes);
 }
 
 fn expected_psn(p: &Pair) -> Psn {
-    p.dev[B].qp(p.qpn[B]).unwrap().expected_psn()
+    p.dev[B].qp(p.qpn[B].into()).unwrap().expected_psn()
 }
 
 /// One of B's answers: opcode, PSN, AETH syndrome and MSN if any.
@@ -88,7 +88,7 @@ fn a_request_outside_the_partition_is_dropped_and_counted() {
     assert!(answers(&mut p).is_empty(), "no NAK: a silent drop, as rxe's check_keys");
     assert!(p.completions(B).is_empty());
     assert_eq!(expected_psn(&p), psn);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Rts);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Rts);
     // The same SEND from a limited member of the default partition lands.
     let b = BthRepr { pkey: 0x7fff, ..bth(p.qpn[B], Opcode::RC_SEND_ONLY, psn, true) };
     req(&mut p, b, None, &[7; 16]);
@@ -105,7 +105,7 @@ fn a_forged_response_outside_the_partition_is_dropped() {
     let mut wr = roce_proto::SendWr::new(5, WrOpcode::RdmaRead, SendFlags::SIGNALED, roce_proto::Payload::Sges(&sge));
     wr.remote_addr = p.va(B, 0);
     wr.rkey = p.key[B];
-    p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+    p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     let req = p.transmit();
     assert_eq!(req.len(), 1);
     // B's READ response, re-keyed into another partition on the way.
@@ -140,7 +140,7 @@ fn back_to_back_reads_each_report_their_own_msn() {
             roce_proto::SendWr::new(i as u64, WrOpcode::RdmaRead, SendFlags::SIGNALED, roce_proto::Payload::Sges(&sge));
         wr.remote_addr = p.va(B, off);
         wr.rkey = p.key[B];
-        p.dev[A].post_send(p.qpn[A], &wr).unwrap();
+        p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
     }
     let reqs = p.transmit();
     assert_eq!(reqs.iter().map(|k| k.opcode()).collect::<Vec<_>>(), [Opcode::RC_RDMA_READ_REQUEST; 2]);
@@ -182,7 +182,7 @@ fn send_only_inside_an_unfinished_send_fails_the_wqe_in_progress() {
         wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         [(1, WcStatus::RemInvReqErr), (2, WcStatus::WrFlushErr)]
     );
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
 }
 
 #[test]
@@ -199,7 +199,7 @@ fn send_only_inside_an_unfinished_send_on_an_srq_fails_the_held_wqe() {
     let wcs = p.completions(B);
     // The held WQE fails; the other stays in the SRQ for other QPs.
     assert_eq!(wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), [(1, WcStatus::RemInvReqErr)]);
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Err);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Err);
 }
 
 #[test]
@@ -253,6 +253,6 @@ fn a_reserved_opcode_is_a_counted_drop() {
     inject(&mut p, &pkt);
     assert_eq!(p.dev[B].counters().drop_malformed, 1);
     assert!(answers(&mut p).is_empty());
-    assert_eq!(p.dev[B].qp(p.qpn[B]).unwrap().state(), QpState::Rts);
+    assert_eq!(p.dev[B].qp(p.qpn[B].into()).unwrap().state(), QpState::Rts);
     assert_eq!(expected_psn(&p), psn);
 }

@@ -97,28 +97,30 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
                 sq_sig_all: true,
                 block_self_mcast_lb: false,
             })
-            .unwrap();
+            .unwrap()
+            .get();
         ids.push(sim.add_endpoint(addr[side], SimDevice::new(d, addr[side])));
     }
     for side in 0..2 {
         let d = &mut sim.endpoint_mut(ids[side]).dev;
         let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: AccessFlags::REMOTE_WRITE, ..QpAttr::default() };
-        d.modify_qp(qpn[side], &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0)).unwrap();
+        d.modify_qp(qpn[side].into(), &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0)).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = mtu;
         a.dest_qp_num = qpn[1 - side];
         a.rq_psn = roce_proto::Psn::new(psn[1 - side]);
         a.ah_attr =
             AhAttr { dest: addr[1 - side], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
-        d.modify_qp(qpn[side], &a, M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0)).unwrap();
+        d.modify_qp(qpn[side].into(), &a, M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0))
+            .unwrap();
         a.qp_state = QpState::Rts;
         a.sq_psn = roce_proto::Psn::new(psn[side]);
-        d.modify_qp(qpn[side], &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
+        d.modify_qp(qpn[side].into(), &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
     }
     for r in 0..nrecv {
         let sge =
             [Sge { addr: mem[1].addr() + (recv_base + r * recv_len) as u64, length: recv_len as u32, lkey: key[1] }];
-        sim.endpoint_mut(ids[1]).dev.post_recv(qpn[1], &RecvWr { wr_id: r as u64, sg_list: &sge }).unwrap();
+        sim.endpoint_mut(ids[1]).dev.post_recv(qpn[1].into(), &RecvWr { wr_id: r as u64, sg_list: &sge }).unwrap();
     }
     for (k, m) in msgs.iter().enumerate() {
         let sge = [Sge { addr: mem[0].addr() + m.a_off as u64, length: m.len, lkey: key[0] }];
@@ -131,7 +133,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         wr.imm_data = k as u32;
         wr.remote_addr = mem[1].addr() + m.b_off as u64;
         wr.rkey = key[1];
-        sim.endpoint_mut(ids[0]).dev.post_send(qpn[0], &wr).unwrap();
+        sim.endpoint_mut(ids[0]).dev.post_send(qpn[0].into(), &wr).unwrap();
     }
     sim.run_until_idle(Bound::new(1_000_000, Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let got = [support::drain_cq(&mut sim, ids[0], cq[0]), support::drain_cq(&mut sim, ids[1], cq[1])];

@@ -86,14 +86,15 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
                     sq_sig_all: true,
                     block_self_mcast_lb: false,
                 })
-                .unwrap();
+                .unwrap()
+                .get();
             let mut a = QpAttr { qp_state: QpState::Init, qkey: QKEY, ..QpAttr::default() };
-            d.modify_qp(q[side], &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0)).unwrap();
+            d.modify_qp(q[side].into(), &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0)).unwrap();
             a.qp_state = QpState::Rtr;
-            d.modify_qp(q[side], &a, M::STATE).unwrap();
+            d.modify_qp(q[side].into(), &a, M::STATE).unwrap();
             a.qp_state = QpState::Rts;
             a.sq_psn = roce_proto::Psn::new(rng.random_range(0..1 << 24));
-            d.modify_qp(q[side], &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
+            d.modify_qp(q[side].into(), &a, M(M::STATE.0 | M::SQ_PSN.0)).unwrap();
         }
         ids.push(sim.add_endpoint(addr[side], SimDevice::new(d, addr[side])));
     }
@@ -103,7 +104,10 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         for copy in 0..2 {
             let r = 2 * k + copy;
             let sge = [Sge { addr: mem[1].addr() + (r * slot) as u64, length: slot as u32, lkey: key[1] }];
-            sim.endpoint_mut(ids[1]).dev.post_recv(qpn[m.qp][1], &RecvWr { wr_id: r as u64, sg_list: &sge }).unwrap();
+            sim.endpoint_mut(ids[1])
+                .dev
+                .post_recv(qpn[m.qp][1].into(), &RecvWr { wr_id: r as u64, sg_list: &sge })
+                .unwrap();
             recv_of.insert(r as u64, r);
         }
     }
@@ -120,7 +124,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         let mut wr = SendWr::new(k as u64, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
         wr.imm_data = k as u32;
         wr.ud = Some(UdDest { ah, remote_qpn: qpn[m.qp][1], remote_qkey: QKEY });
-        sim.endpoint_mut(ids[0]).dev.post_send(qpn[m.qp][0], &wr).unwrap();
+        sim.endpoint_mut(ids[0]).dev.post_send(qpn[m.qp][0].into(), &wr).unwrap();
     }
     sim.run_until_idle(Bound::new(1_000_000, Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let got = [support::drain_cq(&mut sim, ids[0], cq[0]), support::drain_cq(&mut sim, ids[1], cq[1])];

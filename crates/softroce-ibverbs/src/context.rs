@@ -178,10 +178,10 @@ ibv_export! { "IBVERBS_1.1";
         let objs = b.objects.lock().unwrap_or_else(|p| p.into_inner());
         let (ty, elem) = match ev {
             AsyncEvent::CqErr(h) => (IBV_EVENT_CQ_ERR, objs.cqs.get(&h.get()).copied()),
-            AsyncEvent::QpFatal(q) => (IBV_EVENT_QP_FATAL, objs.qps.get(&q).copied()),
-            AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, objs.qps.get(&q).copied()),
+            AsyncEvent::QpFatal(q) => (IBV_EVENT_QP_FATAL, objs.qps.get(&q.get()).copied()),
+            AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, objs.qps.get(&q.get()).copied()),
             AsyncEvent::SrqLimitReached(s) => (IBV_EVENT_SRQ_LIMIT_REACHED, objs.srqs.get(&s.get()).copied()),
-            AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, objs.qps.get(&q).copied()),
+            AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, objs.qps.get(&q.get()).copied()),
             AsyncEvent::DeviceFatal => (IBV_EVENT_DEVICE_FATAL, None),
         };
         let mut out = IbvAsyncEvent::default();

@@ -26,7 +26,7 @@ pub enum EventSource {
     /// A CQ, by [`Cq::handle`](crate::Cq::handle).
     Cq(roce_proto::CqHandle),
     /// A QP, by [`Qp::qpn`](crate::Qp::qpn).
-    Qp(u32),
+    Qp(roce_proto::Qpn),
     /// An SRQ, by [`Srq::handle`](crate::Srq::handle).
     Srq(roce_proto::SrqHandle),
 }
@@ -166,12 +166,12 @@ mod tests {
     fn claimed_objects_events_reach_their_claimer_only() {
         let r = AsyncRoutes::new().unwrap();
         let (a, b) = (queue(&r), queue(&r));
-        r.claim(EventSource::Qp(17), &a);
+        r.claim(EventSource::Qp(17.into()), &a);
         r.claim(EventSource::Cq(1.into()), &b);
-        r.push(AsyncEvent::QpFatal(17));
+        r.push(AsyncEvent::QpFatal(17.into()));
         r.push(AsyncEvent::CqErr(1.into()));
         r.push(AsyncEvent::SrqLimitReached(3.into()));
-        assert_eq!(a.try_pop(), Some(AsyncEvent::QpFatal(17)));
+        assert_eq!(a.try_pop(), Some(AsyncEvent::QpFatal(17.into())));
         assert_eq!(a.try_pop(), None);
         assert_eq!(b.try_pop(), Some(AsyncEvent::CqErr(1.into())));
         assert_eq!(b.try_pop(), None);
@@ -187,11 +187,11 @@ mod tests {
         assert_eq!(a.try_pop(), Some(AsyncEvent::DeviceFatal));
         assert_eq!(b.try_pop(), Some(AsyncEvent::DeviceFatal));
         assert_eq!(r.default.try_pop(), Some(AsyncEvent::DeviceFatal));
-        r.claim(EventSource::Qp(5), &a);
-        r.release(EventSource::Qp(5));
-        r.push(AsyncEvent::SqDrained(5));
+        r.claim(EventSource::Qp(5.into()), &a);
+        r.release(EventSource::Qp(5.into()));
+        r.push(AsyncEvent::SqDrained(5.into()));
         assert_eq!(a.try_pop(), None);
-        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SqDrained(5)));
+        assert_eq!(r.default.try_pop(), Some(AsyncEvent::SqDrained(5.into())));
         // A dropped queue's claims fall back to the context's queue.
         r.claim(EventSource::Srq(2.into()), &b);
         drop(b);

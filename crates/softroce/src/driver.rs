@@ -364,7 +364,7 @@ impl Shared {
     pub(crate) fn with_live_qp<R, E: Into<crate::Error>>(
         &self,
         kick: bool,
-        f: impl FnOnce(&mut Device) -> Result<(u32, R), E>,
+        f: impl FnOnce(&mut Device) -> Result<(roce_proto::Qpn, R), E>,
     ) -> Result<R, crate::Error> {
         self.live()?;
         self.with_state(kick, |st| {

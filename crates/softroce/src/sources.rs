@@ -129,7 +129,7 @@ impl Sources {
 
     /// The address and port QP `qpn` sends from, when it has a socket of
     /// its own here.
-    pub(crate) fn source_of(&self, dev: &Device, qpn: u32) -> Option<(IpAddr, u16)> {
+    pub(crate) fn source_of(&self, dev: &Device, qpn: roce_proto::Qpn) -> Option<(IpAddr, u16)> {
         let q = dev.qp(qpn)?;
         let pair = (source_addr(dev, q, self.main.ip()), q.src_port);
         (q.src_port != self.main.port() && self.tags.contains_key(&pair)).then_some(pair)
@@ -153,7 +153,7 @@ impl Sources {
     /// from (its address vector's source GID for RC and UC, the device's
     /// address for UD, whose AHs name theirs per WR) get a socket, or the
     /// QP sends from the device's port (returns true then).
-    pub(crate) fn prepare(&mut self, dev: &mut Device, qpn: u32) -> bool {
+    pub(crate) fn prepare(&mut self, dev: &mut Device, qpn: roce_proto::Qpn) -> bool {
         if dev.config().udp_src_port.is_some() {
             return false; // One port for the whole device.
         }

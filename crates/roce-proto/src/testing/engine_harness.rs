@@ -376,7 +376,7 @@ impl Side {
         Side {
             dev,
             mem,
-            qpn,
+            qpn: qpn.get(),
             cq,
             off,
             keys,
@@ -393,7 +393,7 @@ impl Side {
     }
 
     fn qp(&self) -> &Qp {
-        self.dev.qp(self.qpn).expect("the harness never destroys its QP")
+        self.dev.qp(self.qpn.into()).expect("the harness never destroys its QP")
     }
 
     /// The buffer offset of `len` bytes at address `addr` of region `j`.
@@ -1350,7 +1350,7 @@ impl Harness {
             WrOpcode::Flush => wr.flush.map_or(0, |fl| u64::from(fl.len)),
             _ => len,
         };
-        if side.dev.post_send(side.qpn, &wr).is_ok() {
+        if side.dev.post_send(side.qpn.into(), &wr).is_ok() {
             self.next_wr_id += 1;
             let p = Posted { wr_id, index, opcode, signaled: flags.contains(SendFlags::SIGNALED), len, writes };
             for &(a, e) in &p.writes {
@@ -1414,7 +1414,7 @@ impl Harness {
         let side = &mut self.sides[s];
         let index = side.qp().rq.producer;
         let queued = side.qp().resp.responses.len();
-        if side.dev.post_recv(side.qpn, &RecvWr { wr_id, sg_list: sges }).is_err() {
+        if side.dev.post_recv(side.qpn.into(), &RecvWr { wr_id, sg_list: sges }).is_err() {
             return false;
         }
         // A receive WQE posted after the credits ran out is announced by
@@ -1639,7 +1639,7 @@ fn connect(dev: &mut Device, qpn: u32, peer: u32, i: usize, cfg: &Config) {
         port_num: 1,
         ..QpAttr::default()
     };
-    dev.modify_qp(qpn, &a, required_mask(QpState::Reset, QpState::Init, QpType::Rc).unwrap()).unwrap();
+    dev.modify_qp(qpn.into(), &a, required_mask(QpState::Reset, QpState::Init, QpType::Rc).unwrap()).unwrap();
     a.qp_state = QpState::Rtr;
     a.path_mtu = cfg.mtu;
     a.dest_qp_num = peer;
@@ -1648,12 +1648,12 @@ fn connect(dev: &mut Device, qpn: u32, peer: u32, i: usize, cfg: &Config) {
     a.min_rnr_timer = cfg.min_rnr_timer;
     a.ah_attr =
         AhAttr { dest: IpAddr::V4(ADDR[1 - i]), sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
-    dev.modify_qp(qpn, &a, required_mask(QpState::Init, QpState::Rtr, QpType::Rc).unwrap()).unwrap();
+    dev.modify_qp(qpn.into(), &a, required_mask(QpState::Init, QpState::Rtr, QpType::Rc).unwrap()).unwrap();
     a.qp_state = QpState::Rts;
     a.sq_psn = Psn::new(cfg.sq_psn[i]);
     a.timeout = cfg.timeout;
     a.retry_cnt = cfg.retry_cnt;
     a.rnr_retry = cfg.rnr_retry;
     a.max_rd_atomic = cfg.max_rd_atomic[i];
-    dev.modify_qp(qpn, &a, required_mask(QpState::Rtr, QpState::Rts, QpType::Rc).unwrap()).unwrap();
+    dev.modify_qp(qpn.into(), &a, required_mask(QpState::Rtr, QpState::Rts, QpType::Rc).unwrap()).unwrap();
 }

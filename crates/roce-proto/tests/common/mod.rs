@@ -144,7 +144,7 @@ impl Pair {
             if i == B && s.srq_on_b {
                 srq = Some(dev[i].create_srq(pd[i], 8, 2).unwrap());
             }
-            qpn[i] = dev[i].create_qp(qp_init(s, pd[i], cq[i], if i == B { srq } else { None })).unwrap();
+            qpn[i] = dev[i].create_qp(qp_init(s, pd[i], cq[i], if i == B { srq } else { None })).unwrap().get();
         }
         let mut p = Pair {
             dev,
@@ -173,7 +173,7 @@ impl Pair {
         let mut qpn = [0; 2];
         for (i, q) in qpn.iter_mut().enumerate() {
             let srq = if i == B { self.srq } else { None };
-            *q = self.dev[i].create_qp(qp_init(s, self.pd[i], self.cq[i], srq)).unwrap();
+            *q = self.dev[i].create_qp(qp_init(s, self.pd[i], self.cq[i], srq)).unwrap().get();
         }
         for i in 0..2 {
             self.connect(qpn, i, s);
@@ -192,7 +192,7 @@ impl Pair {
             ..QpAttr::default()
         };
         let init = roce_proto::qp_state::required_mask(QpState::Reset, QpState::Init, s.qp_type).unwrap();
-        self.dev[i].modify_qp(qpn[i], &a, init).unwrap();
+        self.dev[i].modify_qp(qpn[i].into(), &a, init).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
         a.dest_qp_num = qpn[j];
@@ -201,7 +201,7 @@ impl Pair {
         a.min_rnr_timer = s.min_rnr_timer;
         a.ah_attr = AhAttr { dest: self.addr[j], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
         let rtr = roce_proto::qp_state::required_mask(QpState::Init, QpState::Rtr, s.qp_type).unwrap();
-        self.dev[i].modify_qp(qpn[i], &a, rtr).unwrap();
+        self.dev[i].modify_qp(qpn[i].into(), &a, rtr).unwrap();
         a.qp_state = QpState::Rts;
         a.sq_psn = Psn::new(s.sq_psn[i]);
         a.timeout = s.timeout;
@@ -209,7 +209,7 @@ impl Pair {
         a.rnr_retry = s.rnr_retry;
         a.max_rd_atomic = s.max_rd_atomic;
         let rts = roce_proto::qp_state::required_mask(QpState::Rtr, QpState::Rts, s.qp_type).unwrap();
-        self.dev[i].modify_qp(qpn[i], &a, rts).unwrap();
+        self.dev[i].modify_qp(qpn[i].into(), &a, rts).unwrap();
     }
 
     /// Virtual time since the start.
@@ -229,7 +229,7 @@ impl Pair {
     /// Posts a receive of `len` bytes at `off` on device `i`.
     pub fn recv(&mut self, i: usize, wr_id: u64, off: usize, len: u32) {
         let sge = [self.sge(i, off, len)];
-        self.dev[i].post_recv(self.qpn[i], &RecvWr { wr_id, sg_list: &sge }).unwrap();
+        self.dev[i].post_recv(self.qpn[i].into(), &RecvWr { wr_id, sg_list: &sge }).unwrap();
     }
 
     /// Posts a signaled send WR of `op` from `off`/`len` on device `i`, to
@@ -254,7 +254,7 @@ impl Pair {
         wr.remote_addr = self.va(1 - i, remote_off);
         wr.rkey = self.key[1 - i];
         wr.imm_data = 0x1122_3344;
-        self.dev[i].post_send(self.qpn[i], &wr).unwrap();
+        self.dev[i].post_send(self.qpn[i].into(), &wr).unwrap();
     }
 
     /// Everything the devices want to send now, in order.
@@ -283,7 +283,7 @@ impl Pair {
     /// UDP source port, the ICRC over both addresses): for forged packets.
     pub fn emit_from_a(&self, repr: &roce_wire::PacketRepr, payload: &[u8]) -> Vec<u8> {
         let (IpAddr::V4(s), IpAddr::V4(d)) = (self.addr[A], self.addr[B]) else { unreachable!("IPv4 pair") };
-        let src_port = self.dev[A].qp(self.qpn[A]).unwrap().src_port;
+        let src_port = self.dev[A].qp(self.qpn[A].into()).unwrap().src_port;
         let ctx = roce_wire::IcrcContext { ip: roce_wire::IpContext::v4_socket(s, d), src_port, dst_port: 4791 };
         let mut buf = vec![0u8; repr.packet_len(payload.len()).unwrap()];
         repr.emit(&mut buf, payload, &ctx).unwrap();

@@ -440,7 +440,7 @@ impl Scenario {
             let n = if all { pending.len() } else { pending.len().min(1) };
             for (wr_id, sge) in pending.drain(..n) {
                 let sges: Vec<Sge> = sge.into_iter().map(|g| Sge { lkey: key, ..g }).collect();
-                b.post_recv(self.qpn[q][B], &RecvWr { wr_id, sg_list: &sges }).unwrap();
+                b.post_recv(self.qpn[q][B].into(), &RecvWr { wr_id, sg_list: &sges }).unwrap();
             }
         }
     }
@@ -503,7 +503,8 @@ impl Scenario {
                         sq_sig_all: false,
                         block_self_mcast_lb: false,
                     })
-                    .unwrap();
+                    .unwrap()
+                    .get();
             }
             let psn: [u32; 2] = [rng.random_range(0..1 << 24), rng.random_range(0..1 << 24)];
             for side in [A, B] {
@@ -517,7 +518,8 @@ impl Scenario {
                         | AccessFlags::FLUSH_GLOBAL,
                     ..QpAttr::default()
                 };
-                d.modify_qp(pair[side], &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0)).unwrap();
+                d.modify_qp(pair[side].into(), &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0))
+                    .unwrap();
                 a.qp_state = QpState::Rtr;
                 a.path_mtu = self.mtu;
                 a.dest_qp_num = pair[other];
@@ -533,7 +535,7 @@ impl Scenario {
                     | M::RQ_PSN.0
                     | M::MAX_DEST_RD_ATOMIC.0
                     | M::MIN_RNR_TIMER.0;
-                d.modify_qp(pair[side], &a, M(rtr)).unwrap();
+                d.modify_qp(pair[side].into(), &a, M(rtr)).unwrap();
                 a.qp_state = QpState::Rts;
                 a.sq_psn = roce_proto::Psn::new(psn[side]);
                 a.timeout = 8; // 1 ms
@@ -542,7 +544,7 @@ impl Scenario {
                 a.max_rd_atomic = 16;
                 let rts =
                     M::STATE.0 | M::TIMEOUT.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0 | M::SQ_PSN.0 | M::MAX_QP_RD_ATOMIC.0;
-                d.modify_qp(pair[side], &a, M(rts)).unwrap();
+                d.modify_qp(pair[side].into(), &a, M(rts)).unwrap();
             }
             self.qpn.push(pair);
         }
@@ -605,7 +607,7 @@ impl Scenario {
                     _ => {}
                 }
                 let a = &mut self.sim.endpoint_mut(self.ids[A]).d.dev;
-                a.post_send(self.qpn[q][A], &wr).unwrap();
+                a.post_send(self.qpn[q][A].into(), &wr).unwrap();
             }
         }
         self.recv_key = key[B];
@@ -636,7 +638,7 @@ impl Scenario {
             };
             let mut wr = SendWr::new(u64::MAX - i as u64, WrOpcode::BindMw, SendFlags::SIGNALED, Payload::Sges(&[]));
             wr.bind = Some(MwBind { mw_key: mw, new_key, info });
-            b.post_send(self.qpn[w.qp][B], &wr).unwrap();
+            b.post_send(self.qpn[w.qp][B].into(), &wr).unwrap();
             w.key = new_key;
         }
         let mut buf = vec![0u8; 9000];
@@ -793,11 +795,11 @@ fn run_seed(seed: u64) -> Result<Report, String> {
         // A requester that gave up (RETRY_EXC_ERR) is torn down with its
         // peer, as an application would: the peer's receives flush.
         for pair in &qpn {
-            let a_err = sim.endpoint(ids[A]).d.dev.qp(pair[A]).is_some_and(|q| q.state() == QpState::Err);
+            let a_err = sim.endpoint(ids[A]).d.dev.qp(pair[A].into()).is_some_and(|q| q.state() == QpState::Err);
             let b = &mut sim.endpoint_mut(ids[B]).d.dev;
-            if a_err && b.qp(pair[B]).is_some_and(|q| q.state() != QpState::Err) {
+            if a_err && b.qp(pair[B].into()).is_some_and(|q| q.state() != QpState::Err) {
                 let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-                b.modify_qp(pair[B], &attr, M::STATE).unwrap();
+                b.modify_qp(pair[B].into(), &attr, M::STATE).unwrap();
             }
         }
         for side in [A, B] {

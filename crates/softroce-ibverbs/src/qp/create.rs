@@ -102,7 +102,7 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     // SAFETY: the PD's context is live.
     if let Some(b) = unsafe { context::block(ctx) } {
         b.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.insert(qpn, o as usize);
-        b.events.claim(softroce::EventSource::Qp(qpn));
+        b.events.claim(softroce::EventSource::Qp(qpn.into()));
     }
     Ok(o)
 }

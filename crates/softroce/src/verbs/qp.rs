@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use roce_proto::qp_state::required_mask;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType};
-use roce_proto::{AhAttr, Mtu, Psn, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr};
+use roce_proto::{AhAttr, Mtu, Psn, QpAttr, QpCap, QpInitAttr, Qpn, RecvWr, SendWr};
 
 use super::{Cq, Pd, Srq};
 use crate::context::Context;
@@ -158,7 +158,7 @@ pub struct Qp(pub(super) Arc<QpInner>);
 #[derive(Debug)]
 pub(super) struct QpInner {
     pd: Pd,
-    pub(super) qpn: u32,
+    pub(super) qpn: Qpn,
     qp_type: QpType,
     _send_cq: Cq,
     _recv_cq: Cq,
@@ -229,8 +229,8 @@ impl Pd {
             _ if gsi => shared.with_live_qp(false, |d| d.create_gsi_qp(attr).map(|q| (q, q)))?,
             // A shared device: a number of this process's blocks.
             Some(m) => shared.with_live_qp(false, |d| {
-                let q = m.alloc_qpn(&shared.sock, |q| d.qp(q).is_some())?;
-                d.create_qp_as(q, attr).map(|q| (q, q)).map_err(Error::from)
+                let q = m.alloc_qpn(&shared.sock, |q| d.qp(q.into()).is_some())?;
+                d.create_qp_as(q.into(), attr).map(|q| (q, q)).map_err(Error::from)
             })?,
             None => shared.with_live_qp(false, |d| d.create_qp(attr).map(|q| (q, q)))?,
         };
@@ -251,9 +251,9 @@ impl Qp {
         self.0.pd.ctx()
     }
 
-    /// QP number.
+    /// QP number (the engine's [`Qpn`], as the C API carries it).
     pub fn qpn(&self) -> u32 {
-        self.0.qpn
+        self.0.qpn.get()
     }
 
     /// Transport.
@@ -337,7 +337,7 @@ impl Qp {
     /// What the peer needs to connect to this QP, with `psn` as the first
     /// PSN this QP will send.
     pub fn endpoint(&self, psn: u32) -> QpEndpoint {
-        QpEndpoint { qpn: self.0.qpn, psn: Psn::new(psn).value(), gid: self.ctx().device().addr }
+        QpEndpoint { qpn: self.0.qpn.get(), psn: Psn::new(psn).value(), gid: self.ctx().device().addr }
     }
 
     /// RESET -> INIT -> RTR -> RTS to `remote` with default settings; this
