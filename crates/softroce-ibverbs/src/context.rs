@@ -19,8 +19,8 @@ use softroce::{AsyncEvent, Context, Error, Options};
 use crate::abi::*;
 use crate::device::DevEntry;
 use crate::errno::errno;
-use crate::export::{ibv_export, set_errno};
-use crate::fd::{nonblocking, wait_readable};
+use crate::export::{Step, ibv_export, ibv_export_blocking, set_errno};
+use crate::fd::nonblocking;
 
 /// One open device: the C-visible `verbs_context` first, then softroce's.
 #[repr(C)]
@@ -142,37 +142,30 @@ pub(crate) unsafe fn close(ctx: *mut IbvContext) -> c_int {
     0
 }
 
-ibv_export! { "IBVERBS_1.1";
+ibv_export_blocking! { "IBVERBS_1.1";
     /// The next async event (QP fatal, SRQ limit, ...), blocking unless the
-    /// async fd is non-blocking (then -1 with EAGAIN).
-    fn ibv_get_async_event(context: *mut IbvContext, event: *mut IbvAsyncEvent) -> c_int {
+    /// async fd is non-blocking (then -1 with EAGAIN); a cancellation point.
+    fn ibv_get_async_event(context: *mut IbvContext, event: *mut IbvAsyncEvent) -> c_int, |_again| {
         // SAFETY: a context from ibv_open_device (checked for NULL).
         let Some(b) = (unsafe { block(context) }) else {
             set_errno(libc::EINVAL);
-            return -1;
+            return Step::Done(-1);
         };
         if event.is_null() {
             set_errno(libc::EINVAL);
-            return -1;
+            return Step::Done(-1);
         }
         let fd = b.vctx.context.async_fd;
-        let ev = loop {
-            match b.events.get(Some(std::time::Duration::ZERO)) {
-                Ok(Some(ev)) => break ev,
-                Ok(None) if nonblocking(fd) => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
-                Ok(None) => {
-                    if let Err(e) = wait_readable(fd) {
-                        set_errno(e);
-                        return -1;
-                    }
-                }
-                Err(e) => {
-                    set_errno(errno(&e));
-                    return -1;
-                }
+        let ev = match b.events.get(Some(std::time::Duration::ZERO)) {
+            Ok(Some(ev)) => ev,
+            Ok(None) if nonblocking(fd) => {
+                set_errno(libc::EAGAIN);
+                return Step::Done(-1);
+            }
+            Ok(None) => return Step::Wait(fd),
+            Err(e) => {
+                set_errno(errno(&e));
+                return Step::Done(-1);
             }
         };
         let objs = b.objects.lock().unwrap_or_else(|p| p.into_inner());
@@ -189,7 +182,7 @@ ibv_export! { "IBVERBS_1.1";
         out.event_type = ty as _;
         // SAFETY: the caller passes a writable ibv_async_event.
         unsafe { event.write(out) };
-        0
+        Step::Done(0)
     }
 }
 

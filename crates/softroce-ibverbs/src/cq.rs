@@ -16,8 +16,8 @@ use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
 use crate::abi::*;
 use crate::context;
 use crate::errno::errno;
-use crate::export::{guard, ibv_export, ptr_or_errno, set_errno};
-use crate::fd::{nonblocking, wait_readable};
+use crate::export::{Step, guard, ibv_export, ibv_export_blocking, ptr_or_errno, set_errno};
+use crate::fd::nonblocking;
 
 /// Completions fetched per engine call.
 const BATCH: usize = 32;
@@ -308,39 +308,55 @@ pub(crate) unsafe extern "C" fn modify_cq(cq: *mut IbvCq, attr: *mut IbvModifyCq
     })
 }
 
-ibv_export! { "IBVERBS_1.1";
+thread_local! {
+    /// What a thread waiting in `ibv_get_cq_event` keeps across its waits:
+    /// the channel's queue and descriptor, and the channel's context. The
+    /// channel object is not touched again once waiting: a program may
+    /// destroy the channel while a thread of its own waits on it (as
+    /// rping's client may, its CQ thread never joined), and the waiter
+    /// waits on, as a read of the kernel's closed channel fd does. Dropped
+    /// with the thread when it is cancelled.
+    static CQ_WAIT: std::cell::RefCell<Option<(CompChannel, c_int, usize)>> = const { std::cell::RefCell::new(None) };
+}
+
+ibv_export_blocking! { "IBVERBS_1.1";
     /// The next CQ event: blocks until an armed CQ fires (or -1/EAGAIN
-    /// when the channel's fd is non-blocking).
-    fn ibv_get_cq_event(channel: *mut IbvCompChannel, cq: *mut *mut IbvCq, cq_context: *mut *mut c_void) -> c_int {
-        if channel.is_null() || cq.is_null() || cq_context.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        // SAFETY: a channel from ibv_create_comp_channel.
-        let o = unsafe { &*(channel as *const ChanObj) };
-        // SAFETY: the channel's context is live while the channel is.
-        let Some(b) = (unsafe { context::block(o.c.context) }) else {
-            set_errno(libc::EINVAL);
-            return -1;
+    /// when the channel's fd is non-blocking); a cancellation point.
+    fn ibv_get_cq_event(channel: *mut IbvCompChannel, cq: *mut *mut IbvCq, cq_context: *mut *mut c_void) -> c_int, |again| {
+        let kept = if again {
+            CQ_WAIT.with(|w| w.borrow().clone())
+        } else {
+            if channel.is_null() || cq.is_null() || cq_context.is_null() {
+                set_errno(libc::EINVAL);
+                return Step::Done(-1);
+            }
+            // SAFETY: a channel from ibv_create_comp_channel.
+            let o = unsafe { &*(channel as *const ChanObj) };
+            let kept = (o.ch.clone(), o.c.fd, o.c.context as usize);
+            CQ_WAIT.with(|w| *w.borrow_mut() = Some(kept.clone()));
+            Some(kept)
         };
-        // The channel object is not touched again once waiting: a program
-        // may destroy the channel while a thread of its own waits on it (as
-        // rping's client may, its CQ thread never joined). This handle
-        // keeps the queue and its descriptor, and the waiter waits on, as a
-        // read of the kernel's closed channel fd does.
-        let (chan, fd) = (o.ch.clone(), o.c.fd);
+        let Some((chan, fd, ctx)) = kept else {
+            set_errno(libc::EIO);
+            return Step::Done(-1);
+        };
+        let done = |r| {
+            CQ_WAIT.with(|w| w.borrow_mut().take());
+            Step::Done(r)
+        };
+        // SAFETY: the channel's context is live while the channel is.
+        let Some(b) = (unsafe { context::block(ctx as *mut IbvContext) }) else {
+            set_errno(libc::EINVAL);
+            return done(-1);
+        };
         loop {
             let Some(h) = chan.try_get_event() else {
                 if nonblocking(fd) {
                     set_errno(libc::EAGAIN);
-                    return -1;
+                    return done(-1);
                 }
                 chan.send_deferred();
-                if let Err(e) = wait_readable(fd) {
-                    set_errno(e);
-                    return -1;
-                }
-                continue;
+                return Step::Wait(fd);
             };
             let Some(&addr) = b.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.get(&h.get()) else {
                 // The CQ was destroyed after it fired: nothing to report.
@@ -354,7 +370,7 @@ ibv_export! { "IBVERBS_1.1";
                 *cq = addr as *mut IbvCq;
                 *cq_context = q.c.cq_context;
             }
-            return 0;
+            return done(0);
         }
     }
 }

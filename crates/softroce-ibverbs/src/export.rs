@@ -42,6 +42,68 @@ macro_rules! ibv_export {
 }
 pub(crate) use ibv_export;
 
+/// Exports a verb that blocks on a descriptor (`ibv_get_cq_event`,
+/// `ibv_get_async_event`, `rdma_get_cm_event`) so that `pthread_cancel`
+/// of the waiting thread ends it as it ends rdma-core's `read()` there
+/// (rping cancels its CQ thread on a failed accept). The body is one
+/// step, run under [`guard`]: it returns [`Step::Done`] with the result,
+/// or [`Step::Wait`] with the descriptor to wait on before the next step
+/// (`$again` is true in the steps after a wait). The wait, a cancellation
+/// point, happens in this frame, where only plain values live: the forced
+/// unwind of a cancellation passes through it (`extern "C-unwind"`) and no
+/// Rust destructor is skipped or caught. A step keeps what must outlive
+/// the wait in a thread-local (dropped with the thread if it is
+/// cancelled). A failed wait (EINTR) returns -1 with `errno`.
+macro_rules! ibv_export_blocking {
+    ($node:literal $(, $also:literal)*; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> c_int, |$again:ident| $body:block) => {
+        $(#[$m])*
+        ///
+        #[doc = concat!("Exported as `", stringify!($name), "@@", $node, "`", $(", `", stringify!($name), "@", $also, "`",)* ".")]
+        #[unsafe(export_name = concat!("__softroce_", stringify!($name)))]
+        pub unsafe extern "C-unwind" fn $name( $($arg: $ty),* ) -> ::std::ffi::c_int {
+            let mut $again = false;
+            loop {
+                let step = $crate::export::guard(stringify!($name), move || -> $crate::export::Step { $body });
+                match step {
+                    $crate::export::Step::Done(r) => return r,
+                    $crate::export::Step::Wait(fd) => {
+                        if let Err(e) = $crate::fd::wait_readable(fd) {
+                            $crate::export::set_errno(e);
+                            return -1;
+                        }
+                    }
+                }
+                $again = true;
+            }
+        }
+        ::std::arch::global_asm!(concat!(
+            ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@@", $node
+        ));
+        $(
+            ::std::arch::global_asm!(concat!(
+                ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@", $also
+            ));
+        )*
+    };
+}
+pub(crate) use ibv_export_blocking;
+
+/// One step of a blocking verb (see [`ibv_export_blocking`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The verb's result.
+    Done(std::ffi::c_int),
+    /// Wait until this descriptor is readable, then step again.
+    Wait(std::ffi::c_int),
+}
+
+impl PanicValue for Step {
+    fn panic_value() -> Step {
+        set_errno(libc::EIO);
+        Step::Done(-1)
+    }
+}
+
 /// What a C entry point returns when its Rust body panicked: an error the
 /// caller already checks for (rdma-core's conventions).
 pub trait PanicValue {

@@ -23,7 +23,7 @@ use softroce::QpState;
 use softroce::rdma_cm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
 
 use crate::abi::*;
-use crate::export::{ibv_export, set_errno};
+use crate::export::{Step, ibv_export, ibv_export_blocking, set_errno};
 use crate::rdmacm_abi::*;
 
 mod ep;
@@ -700,27 +700,50 @@ ibv_export! { "RDMACM_1.0";
     }
 }
 
-ibv_export! { "RDMACM_1.0";
+thread_local! {
+    /// What a thread waiting in `rdma_get_cm_event` keeps across its waits:
+    /// the channel's queue and descriptor. The channel block is not
+    /// touched again once waiting: a program may destroy the channel while
+    /// a thread of its own waits on it (rping does as it exits, its
+    /// cm_thread never joined), and the waiter waits on, as a read of the
+    /// kernel's closed rdma_cm fd does, instead of reading freed memory.
+    /// Dropped with the thread when it is cancelled.
+    static CM_WAIT: std::cell::RefCell<Option<(EventChannel, c_int)>> = const { std::cell::RefCell::new(None) };
+}
+
+ibv_export_blocking! { "RDMACM_1.0";
     /// The next event of the channel: waits, or fails with EAGAIN when the
-    /// channel's fd is O_NONBLOCK and none waits. Events of destroyed ids
-    /// are passed over.
-    fn rdma_get_cm_event(channel: *mut RdmaEventChannel, event: *mut *mut RdmaCmEvent) -> c_int {
-        if channel.is_null() || event.is_null() {
-            return einval();
-        }
-        // SAFETY: a channel from rdma_create_event_channel.
-        let ch = unsafe { &*(channel as *const ChannelBlock) };
-        let wait = if crate::fd::nonblocking(ch.c.fd) { Some(Duration::ZERO) } else { None };
-        // The block is not touched again once waiting: a program may
-        // destroy the channel while a thread of its own waits on it (rping
-        // does as it exits, its cm_thread never joined). The waiter's own
-        // handle keeps the queue alive, and it waits on, as a read of the
-        // kernel's closed rdma_cm fd does, instead of reading freed memory.
-        let chan = ch.ch.clone();
+    /// channel's fd is O_NONBLOCK and none waits; a cancellation point.
+    /// Events of destroyed ids are passed over.
+    fn rdma_get_cm_event(channel: *mut RdmaEventChannel, event: *mut *mut RdmaCmEvent) -> c_int, |again| {
+        let kept = if again {
+            CM_WAIT.with(|w| w.borrow().clone())
+        } else {
+            if channel.is_null() || event.is_null() {
+                set_errno(libc::EINVAL);
+                return Step::Done(-1);
+            }
+            // SAFETY: a channel from rdma_create_event_channel.
+            let ch = unsafe { &*(channel as *const ChannelBlock) };
+            let kept = (ch.ch.clone(), ch.c.fd);
+            CM_WAIT.with(|w| *w.borrow_mut() = Some(kept.clone()));
+            Some(kept)
+        };
+        let Some((chan, fd)) = kept else {
+            set_errno(libc::EIO);
+            return Step::Done(-1);
+        };
+        let done = |r| {
+            CM_WAIT.with(|w| w.borrow_mut().take());
+            Step::Done(r)
+        };
         let (e, handles) = loop {
-            let Some(e) = chan.get_event(wait) else {
-                set_errno(libc::EAGAIN);
-                return -1;
+            let Some(e) = chan.get_event(Some(Duration::ZERO)) else {
+                if crate::fd::nonblocking(fd) {
+                    set_errno(libc::EAGAIN);
+                    return done(-1);
+                }
+                return Step::Wait(fd);
             };
             // An event of an id the consumer destroyed meanwhile (a REJECTED
             // or TIMEWAIT_EXIT that raced the destroy) is dropped, as
@@ -735,7 +758,7 @@ ibv_export! { "RDMACM_1.0";
         let eb = event_block(e, channel, handles);
         // SAFETY: the caller passes somewhere to write the event.
         unsafe { *event = eb as *mut RdmaCmEvent };
-        0
+        done(0)
     }
 }
 

@@ -562,7 +562,8 @@ fn rdmacm_signals() {
 }
 
 /// What a program's process expects: threads on one context, epoll on
-/// every fd, `rdma_destroy_id` waiting for its events' acks, a dup'd channel fd, an exec'd child that exits without
+/// every fd, `rdma_destroy_id` waiting for its events' acks, `pthread_cancel`
+/// of threads blocked in the waiting verbs, a dup'd channel fd, an exec'd child that exits without
 /// cleaning up, `ibv_close_device` with objects open.
 #[test]
 fn rdmacm_process() {
@@ -572,6 +573,7 @@ fn rdmacm_process() {
             "threads_share_one_context",
             "epoll_on_every_fd",
             "destroy_id_waits_for_the_ack_of_its_events",
+            "a_thread_waiting_in_a_verb_can_be_cancelled",
             "dup_channel_fd",
             "exec_child_exits_without_cleanup",
             "close_device_with_objects_open",

@@ -92,6 +92,42 @@ static void *run_destroy(void *arg)
 	return NULL;
 }
 
+/* Threads blocked in the three waiting verbs, to be cancelled. */
+static struct ibv_comp_channel *cancel_ch;
+static struct rdma_event_channel *cancel_cm;
+static int entered;
+
+static void *block_in_cq_event(void *arg)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	(void)arg;
+	__atomic_add_fetch(&entered, 1, __ATOMIC_SEQ_CST);
+	ibv_get_cq_event(cancel_ch, &cq, &ctx);
+	return (void *)1;
+}
+
+static void *block_in_cm_event(void *arg)
+{
+	struct rdma_cm_event *ev;
+
+	(void)arg;
+	__atomic_add_fetch(&entered, 1, __ATOMIC_SEQ_CST);
+	rdma_get_cm_event(cancel_cm, &ev);
+	return (void *)1;
+}
+
+static void *block_in_async_event(void *arg)
+{
+	struct ibv_async_event ae;
+
+	(void)arg;
+	__atomic_add_fetch(&entered, 1, __ATOMIC_SEQ_CST);
+	ibv_get_async_event(d.ctx, &ae);
+	return (void *)1;
+}
+
 /* The exec'd child: its own device use, left as it is at exit. */
 static int exec_child(void)
 {
@@ -276,6 +312,42 @@ int main(int argc, char **argv)
 			       errno);
 			fcntl(cm->fd, F_SETFL, fl);
 		}
+	}
+	end();
+
+	/*
+	 * pthread_cancel of a thread blocked in ibv_get_cq_event,
+	 * rdma_get_cm_event or ibv_get_async_event ends it at once, as it ends
+	 * rdma-core's read() there (rping cancels its CQ thread when an accept
+	 * fails); the process goes on.
+	 */
+	begin("a_thread_waiting_in_a_verb_can_be_cancelled");
+	{
+		void *(*fns[3])(void *) = { block_in_cq_event, block_in_cm_event, block_in_async_event };
+		pthread_t th[3];
+		long long t0;
+
+		cancel_ch = ibv_create_comp_channel(d.ctx);
+		cancel_cm = rdma_create_event_channel();
+		REQUIRE(cancel_ch && cancel_cm, "channels: errno %d", errno);
+		for (i = 0; i < 3; i++)
+			REQUIRE(pthread_create(&th[i], NULL, fns[i], NULL) == 0, "pthread_create");
+		while (__atomic_load_n(&entered, __ATOMIC_SEQ_CST) < 3)
+			usleep(1000);
+		usleep(200 * 1000);
+		t0 = now_ms();
+		for (i = 0; i < 3; i++) {
+			void *ret = NULL;
+
+			EXPECT(pthread_cancel(th[i]) == 0, "pthread_cancel %d", i);
+			EXPECT(pthread_join(th[i], &ret) == 0 && ret == PTHREAD_CANCELED,
+			       "thread %d (%s) was not cancelled: it returned %p", i,
+			       i == 0 ? "ibv_get_cq_event" : i == 1 ? "rdma_get_cm_event" : "ibv_get_async_event", ret);
+		}
+		EXPECT(now_ms() - t0 < 2000, "the cancellations took %lld ms", now_ms() - t0);
+		/* The objects the threads waited on are whole. */
+		EXPECT(ibv_destroy_comp_channel(cancel_ch) == 0, "ibv_destroy_comp_channel: errno %d", errno);
+		rdma_destroy_event_channel(cancel_cm);
 	}
 	end();
 
