@@ -16,7 +16,7 @@ use softroce::{CompChannel, Cq, Wc, WcFlags, WcOpcode, WcStatus};
 use crate::abi::*;
 use crate::context;
 use crate::errno::errno;
-use crate::export::{Step, guard, ibv_export, ibv_export_blocking, ptr_or_errno, set_errno};
+use crate::export::{Step, finished, guard, ibv_export, ibv_export_blocking, kept, ptr_or_errno, set_errno};
 use crate::fd::nonblocking;
 
 /// Completions fetched per engine call.
@@ -323,27 +323,19 @@ ibv_export_blocking! { "IBVERBS_1.1";
     /// The next CQ event: blocks until an armed CQ fires (or -1/EAGAIN
     /// when the channel's fd is non-blocking); a cancellation point.
     fn ibv_get_cq_event(channel: *mut IbvCompChannel, cq: *mut *mut IbvCq, cq_context: *mut *mut c_void) -> c_int, |again| {
-        let kept = if again {
-            CQ_WAIT.with(|w| w.borrow().clone())
-        } else {
+        let kept = kept(&CQ_WAIT, again, || {
             if channel.is_null() || cq.is_null() || cq_context.is_null() {
-                set_errno(libc::EINVAL);
-                return Step::Done(-1);
+                return Err(libc::EINVAL);
             }
             // SAFETY: a channel from ibv_create_comp_channel.
             let o = unsafe { &*(channel as *const ChanObj) };
-            let kept = (o.ch.clone(), o.c.fd, o.c.context as usize);
-            CQ_WAIT.with(|w| *w.borrow_mut() = Some(kept.clone()));
-            Some(kept)
+            Ok((o.ch.clone(), o.c.fd, o.c.context as usize))
+        });
+        let (chan, fd, ctx) = match kept {
+            Ok(k) => k,
+            Err(step) => return step,
         };
-        let Some((chan, fd, ctx)) = kept else {
-            set_errno(libc::EIO);
-            return Step::Done(-1);
-        };
-        let done = |r| {
-            CQ_WAIT.with(|w| w.borrow_mut().take());
-            Step::Done(r)
-        };
+        let done = |r| finished(&CQ_WAIT, r);
         // SAFETY: the channel's context is live while the channel is.
         let Some(b) = (unsafe { context::block(ctx as *mut IbvContext) }) else {
             set_errno(libc::EINVAL);

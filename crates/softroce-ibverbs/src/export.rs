@@ -27,14 +27,7 @@ macro_rules! ibv_export {
         pub unsafe extern "C" fn $name( $($arg: $ty),* ) -> $ret {
             $crate::export::guard(stringify!($name), move || -> $ret { $body })
         }
-        ::std::arch::global_asm!(concat!(
-            ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@@", $node
-        ));
-        $(
-            ::std::arch::global_asm!(concat!(
-                ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@", $also
-            ));
-        )*
+        $crate::export::symver!($name, $node $(, $also)*);
     };
     ($node:literal $(, $also:literal)*; $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block) => {
         ibv_export!($node $(, $also)*; $(#[$m])* fn $name( $($arg: $ty),* ) -> () $body);
@@ -76,6 +69,15 @@ macro_rules! ibv_export_blocking {
                 $again = true;
             }
         }
+        $crate::export::symver!($name, $node $(, $also)*);
+    };
+}
+pub(crate) use ibv_export_blocking;
+
+/// Binds `__softroce_NAME` to `NAME@@NODE` (the default version) and to
+/// `NAME@ALSO` for each older node.
+macro_rules! symver {
+    ($name:ident, $node:literal $(, $also:literal)*) => {
         ::std::arch::global_asm!(concat!(
             ".symver __softroce_", stringify!($name), ", ", stringify!($name), "@@", $node
         ));
@@ -86,7 +88,36 @@ macro_rules! ibv_export_blocking {
         )*
     };
 }
-pub(crate) use ibv_export_blocking;
+pub(crate) use symver;
+
+/// What a blocking verb keeps across its waits (see
+/// [`ibv_export_blocking`]), in a thread-local `slot`, dropped with the
+/// thread if it is cancelled: made by `first` on the first step (an errno
+/// for a bad argument), the same on the steps after a wait.
+pub fn kept<T: Clone + 'static>(
+    slot: &'static std::thread::LocalKey<std::cell::RefCell<Option<T>>>,
+    again: bool,
+    first: impl FnOnce() -> Result<T, std::ffi::c_int>,
+) -> Result<T, Step> {
+    let kept = if again {
+        slot.with(|w| w.borrow().clone()).ok_or(libc::EIO)
+    } else {
+        first().inspect(|k| slot.with(|w| *w.borrow_mut() = Some(k.clone())))
+    };
+    kept.map_err(|e| {
+        set_errno(e);
+        Step::Done(-1)
+    })
+}
+
+/// The blocking verb's result `r`; what it kept in `slot` is let go.
+pub fn finished<T: 'static>(
+    slot: &'static std::thread::LocalKey<std::cell::RefCell<Option<T>>>,
+    r: std::ffi::c_int,
+) -> Step {
+    slot.with(|w| w.borrow_mut().take());
+    Step::Done(r)
+}
 
 /// One step of a blocking verb (see [`ibv_export_blocking`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ use softroce::QpState;
 use softroce::rdma_cm::{CmId, ConnParam, Event, EventChannel, EventType, PortSpace};
 
 use crate::abi::*;
-use crate::export::{Step, ibv_export, ibv_export_blocking, set_errno};
+use crate::export::{Step, finished, ibv_export, ibv_export_blocking, kept, set_errno};
 use crate::rdmacm_abi::*;
 
 mod ep;
@@ -313,7 +313,12 @@ unsafe fn block<'a>(id: *mut RdmaCmId) -> Option<&'a mut IdBlock> {
 
 /// The C handle of `id`.
 fn handle_of(id: &CmId) -> *mut RdmaCmId {
-    ids().as_ref().and_then(|m| m.get(&id.key()).copied()).map_or(std::ptr::null_mut(), |p| p as *mut RdmaCmId)
+    handle_in(&ids(), id).unwrap_or(std::ptr::null_mut())
+}
+
+/// The C handle of `id` in the locked map `ids`, if it has one.
+fn handle_in(ids: &Option<HashMap<usize, usize>>, id: &CmId) -> Option<*mut RdmaCmId> {
+    ids.as_ref().and_then(|m| m.get(&id.key()).copied()).map(|p| p as *mut RdmaCmId)
 }
 
 /// `rdma_reject` and `rdma_reject_ece`: `reject` on the id with the
@@ -716,27 +721,19 @@ ibv_export_blocking! { "RDMACM_1.0";
     /// channel's fd is O_NONBLOCK and none waits; a cancellation point.
     /// Events of destroyed ids are passed over.
     fn rdma_get_cm_event(channel: *mut RdmaEventChannel, event: *mut *mut RdmaCmEvent) -> c_int, |again| {
-        let kept = if again {
-            CM_WAIT.with(|w| w.borrow().clone())
-        } else {
+        let kept = kept(&CM_WAIT, again, || {
             if channel.is_null() || event.is_null() {
-                set_errno(libc::EINVAL);
-                return Step::Done(-1);
+                return Err(libc::EINVAL);
             }
             // SAFETY: a channel from rdma_create_event_channel.
             let ch = unsafe { &*(channel as *const ChannelBlock) };
-            let kept = (ch.ch.clone(), ch.c.fd);
-            CM_WAIT.with(|w| *w.borrow_mut() = Some(kept.clone()));
-            Some(kept)
+            Ok((ch.ch.clone(), ch.c.fd))
+        });
+        let (chan, fd) = match kept {
+            Ok(k) => k,
+            Err(step) => return step,
         };
-        let Some((chan, fd)) = kept else {
-            set_errno(libc::EIO);
-            return Step::Done(-1);
-        };
-        let done = |r| {
-            CM_WAIT.with(|w| w.borrow_mut().take());
-            Step::Done(r)
-        };
+        let done = |r| finished(&CM_WAIT, r);
         let (e, handles) = loop {
             let Some(e) = chan.get_event(Some(Duration::ZERO)) else {
                 if crate::fd::nonblocking(fd) {
@@ -767,7 +764,7 @@ ibv_export_blocking! { "RDMACM_1.0";
 /// destroyed.
 fn counted_handles(e: &Event) -> Option<Handles> {
     let ids = ids();
-    let look = |id: &CmId| ids.as_ref().and_then(|m| m.get(&id.key()).copied()).map(|p| p as *mut RdmaCmId);
+    let look = |id: &CmId| handle_in(&ids, id);
     let listen = e.listen_id.as_ref().and_then(look);
     let (id, owner) = match e.event {
         EventType::ConnectRequest => (std::ptr::null_mut(), listen?),
