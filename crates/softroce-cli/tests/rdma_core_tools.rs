@@ -278,24 +278,24 @@ impl Drop for Proc {
 /// `p`'s process.
 fn udp_bound_in_netns_of(p: &Proc, port: u16) -> bool {
     let pid = p.child.as_ref().unwrap().id();
-    let want = format!(":{port:04X}");
-    ["udp", "udp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}"))
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&want)))
-    })
+    socket_on(&format!("/proc/{pid}/net"), "udp", port, None)
 }
 
 /// Whether some socket listens on TCP `port` (any address, v4 or v6).
 fn listening(port: u16) -> bool {
+    // 0A is LISTEN.
+    socket_on("/proc/net", "tcp", port, Some("0A"))
+}
+
+/// Whether `dir`'s `proto` or `proto6` table has a socket on local `port`
+/// (in `state`, when given).
+fn socket_on(dir: &str, proto: &str, port: u16, state: Option<&str>) -> bool {
     let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+    [proto.to_string(), format!("{proto}6")].iter().any(|f| {
+        std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_default().lines().skip(1).any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            // local_address is field 1, the state field 3; 0A is LISTEN.
-            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+            // local_address is field 1, the state field 3.
+            f.len() > 3 && f[1].ends_with(&want) && state.is_none_or(|s| f[3] == s)
         })
     })
 }
