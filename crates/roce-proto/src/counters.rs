@@ -60,6 +60,9 @@ crate::counter_struct! {
         pub drop_icrc,
         /// Packets whose ICRC the policy did not check.
         pub icrc_unchecked,
+        /// Packets another device of this host handed over through memory
+        /// (`Device::handle_local_datagram`): no wire, no ICRC to check.
+        pub rcvd_local,
         /// Packets dropped: no such QP, or a QP in a state that takes no packets.
         pub drop_no_qp,
         /// Packets dropped: wrong opcode for the QP, bad Q_Key, unexpected response.
@@ -110,13 +113,13 @@ mod tests {
     fn iter_lists_every_counter_once_in_rxe_order() {
         let c = Counters { sent_pkts: 1, link_downed: 5, completions: 9, ..Counters::default() };
         let all: Vec<(&str, u64)> = c.iter().collect();
-        assert_eq!(all.len(), 32);
+        assert_eq!(all.len(), 33);
         assert_eq!(all[0], ("sent_pkts", 1));
         assert_eq!(all[12], ("link_downed", 5), "after send_err, as rxe lists it");
-        assert_eq!(all[20], ("completions", 9));
+        assert_eq!(all[21], ("completions", 9));
         let mut names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 32);
+        assert_eq!(names.len(), 33);
     }
 }

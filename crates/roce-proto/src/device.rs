@@ -1054,6 +1054,31 @@ impl Device {
                 return;
             }
         }
+        self.handle_checked(now, &p, src, dst, ecn);
+    }
+
+    /// A packet another device of this host handed over through memory
+    /// (the driver's local link), not a wire: its ICRC trailer is there
+    /// but was never computed, since nothing between the two engines can
+    /// alter it (IBTA's ICRC protects the wire; a fault injector that
+    /// corrupts local packets asks the sender for a real one and uses
+    /// [`Device::handle_datagram_ecn`]). Counted in `rcvd_local`; every
+    /// other check is the same as for a datagram.
+    pub fn handle_local_datagram(&mut self, now: Instant, src: IpAddr, dst: IpAddr, data: &[u8]) {
+        self.now = Some(now);
+        let p = match Packet::new_checked(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.drop_malformed += 1;
+                return;
+            }
+        };
+        self.counters.rcvd_local += 1;
+        self.handle_checked(now, &p, src, dst, Ecn::NotEct);
+    }
+
+    /// A parsed packet whose ICRC passed (or needs none): to its QP.
+    fn handle_checked(&mut self, now: Instant, p: &Packet<&[u8]>, src: IpAddr, dst: IpAddr, ecn: Ecn) {
         if p.info().transport == Transport::Cnp {
             // A congestion notification (RoCEv2 Annex A17.9.3) for one of our
             // requesters: its window is cut, nothing is answered.
@@ -1072,7 +1097,7 @@ impl Device {
         }
         let qpn = p.bth().dest_qpn();
         if qpn == MULTICAST_QPN {
-            return self.handle_multicast(now, &p, src, dst);
+            return self.handle_multicast(now, p, src, dst);
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.drop_no_qp += 1;
@@ -1088,8 +1113,8 @@ impl Device {
             qp.congestion_experienced(&mut ctx);
         }
         match p.info().direction() {
-            Direction::Request => qp.responder_handle(&mut ctx, &p, Origin { src, dst }),
-            Direction::Response => qp.completer_handle(&mut ctx, &p),
+            Direction::Request => qp.responder_handle(&mut ctx, p, Origin { src, dst }),
+            Direction::Response => qp.completer_handle(&mut ctx, p),
         }
         self.after_call();
         // A response to send, a window opened, a rewind.
@@ -1214,6 +1239,13 @@ impl Device {
             };
             emit(&mut t, &buf[..out.head_len], pieces)
         });
+    }
+
+    /// Whether a QP has packets to send (what [`Device::poll_transmit_burst`]
+    /// would hand out is not known before it runs, but nothing is when this
+    /// is false): a pass with nothing to send skips its batch.
+    pub fn transmit_ready(&self) -> bool {
+        self.burst.is_some() || !self.ready.is_empty()
     }
 
     /// The packets due, QP by QP in the order of the transmit queue

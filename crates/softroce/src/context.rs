@@ -18,6 +18,7 @@ use crate::driver::{DriverStats, Progress, Shared, State};
 use crate::env;
 use crate::error::Error;
 use crate::faults::{FaultSpec, FaultStats, Faults};
+use crate::local_link::{Link, LocalEnd};
 use crate::port::Port;
 use crate::sources::{Sources, SrcPorts};
 use crate::tap::Tap;
@@ -49,6 +50,9 @@ pub struct Options {
     /// [`Options::from_env`] defaults to [`DEFAULT_DRIVER_SPIN`], the
     /// `Default` to 0). See `docs/data-path.md` section 6.
     pub driver_spin: Duration,
+    /// Which link carries packets to other devices of this process: memory
+    /// (default) or the UDP socket (`SOFTROCE_LINK=udp`; see `local_link`).
+    pub link: Link,
 }
 
 /// A duration in microseconds from `var` (at most a second), if set.
@@ -66,8 +70,8 @@ pub const DEFAULT_DRIVER_SPIN: Duration = Duration::from_micros(50);
 
 impl Options {
     /// Options from `SOFTROCE_PROGRESS`, `SOFTROCE_SPIN_US`,
-    /// `SOFTROCE_DRIVER_SPIN_US`, `SOFTROCE_SRC_PORT`, `SOFTROCE_PCAP` and
-    /// `SOFTROCE_FAULTS` (see [`crate::env`]).
+    /// `SOFTROCE_DRIVER_SPIN_US`, `SOFTROCE_SRC_PORT`, `SOFTROCE_PCAP`,
+    /// `SOFTROCE_FAULTS` and `SOFTROCE_LINK` (see [`crate::env`]).
     pub fn from_env() -> Result<Options, Error> {
         let mut o = Options::default();
         if let Some(p) = env::string(env::PROGRESS) {
@@ -93,6 +97,13 @@ impl Options {
         o.pcap = env::path(env::PCAP);
         if let Some(f) = env::string(env::FAULTS) {
             o.faults = Some(f.parse()?);
+        }
+        if let Some(v) = env::string(env::LINK) {
+            o.link = match v.as_str() {
+                "local" | "" => Link::Local,
+                "udp" => Link::Udp,
+                other => return Err(Error::Env { var: env::LINK, msg: format!("{other:?} is not local or udp") }),
+            };
         }
         Ok(o)
     }
@@ -292,6 +303,8 @@ impl Context {
             Some(_) => crate::gids::other_addrs(info, &config::devices().unwrap_or_default(), scope),
             None => Vec::new(),
         };
+        // A receiver that records or impairs packets checks their ICRC.
+        let wants_icrc = opts.pcap.is_some() || opts.faults.is_some();
         let tap = match &opts.pcap {
             Some(p) => Some(Tap::create(p).map_err(|e| Error::Pcap { path: p.clone(), source: e })?),
             None => None,
@@ -307,6 +320,11 @@ impl Context {
             cq_waker: Waker::new()?,
             waiters: std::sync::atomic::AtomicUsize::new(0),
             in_socket: std::sync::atomic::AtomicBool::new(false),
+            beside: std::sync::atomic::AtomicUsize::new(0),
+            driver_asleep: AtomicBool::new(false),
+            link: opts.link,
+            local: LocalEnd::new(wants_icrc),
+            local_wakes: std::sync::atomic::AtomicU64::new(0),
             tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
             timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
@@ -328,6 +346,10 @@ impl Context {
             panic_for_test: AtomicBool::new(false),
         });
         crate::fork::register(&shared);
+        if opts.link == Link::Local {
+            let peer: std::sync::Weak<dyn crate::local_link::Peer> = Arc::downgrade(&shared) as _;
+            crate::local_link::register(shared.sock.local_addr(), peer);
+        }
         for at in others {
             let started = shared.receivers.lock().unwrap_or_else(|e| e.into_inner()).start(&shared, at);
             let mut st = shared.lock();
@@ -423,7 +445,7 @@ impl Context {
         let next = s.progress_for_app(&mut st, false)?;
         drop(st);
         if s.mode == Progress::Thread {
-            s.note_app_poll();
+            s.note_app_poll(std::time::Instant::now());
         }
         s.nudge_driver(next);
         Ok(())

@@ -28,8 +28,9 @@ use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
-use crate::driver_policy::{DriverPolicy, Look, Passed, Rest};
+use crate::driver_policy::{DriverPolicy, Look, Passed, Rest, SocketLooks};
 use crate::faults::{Fate, Faults, Held};
+use crate::local_link::{CHUNK_BYTES, Chunk, Link, LocalEnd, Outgoing, Peer, Peers};
 use crate::sources::Sources;
 use crate::tap::{PORT, Tap};
 
@@ -57,6 +58,17 @@ enum Sleep {
     InSocket(Box<RecvBatch>),
     /// In `poll`, beside a thread that sleeps in the socket.
     BesideSocket,
+}
+
+/// What a pass does with the socket.
+enum Pre {
+    /// Receives what waits there.
+    Socket,
+    /// Leaves it (`SocketLooks`: a busy poller, the socket quiet).
+    SkipSocket,
+    /// First hands the engine the batch (`n` datagrams) the caller received
+    /// while sleeping in the socket; the batch goes back to the state.
+    Slept(Box<RecvBatch>, usize),
 }
 
 /// Who makes progress.
@@ -140,6 +152,17 @@ roce_proto::counter_struct! {
         /// Turns the driver thread polled on after a pass of a passive side
         /// (`Options::driver_spin`).
         pub driver_spins,
+        /// Packets sent over the local link to a device of this process
+        /// (`local_link.rs`; also counted in `tx_packets`).
+        pub tx_local,
+        /// Packets received over it (also counted in `rx_packets`).
+        pub rx_local,
+        /// Packets for a local device sent by the socket instead, because
+        /// its inbox was full.
+        pub local_full,
+        /// Wake-up calls this device's senders needed to hand it a local
+        /// packet (one of its threads slept where a datagram would wake it).
+        pub local_wakes,
     }
 }
 
@@ -168,6 +191,14 @@ pub(crate) struct State {
     pub(crate) sources: Sources,
     /// What was last published for `softroce rdma resource show`.
     pub(crate) published: crate::census::Published,
+    /// The devices of this process the local link reaches.
+    peers: Peers,
+    /// What a pass took from this device's end of the local link (kept empty).
+    local_rx: Vec<Chunk>,
+    /// The chunks a transmit fills for other devices, handed over at its end.
+    staged: Vec<(Arc<dyn Peer>, Chunk)>,
+    /// When the socket was looked at, and found packets.
+    socket_looks: SocketLooks,
 }
 
 impl State {
@@ -188,6 +219,10 @@ impl State {
             scratch: Vec::with_capacity(MAX_PACKET),
             sources,
             published: Default::default(),
+            peers: Peers::default(),
+            local_rx: Vec::new(),
+            staged: Vec::new(),
+            socket_looks: SocketLooks::default(),
         }
     }
 }
@@ -208,6 +243,16 @@ pub(crate) struct Shared {
     pub(crate) waiters: std::sync::atomic::AtomicUsize,
     /// Whether one of them sleeps in `recvmmsg` (woken by a datagram).
     pub(crate) in_socket: AtomicBool,
+    /// Waiters sleeping beside it (woken by `cq_waker` or the socket).
+    pub(crate) beside: std::sync::atomic::AtomicUsize,
+    /// Whether the driver thread sleeps watching the socket (woken by `waker`).
+    pub(crate) driver_asleep: AtomicBool,
+    /// Which link carries packets to this process's other devices.
+    pub(crate) link: Link,
+    /// This device's end of the local link.
+    pub(crate) local: LocalEnd,
+    /// `DriverStats::local_wakes`, counted by senders outside the lock.
+    pub(crate) local_wakes: std::sync::atomic::AtomicU64,
     /// Since when a waiter's pass left packets unsent (see
     /// [`Shared::progress_for_app`]), in ns since `epoch` plus one (0:
     /// nothing owed); changed under the device lock, read by the driver
@@ -324,7 +369,7 @@ impl Shared {
         self.wake_waiters_if_made(st.dev.counters().completions, made);
         let next = st.dev.poll_timeout();
         drop(st);
-        self.note_app_post();
+        self.note_app_post(now);
         self.nudge_driver(next);
     }
 
@@ -439,29 +484,40 @@ impl Shared {
             if seen.is_some_and(|c| c != st.dev.counters().completions) {
                 Sleep::No
             } else if let Some(rx) = st.rx.take() {
-                self.in_socket.store(true, Ordering::Release);
-                Sleep::InSocket(rx)
+                // Flag, then look (`wake_for_local`): a local packet handed
+                // over meanwhile is seen here or wakes the sleep.
+                self.in_socket.store(true, Ordering::SeqCst);
+                if self.local.pending() {
+                    self.in_socket.store(false, Ordering::SeqCst);
+                    st.rx = Some(rx);
+                    Sleep::No
+                } else {
+                    Sleep::InSocket(rx)
+                }
             } else {
                 Sleep::BesideSocket
             }
         };
         let pre = match sleep {
-            Sleep::No => None,
+            Sleep::No => Pre::Socket,
             // Another thread sleeps in the socket: sleep beside it.
             Sleep::BesideSocket => {
-                self.sleep_on_socket(until)?;
-                None
+                self.beside.fetch_add(1, Ordering::SeqCst);
+                let r = if self.local.pending() { Ok(()) } else { self.sleep_on_socket(until) };
+                self.beside.fetch_sub(1, Ordering::SeqCst);
+                r?;
+                Pre::Socket
             }
             Sleep::InSocket(mut rx) => {
                 let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
                 let r = self.sock.recv_wait(&mut rx, left);
                 self.in_socket.store(false, Ordering::Release);
                 match r {
-                    Ok(n) if n > 0 => Some((rx, n)),
+                    Ok(n) if n > 0 => Pre::Slept(rx, n),
                     r => {
                         self.lock().rx = Some(rx);
                         r?;
-                        None
+                        Pre::Socket
                     }
                 }
             }
@@ -471,7 +527,7 @@ impl Shared {
         let made = st.dev.counters().completions;
         st.stats.passes += 1;
         st.stats.waiter_passes += 1;
-        self.progress_pass_with(&mut st, defer, pre)?;
+        self.progress_pass_with(&mut st, Instant::now(), defer, pre)?;
         self.wake_others_if_made(st.dev.counters().completions, made, true);
         let got = st.stats.rx_packets != before;
         Ok((st, got))
@@ -517,8 +573,8 @@ impl Shared {
     /// thread takes the core the peer's threads need (on two cores: a busy
     /// poller, its driver thread and the receiver's). Measured: UCX
     /// `put_bw` 64 KiB 1,983-2,233 MB/s against 1,175-1,895 before.
-    pub(crate) fn note_app_poll(&self) {
-        self.app_polled.store(self.nanos(Instant::now()) + 1, Ordering::Release);
+    pub(crate) fn note_app_poll(&self, now: Instant) {
+        self.app_polled.store(self.nanos(now) + 1, Ordering::Release);
     }
 
     /// An application thread armed a CQ to sleep on its channel: the
@@ -536,6 +592,7 @@ impl Shared {
         DriverStats {
             app_grace_us: self.app_grace_us.load(Ordering::Relaxed),
             driver_spins: self.driver_spins.load(Ordering::Relaxed),
+            local_wakes: self.local_wakes.load(Ordering::Relaxed),
             ..st.stats
         }
     }
@@ -543,9 +600,9 @@ impl Shared {
     /// A verb that posts work: if an application thread busy-polls this
     /// context, it is still at work in verbs (a post may take longer than
     /// the grace the driver thread gives it).
-    fn note_app_post(&self) {
+    fn note_app_post(&self, now: Instant) {
         if self.mode == Progress::Thread && self.app_polled.load(Ordering::Acquire) != 0 {
-            self.note_app_poll();
+            self.note_app_poll(now);
         }
     }
 
@@ -578,7 +635,12 @@ impl Shared {
 
     /// One progress pass; returns when the next timer is due.
     pub(crate) fn progress(&self, st: &mut State) -> io::Result<Option<Instant>> {
-        self.progress_for_app(st, false)
+        self.progress_as(st, false, false, Instant::now())
+    }
+
+    /// [`Shared::progress`] in a turn of the driver thread's spin.
+    fn progress_spinning(&self, st: &mut State) -> io::Result<Option<Instant>> {
+        self.progress_as(st, false, true, Instant::now())
     }
 
     /// [`Shared::progress`] for an application thread polling a CQ; one
@@ -595,33 +657,45 @@ impl Shared {
     /// reposts receives), or by the driver thread once they waited
     /// `driver_policy::OWED_GRACE` (200 us). IBTA allows coalesced ACKs; the delay stays far
     /// below any local ACK timeout a requester uses in practice.
+    ///
+    /// The pass looks at the socket as [`SocketLooks`] says: every time
+    /// while it carries traffic.
     pub(crate) fn progress_for_app(&self, st: &mut State, caller_waits: bool) -> io::Result<Option<Instant>> {
+        self.progress_as(st, caller_waits, true, Instant::now())
+    }
+
+    /// [`Shared::progress_for_app`] at `now`, just read by the caller.
+    pub(crate) fn progress_for_app_at(
+        &self,
+        st: &mut State,
+        caller_waits: bool,
+        now: Instant,
+    ) -> io::Result<Option<Instant>> {
+        self.progress_as(st, caller_waits, true, now)
+    }
+
+    /// A pass; `busy`: one of a busy poll (an application thread's, or the
+    /// driver thread's spin), which looks at the socket as [`SocketLooks`] says.
+    fn progress_as(&self, st: &mut State, caller_waits: bool, busy: bool, now: Instant) -> io::Result<Option<Instant>> {
         st.stats.passes += 1;
         let made = st.dev.counters().completions;
         let defer = if caller_waits { Defer::IfCompleted } else { Defer::Never };
-        let r = self.progress_pass(st, defer);
+        let pre = if busy && !st.socket_looks.look(now) { Pre::SkipSocket } else { Pre::Socket };
+        let r = self.progress_pass_with(st, now, defer, pre);
         self.wake_others_if_made(st.dev.counters().completions, made, caller_waits);
         r
     }
 
-    fn progress_pass(&self, st: &mut State, defer: Defer) -> io::Result<Option<Instant>> {
-        self.progress_pass_with(st, defer, None)
-    }
-
-    /// A pass that first hands the engine `pre`, a batch the caller received
-    /// (`n` datagrams) while sleeping in the socket; it goes back to `st`.
-    fn progress_pass_with(
-        &self,
-        st: &mut State,
-        defer: Defer,
-        pre: Option<(Box<RecvBatch>, usize)>,
-    ) -> io::Result<Option<Instant>> {
-        let now = Instant::now();
+    /// A pass: what the local link and the socket hold (as `pre` says) to
+    /// the engine, due timers, then what the engine has to send.
+    fn progress_pass_with(&self, st: &mut State, now: Instant, defer: Defer, pre: Pre) -> io::Result<Option<Instant>> {
         let (made, got) = (st.dev.counters().completions, st.stats.rx_packets);
+        self.receive_local(st, now)?;
+        self.release_held(st, now);
         match pre {
             // A full batch may have left more on the socket.
-            Some((rx, n)) => {
-                self.release_held(st, now);
+            Pre::Slept(rx, n) => {
+                st.socket_looks.looked(now, true);
                 let r = self.handle_batch(st, &rx, now);
                 st.rx = Some(rx);
                 r?;
@@ -629,7 +703,8 @@ impl Shared {
                     self.receive(st, now)?;
                 }
             }
-            None => self.receive(st, now)?,
+            Pre::Socket => self.receive(st, now)?,
+            Pre::SkipSocket => {}
         }
         if st.dev.poll_timeout().is_some_and(|t| t <= now) {
             st.dev.handle_timeout(now);
@@ -660,8 +735,8 @@ impl Shared {
     /// Hands what waits on the socket to the engine (nothing while an
     /// application thread sleeps in the socket with the batch).
     fn receive(&self, st: &mut State, now: Instant) -> io::Result<()> {
-        self.release_held(st, now);
         let Some(mut rx) = st.rx.take() else { return Ok(()) };
+        let before = st.stats.rx_packets;
         let r = loop {
             match self.sock.recv(&mut rx) {
                 Ok(0) => break Ok(()),
@@ -675,7 +750,57 @@ impl Shared {
             }
         };
         st.rx = Some(rx);
+        let found = st.stats.rx_packets != before;
+        st.socket_looks.looked(now, found);
         r
+    }
+
+    /// Hands what other devices of this process handed over (the local
+    /// link's inbox) to the engine, as `handle_batch` does with datagrams.
+    fn receive_local(&self, st: &mut State, now: Instant) -> io::Result<()> {
+        if !self.local.take(&mut st.local_rx) {
+            return Ok(());
+        }
+        let State { dev, faults, tap, stats, scratch, local_rx, .. } = st;
+        let mut r = Ok(());
+        for (m, data) in local_rx.iter().flat_map(Chunk::packets) {
+            stats.rx_packets += 1;
+            stats.rx_local += 1;
+            stats.rx_requests += u64::from(is_request(data));
+            // Sent ECT(0), as every packet of softroce's sockets.
+            let a = Arrival { src: m.src, src_port: m.src_port, dst: m.dst, ecn: Ecn::Ect0, data, local: !m.icrc };
+            let ingested = ingest(dev, faults, tap, scratch, now, a);
+            if r.is_ok() {
+                r = ingested;
+            }
+        }
+        self.local.recycle(local_rx.drain(..));
+        r
+    }
+
+    /// A packet of another device of this process was handed to this one
+    /// over the local link: wake the threads that sleep where a datagram
+    /// would have woken them. Each sets its flag, then looks at the inbox,
+    /// before it sleeps; the sender pushes, then reads the flags (both
+    /// SeqCst): one of the two sees the other. A busy poller or a spinning
+    /// driver thread takes the packet in its next pass, with no call made.
+    fn wake_for_local(&self) {
+        let mut woke = false;
+        if self.driver_asleep.load(Ordering::SeqCst) {
+            let _ = self.waker.wake();
+            woke = true;
+        }
+        if self.in_socket.load(Ordering::SeqCst) {
+            let _ = self.sock.wake_receiver();
+            woke = true;
+        }
+        if self.beside.load(Ordering::SeqCst) > 0 {
+            let _ = self.cq_waker.wake();
+            woke = true;
+        }
+        if woke {
+            self.local_wakes.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A datagram that came another way than the device socket (a
@@ -693,7 +818,7 @@ impl Shared {
         let made = st.dev.counters().completions;
         let State { dev, faults, tap, scratch, .. } = &mut *st;
         // A group's socket does not ask for the ECN field.
-        let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data };
+        let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data, local: false };
         let _ = ingest(dev, faults, tap, scratch, now, a).and_then(|()| tap.as_mut().map_or(Ok(()), Tap::flush));
         let _ = self.transmit(&mut st, now, false);
         self.route_events(&mut st);
@@ -747,7 +872,7 @@ impl Shared {
             }
             stats.rx_packets += 1;
             stats.rx_requests += u64::from(is_request(data));
-            ingest(dev, faults, tap, scratch, now, Arrival { src, src_port, dst, ecn, data })?;
+            ingest(dev, faults, tap, scratch, now, Arrival { src, src_port, dst, ecn, data, local: false })?;
         }
         if let Some(m) = member
             && self.mode != Progress::Thread
@@ -793,7 +918,11 @@ impl Shared {
     /// call would only delay it: the caller asks only with `reply_first`.
     fn transmit(&self, st: &mut State, now: Instant, first_alone: bool) -> io::Result<()> {
         self.tx_owed.store(0, Ordering::Release);
-        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, .. } = st;
+        if !st.dev.transmit_ready() {
+            return st.tap.as_mut().map_or(Ok(()), Tap::flush);
+        }
+        let local = self.link == Link::Local && st.peers.refresh();
+        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, peers, staged, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
         let mut tx: SendBatch<'_> = match empty.recycle() {
@@ -808,18 +937,15 @@ impl Shared {
         // past INLINE_PIECES (a packet over many small SGEs).
         let mut inline: [&[u8]; INLINE_PIECES] = [&[]; INLINE_PIECES];
         let mut spill: Vec<&[u8]> = Vec::new();
-        const PAD: [u8; 4] = [0; 4];
         let mut result = Ok(());
         let mut alone = first_alone;
         let mut unbound = false;
         let member = self.sock.member();
         dev.poll_transmit_burst(now, head, pieces, |t, head, pieces| {
-            let icrc = &mut t.icrc;
             let mut n = 0;
             spill.clear();
             for p in pieces {
                 let Some(s) = crate::sg::piece_bytes(p) else { continue };
-                icrc.update(s);
                 if n < INLINE_PIECES {
                     inline[n] = s;
                 } else {
@@ -831,13 +957,57 @@ impl Shared {
                 n += 1;
             }
             let slices: &[&[u8]] = if n <= INLINE_PIECES { &inline[..n] } else { &spill };
-            icrc.update(&PAD[..t.pad_len]);
-            let mut trailer = [0u8; 8];
-            trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
+            let gsi = roce_wire::bth::dest_qpn_of(head) == Some(roce_proto::device::GSI_QPN);
+            let to = sources.dst(t.dst, PORT);
+            // A device of this process (not a MAD: QP 1's are routed by
+            // their payload, `roce_host::gsi`): through its inbox.
+            if local
+                && !gsi
+                && let Some(peer) = peers.find(to, head)
+            {
+                let icrc = tap.is_some() || peer.end().wants_icrc();
+                let trailer = if icrc { icrc_trailer(t, slices) } else { [0; 8] };
+                let trailer = &trailer[..t.pad_len + ICRC_LEN];
+                let o = Outgoing { src: t.src, src_port: t.src_port, dst: t.dst, icrc, head, payload: slices, trailer };
+                let p = Arc::as_ptr(&peer).cast::<()>();
+                let i = match staged.iter().position(|(q, _)| Arc::as_ptr(q).cast::<()>() == p) {
+                    Some(i) => i,
+                    None => {
+                        let c = peer.end().chunk();
+                        staged.push((peer, c));
+                        staged.len() - 1
+                    }
+                };
+                let (peer, chunk) = &mut staged[i];
+                if peer.end().has_room(chunk.len(), o.len()) {
+                    chunk.append(&o);
+                    if chunk.len() >= CHUNK_BYTES {
+                        // The receiver starts on it while the rest is written.
+                        let full = std::mem::replace(chunk, peer.end().chunk());
+                        peer.end().hand_over(full);
+                        peer.wake();
+                    }
+                    stats.tx_packets += 1;
+                    stats.tx_local += 1;
+                    if let Some(tp) = tap.as_mut() {
+                        scratch.clear();
+                        scratch.extend_from_slice(head);
+                        slices.iter().for_each(|s| scratch.extend_from_slice(s));
+                        scratch.extend_from_slice(trailer);
+                        if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch) {
+                            result = Err(e);
+                            return false;
+                        }
+                    }
+                    return true;
+                }
+                stats.local_full += 1;
+            }
+            let trailer = icrc_trailer(t, slices);
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             if let Some(m) = member
                 && t.dst == m.addr().ip()
-                && roce_wire::bth::dest_qpn_of(head) == Some(roce_proto::device::GSI_QPN)
+                && gsi
             {
                 // A MAD to QP 1 of this very device: to its owner's seat.
                 scratch.clear();
@@ -873,8 +1043,7 @@ impl Shared {
                 // MIDDLEs run together rather than end the FIRST's run.
                 tx.end_run_if_longer(t.len);
             }
-            let dst = sources.dst(t.dst, PORT);
-            if let Ok(q) = tx.push_gather(dst, head, slices, trailer) {
+            if let Ok(q) = tx.push_gather(to, head, slices, trailer) {
                 if q.gso_index != 0 && t.dst.is_ipv4() {
                     // The kernel gives the k-th GSO segment IPv4 ID k: fix the
                     // ICRC computed for ID 0, for peers that check the ID.
@@ -907,6 +1076,14 @@ impl Shared {
         });
         if result.is_ok() {
             result = self.flush_all(&mut tx, stats, sources);
+        }
+        for (peer, chunk) in staged.drain(..) {
+            if !chunk.is_empty() {
+                peer.end().hand_over(chunk);
+                peer.wake();
+            } else {
+                peer.end().recycle(std::iter::once(chunk));
+            }
         }
         if unbound {
             stats.src_port_fallbacks += 1;
@@ -954,6 +1131,8 @@ impl Shared {
         // here the thread reads what other threads set, makes the pass and
         // sleeps as told.
         let mut policy = DriverPolicy::new(self.driver_spin);
+        // The last turn ended in a spin: this one is a busy poll.
+        let mut spinning = false;
         // When this context's resources are next published.
         let mut publish_at = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
@@ -977,7 +1156,8 @@ impl Shared {
                 let mut st = self.lock();
                 st.stats.driver_passes += 1;
                 let (got, requests) = (st.stats.rx_packets, st.stats.rx_requests);
-                let next = match self.progress(&mut st) {
+                let r = if spinning { self.progress_spinning(&mut st) } else { self.progress(&mut st) };
+                let next = match r {
                     Ok(n) => n,
                     Err(_) => Some(Instant::now() + Duration::from_millis(1)),
                 };
@@ -1005,6 +1185,7 @@ impl Shared {
             let now = Instant::now();
             let rest = policy.rest(&turn, now);
             self.driver_deadline.store(self.nanos(rest.until()), Ordering::Release);
+            spinning = matches!(rest, Rest::Spin { .. });
             let (until, socket, precise) = match rest {
                 Rest::Spin { .. } => {
                     // Each turn lets any other thread runnable on this CPU go first.
@@ -1017,13 +1198,50 @@ impl Shared {
             let timeout = until.saturating_duration_since(now);
             let fds: &[(std::os::fd::BorrowedFd<'_>, Interest)] =
                 if socket { &[(self.sock.as_fd(), Interest::READABLE)] } else { &[] };
-            let _ = if precise {
-                wait_precise(fds, Some(&self.waker), timeout)
-            } else {
-                wait(fds, Some(&self.waker), Some(timeout))
-            };
+            // Watching the socket, the thread is woken by local packets too
+            // (flag, then look: see `wake_for_local`).
+            if socket {
+                self.driver_asleep.store(true, Ordering::SeqCst);
+            }
+            if !(socket && self.local.pending()) {
+                let _ = if precise {
+                    wait_precise(fds, Some(&self.waker), timeout)
+                } else {
+                    wait(fds, Some(&self.waker), Some(timeout))
+                };
+            }
+            self.driver_asleep.store(false, Ordering::SeqCst);
             self.waker.reset();
         }
+    }
+}
+
+/// The pad and ICRC that end the packet `t` with payload `slices`
+/// (`t.pad_len + ICRC_LEN` bytes of the result).
+fn icrc_trailer(t: &mut roce_proto::TransmitGather, slices: &[&[u8]]) -> [u8; 8] {
+    const PAD: [u8; 4] = [0; 4];
+    let icrc = &mut t.icrc;
+    slices.iter().for_each(|s| icrc.update(s));
+    icrc.update(&PAD[..t.pad_len]);
+    let mut trailer = [0u8; 8];
+    trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
+    trailer
+}
+
+impl Peer for Shared {
+    fn end(&self) -> &LocalEnd {
+        &self.local
+    }
+
+    fn owns(&self, head: &[u8]) -> bool {
+        match self.sock.member() {
+            None => true,
+            Some(m) => m.route_packet(head) == Some(Route::Mine),
+        }
+    }
+
+    fn wake(&self) {
+        self.wake_for_local();
     }
 }
 
@@ -1074,6 +1292,10 @@ struct Arrival<'a> {
     dst: IpAddr,
     ecn: Ecn,
     data: &'a [u8],
+    /// Over the local link with no ICRC computed: its engine skips the
+    /// check. (A receiver with a fault injector asks its senders for the
+    /// ICRC, so such packets never meet the injector.)
+    local: bool,
 }
 
 /// A received packet to the engine: into the capture, then through the
@@ -1086,9 +1308,13 @@ fn ingest(
     now: Instant,
     a: Arrival<'_>,
 ) -> io::Result<()> {
-    let Arrival { src, src_port, dst, ecn, data } = a;
+    let Arrival { src, src_port, dst, ecn, data, local } = a;
     if let Some(t) = tap.as_mut() {
         t.write(src, src_port, dst, PORT, None, data)?;
+    }
+    if local {
+        dev.handle_local_datagram(now, src, dst, data);
+        return Ok(());
     }
     let Some(f) = faults.as_mut() else {
         dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);

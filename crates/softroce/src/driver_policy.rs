@@ -11,6 +11,12 @@
 //! | an application thread waiting in `Cq::wait` (and for [`WAITER_GRACE`] after) | is blind: leaves the socket to it, passes only for due timers or packets owed for [`OWED_GRACE`], looks again every [`BLIND_TICK`] |
 //! | a busy poller's call within its [`AppGrace`] | is blind until the grace ends (woken to the microsecond) |
 //! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn |
+//!
+//! An application thread's own passes (a busy poll on an empty CQ) look at
+//! the socket each time while it carries traffic, and every
+//! [`QUIET_LOOK_EVERY`] once it has been silent for [`SOCKET_QUIET`]
+//! ([`SocketLooks`]): a device whose traffic goes over the local link then
+//! stops paying a `recvmmsg` per poll.
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +49,47 @@ pub(crate) const PASSIVE_AFTER: Duration = Duration::from_millis(100);
 /// How long deferred packets may wait for a post to take them along before
 /// the driver thread sends them (a ping-pong replies within microseconds).
 pub(crate) const OWED_GRACE: Duration = Duration::from_micros(200);
+
+/// How long the socket stays silent before an application thread's passes
+/// stop looking at it every time.
+pub(crate) const SOCKET_QUIET: Duration = Duration::from_millis(1);
+/// How often they look at a quiet socket: what a remote peer's first
+/// packet after a silence may wait at most, while the application polls.
+pub(crate) const QUIET_LOOK_EVERY: Duration = Duration::from_micros(20);
+
+/// Whether an application thread's pass looks at the socket (a
+/// `recvmmsg`, a syscall even when nothing waits there).
+///
+/// | the socket | a busy poller's pass looks |
+/// |---|---|
+/// | gave packets within [`SOCKET_QUIET`] | every time |
+/// | silent longer | when [`QUIET_LOOK_EVERY`] passed since any look |
+///
+/// Packets of this process's other devices come through memory (the local
+/// link), so a busy poller of local traffic finds the socket empty on
+/// every look: the looks cost more than the packets. Passes of the driver
+/// thread and of a thread that slept in the socket always look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SocketLooks {
+    last_found: Option<Instant>,
+    last_look: Option<Instant>,
+}
+
+impl SocketLooks {
+    /// Whether a busy poller's pass at `now` looks.
+    pub(crate) fn look(&self, now: Instant) -> bool {
+        let busy = self.last_found.is_some_and(|t| now.saturating_duration_since(t) < SOCKET_QUIET);
+        busy || self.last_look.is_none_or(|t| now.saturating_duration_since(t) >= QUIET_LOOK_EVERY)
+    }
+
+    /// A look at `now` (any thread's) found packets or not.
+    pub(crate) fn looked(&mut self, now: Instant, found: bool) {
+        self.last_look = Some(now);
+        if found {
+            self.last_found = Some(now);
+        }
+    }
+}
 
 /// How long the driver thread leaves the socket to a busy-polling
 /// application after its last verbs call, learned from what it finds.
@@ -366,6 +413,37 @@ mod tests {
         // The same call seen again does not count twice.
         p.begin(c2 + us(2), call(c2));
         assert_eq!(p.grace().micros(), 500);
+    }
+
+    /// A socket that gave packets is looked at on every pass; silent for
+    /// SOCKET_QUIET, every QUIET_LOOK_EVERY; a packet found makes it busy
+    /// again at once.
+    #[test]
+    fn a_quiet_socket_is_looked_at_every_twenty_microseconds() {
+        let t0 = Instant::now();
+        let mut s = SocketLooks::default();
+        assert!(s.look(t0), "never looked: look");
+        s.looked(t0, true);
+        for t in [1, 2, 500, 999] {
+            assert!(s.look(t0 + us(t)), "busy: every pass ({t} us)");
+            s.looked(t0 + us(t), false);
+        }
+        // Quiet from t0 + SOCKET_QUIET: the next look is 20 us after the
+        // last one (at 999 us), not at once.
+        let last = t0 + us(999);
+        assert!(!s.look(t0 + SOCKET_QUIET), "1 us since the last look");
+        assert!(!s.look(last + QUIET_LOOK_EVERY - us(1)));
+        assert!(s.look(last + QUIET_LOOK_EVERY), "20 us since the last look");
+        let quiet = last + QUIET_LOOK_EVERY;
+        s.looked(quiet, false);
+        assert!(!s.look(quiet + us(1)));
+        assert!(!s.look(quiet + QUIET_LOOK_EVERY - us(1)));
+        assert!(s.look(quiet + QUIET_LOOK_EVERY));
+        // Another thread's look (the driver's) counts too.
+        s.looked(quiet + us(30), false);
+        assert!(!s.look(quiet + us(31)));
+        s.looked(quiet + us(40), true);
+        assert!(s.look(quiet + us(41)), "packets again: every pass");
     }
 
     /// A passive side (no verb call for PASSIVE_AFTER) spins for

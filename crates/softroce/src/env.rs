@@ -56,6 +56,8 @@ pub const IBV_TRACE: &str = "SOFTROCE_IBV_TRACE";
 pub const VENDOR_PART_ID: &str = "SOFTROCE_VENDOR_PART_ID";
 /// `0`: `softroce rdma` never hands over to iproute2's `rdma`.
 pub const RDMA_REAL: &str = "SOFTROCE_RDMA_REAL";
+/// `udp`: packets to this process's other devices go by the socket, not memory.
+pub const LINK: &str = "SOFTROCE_LINK";
 
 /// Every variable, run-time ones first in the README's order.
 pub const VARS: &[Var] = &[
@@ -73,6 +75,7 @@ pub const VARS: &[Var] = &[
     Var { name: IBV_TRACE, scope: Scope::Run, summary: "the C library traces failing verbs on stderr" },
     Var { name: VENDOR_PART_ID, scope: Scope::Run, summary: "a vendor part ID to report instead of 0" },
     Var { name: RDMA_REAL, scope: Scope::Run, summary: "0: softroce rdma never runs iproute2's rdma" },
+    Var { name: LINK, scope: Scope::Run, summary: "udp: local devices talk by the socket, not memory" },
     Var { name: "SOFTROCE_TEST_SCALE", scope: Scope::Test, summary: "the scale tests' sizes" },
     Var { name: "SOFTROCE_TEST_PEER", scope: Scope::Test, summary: "a test process's peer role" },
     Var { name: "SOFTROCE_TEST_OTHER_USER", scope: Scope::Test, summary: "a test process run as another user" },

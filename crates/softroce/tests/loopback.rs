@@ -1,6 +1,7 @@
 //! Two devices in one process on loopback, on two free loopback addresses
-//! (leased), moving real RoCEv2 packets through UDP sockets: every RC opcode, checked byte
-//! for byte, with the driver thread and with inline progress.
+//! (leased), moving real RoCEv2 packets through memory (the local link) and
+//! through UDP sockets (`Link::Udp`): every RC opcode, checked byte for
+//! byte, with the driver thread and with inline progress.
 
 use std::net::IpAddr;
 use std::sync::{RwLock, RwLockReadGuard};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use softroce::config::{DeviceInfo, LoopbackLease};
 use softroce::{
-    AccessFlags, Context, Cq, Mr, Options, Payload, Progress, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcFlags,
+    AccessFlags, Context, Cq, Link, Mr, Options, Payload, Progress, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcFlags,
     WcOpcode, WcStatus, WrOpcode,
 };
 
@@ -178,82 +179,57 @@ fn exercise(x: &End, y: &End) {
 #[test]
 fn every_rc_opcode_with_a_driver_thread() {
     let _shared = beside_others();
-    let (la, lb) = leases();
-    let (x, y) = pair(&la, &lb, Progress::Thread);
-    exercise(&x, &y);
+    for link in [Link::Local, Link::Udp] {
+        let (la, lb) = leases();
+        let (x, y) = pair_opts(&la, &lb, Options { progress: Progress::Thread, link, ..Options::default() }, |_| {});
+        exercise(&x, &y);
+        check_link(&x, &y, link);
+    }
 }
 
 #[test]
 fn every_rc_opcode_with_inline_progress() {
     let _shared = beside_others();
-    let (la, lb) = leases();
-    let (x, y) = pair(&la, &lb, Progress::Inline);
-    // Inline: each side progresses only in its own calls; wait() polls both
-    // sides' CQs in turn through the one it is given, so pump the peer from
-    // another thread.
-    let peer = y.ctx.clone();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    let pump = std::thread::spawn(move || {
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            peer.progress().unwrap();
-            std::thread::yield_now();
-        }
-    });
-    exercise(&x, &y);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    pump.join().unwrap();
+    for link in [Link::Local, Link::Udp] {
+        let (la, lb) = leases();
+        let (x, y) = pair_opts(&la, &lb, Options { progress: Progress::Inline, link, ..Options::default() }, |_| {});
+        // Inline: each side progresses only in its own calls; wait() polls both
+        // sides' CQs in turn through the one it is given, so pump the peer from
+        // another thread.
+        let peer = y.ctx.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let pump = std::thread::spawn(move || {
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                peer.progress().unwrap();
+                std::thread::yield_now();
+            }
+        });
+        exercise(&x, &y);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        pump.join().unwrap();
+        check_link(&x, &y, link);
+    }
 }
 
-#[test]
-fn ud_datagrams_carry_the_grh_and_the_sender() {
-    let _shared = beside_others();
-    let mk = |l: &LoopbackLease| {
-        let ctx = Context::open_with(&device(&format!("u{}", last(l)), l), Options::default()).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(64, None).unwrap();
-        let mr = pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE).unwrap();
-        let qp = pd.create_qp(QpInit::rc(&cq, &cq, 32).with_type(softroce::QpType::Ud)).unwrap();
-        qp.connect(0, &qp.endpoint(0)).unwrap();
-        (ctx, pd, cq, mr, qp)
-    };
-    let (lx, ly) = leases();
-    let (_cx, pdx, cqx, mrx, qpx) = mk(&lx);
-    let (_cy, _pdy, cqy, mry, qpy) = mk(&ly);
-    // The address handle leads to y's device.
-    let ah = pdx.create_ah(IpAddr::V4(ly.addr())).unwrap();
-    for (i, len) in [0usize, 1, 1000, 4096].into_iter().enumerate() {
-        let r = [mry.sge(0, 40 + 4096)];
-        qpy.post_recv(&RecvWr { wr_id: i as u64, sg_list: &r }).unwrap();
-        let data = pattern(len, i as u8);
-        mrx.write(0, &data).unwrap();
-        let s = [mrx.sge(0, len as u32)];
-        let mut wr = SendWr::new(50, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&s));
-        wr.imm_data = 5;
-        wr.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: qpy.qpn(), remote_qkey: 0x1111_1111 });
-        qpx.post_send(&wr).unwrap();
-        let end = End { ctx: _cx.clone(), cq: cqx.clone(), qp: qpx.clone(), mr: mrx.clone() };
-        assert_eq!(wait_one(&end).status, WcStatus::Success);
-        let end = End { ctx: _cy.clone(), cq: cqy.clone(), qp: qpy.clone(), mr: mry.clone() };
-        let w = wait_one(&end);
-        assert_eq!((w.status, w.byte_len as usize, w.src_qp, w.imm_data), (WcStatus::Success, len + 40, qpx.qpn(), 5));
-        assert!(w.wc_flags.contains(WcFlags::GRH) && w.wc_flags.contains(WcFlags::WITH_IMM));
-        // The IPv4 header of the sender in bytes 20..40 of the GRH area, data at 40.
-        let grh = mry.to_vec(0, 40).unwrap();
-        assert_eq!(&grh[32..36], &lx.addr().octets(), "source address in the GRH area");
-        assert_eq!(mry.to_vec(40, len).unwrap(), data);
+/// Every packet between `x` and `y` went by `link`: through memory (the
+/// local link, its ICRC neither computed nor checked) or by the socket.
+fn check_link(x: &End, y: &End, link: Link) {
+    for (e, peer) in [(x, y), (y, x)] {
+        let (d, c) = (e.ctx.driver_stats(), e.ctx.counters());
+        assert!(d.tx_packets > 0 && d.rx_packets > 0);
+        match link {
+            Link::Local => {
+                assert_eq!((d.tx_local, d.rx_local, d.tx_messages), (d.tx_packets, d.rx_packets, 0), "{d:?}");
+                assert_eq!(c.rcvd_local, d.rx_local);
+                assert_eq!(d.rx_local, peer.ctx.driver_stats().tx_local, "nothing lost in memory");
+            }
+            Link::Udp => {
+                assert_eq!((d.tx_local, d.rx_local, c.rcvd_local), (0, 0, 0), "{d:?}");
+                assert!(d.tx_messages > 0);
+            }
+        }
     }
-    // A wrong Q_Key is dropped and counted, never delivered.
-    let r = [mry.sge(0, 100)];
-    qpy.post_recv(&RecvWr { wr_id: 99, sg_list: &r }).unwrap();
-    let s = [mrx.sge(0, 8)];
-    let mut wr = SendWr::new(51, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&s));
-    wr.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: qpy.qpn(), remote_qkey: 0x2222 });
-    qpx.post_send(&wr).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 4];
-    assert_eq!(cqy.poll(&mut wc).unwrap(), 0, "nothing delivered");
-    assert!(_cy.counters().drop_invalid >= 1);
 }
 
 /// An RC end on `l`'s device with `faults` injected on what it receives,
@@ -568,13 +544,19 @@ fn ping_pong(x: &End, y: &End, turns: u64, one: fn(&End) -> Wc) {
 #[test]
 fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
-    // Each side's thread receives its packets itself while it waits, and is
-    // back in `Cq::wait` microseconds after it returns: the driver threads
-    // neither poll the socket meanwhile (they would wake with each packet
-    // and fight the waiter for the lock) nor send the ACKs, which leave with
-    // the replies' posts.
+    waiting_ping_pong(Link::Udp);
+    waiting_ping_pong(Link::Local);
+}
+
+/// Each side's thread receives its packets itself while it waits, and is
+/// back in `Cq::wait` microseconds after it returns: the driver threads
+/// neither receive meanwhile (they would wake with each packet and fight
+/// the waiter for the lock) nor send the ACKs, which leave with the
+/// replies' posts. Over the socket, the reply leaves alone and its ACK in
+/// a second send; over the local link, every packet goes through memory.
+fn waiting_ping_pong(link: Link) {
     let (la, lb) = leases();
-    let (x, y) = pair(&la, &lb, Progress::Thread);
+    let (x, y) = pair_opts(&la, &lb, Options { progress: Progress::Thread, link, ..Options::default() }, |_| {});
     const TURNS: u64 = 4000;
     let before = (x.ctx.driver_stats(), y.ctx.driver_stats());
     let y_updates = y.ctx.counters().credit_updates;
@@ -589,12 +571,18 @@ fn in_a_ping_pong_of_waiting_threads_the_driver_threads_stay_out_of_the_way() {
     // Without the driver threads' grace after a waiter returns, about one
     // pass per millisecond tick and one lone ACK per five (about 40 and 20
     // in 4000 turns here); with it, a handful at most.
-    assert!(driver < TURNS / 100, "y's driver thread made {driver} passes in {TURNS} turns");
+    assert!(driver < TURNS / 100, "{link:?}: y's driver thread made {driver} passes in {TURNS} turns");
     let (sent, msgs) = (after.tx_packets - before.1.tx_packets, after.tx_messages - before.1.tx_messages);
     // And a credit update when the ACK left before the receive was posted
     // again (its one receive WQE taken: 0 credits; docs/engine.md).
     let updates = y.ctx.counters().credit_updates - y_updates;
-    assert_eq!(sent, 2 * TURNS + updates, "a reply and an ACK per turn, and {updates} credit updates");
+    assert_eq!(sent, 2 * TURNS + updates, "{link:?}: a reply and an ACK per turn, and {updates} credit updates");
+    let local = after.tx_local - before.1.tx_local;
+    if link == Link::Local {
+        assert_eq!((local, msgs), (sent, 0), "every packet through memory, none by the socket");
+        return;
+    }
+    assert_eq!(local, 0, "SOFTROCE_LINK=udp: nothing through memory");
     if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
         // The reply leaves alone, its ACK in a second send of the same post;
         // a credit update alone or beside a packet of its size.

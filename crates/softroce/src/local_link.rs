@@ -1,0 +1,328 @@
+//! The local link: packets between two devices of this process go through
+//! memory instead of the kernel's UDP stack, as kernel rxe hands a packet
+//! for a local destination straight to its own receive path
+//! (`rxe_loopback`) instead of through IP.
+//!
+//! A sender copies each packet the engine built (headers, payload from
+//! registered memory, pad and ICRC) into a chunk of its own, without a
+//! lock, and hands the chunk to the destination device's [`LocalEnd`] at
+//! the end of its transmit (or every [`CHUNK_BYTES`]); the destination's
+//! next progress pass takes every chunk waiting at once and hands the
+//! packets to its engine. PSNs, ACKs, retries, captures, counters and
+//! fault injection are those of the socket path; only the ICRC is left out
+//! unless a capture or a fault injector at either end needs it (nothing
+//! between two engines in one address space can alter a packet). What a
+//! device holds is bounded ([`INBOX_BYTES`]): past it the packet goes by
+//! the socket, and the receiver's engine sees a reordering, never a loss.
+//!
+//! The sender wakes the receiver only when one of its threads sleeps
+//! where a datagram would have woken it (see `Shared::wake_for_local`).
+//!
+//! ```text
+//!  sender's transmit ─copy─▶ [chunk] ─hand_over─▶ LocalEnd.queue ─take─▶ receiver's pass
+//!                              ▲                  (≤ INBOX_BYTES)             │
+//!                              └──── LocalEnd.spare ◀── recycle ──────────────┘
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Bytes a device holds before senders fall back to the socket: far above
+/// what the QPs of a device keep in flight (a 512-packet window of 4 KiB
+/// packets is 2 MiB), so only a receiver that stopped taking fills it.
+pub(crate) const INBOX_BYTES: usize = 16 << 20;
+
+/// Which link carries packets between devices of this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Link {
+    /// Memory, when the destination is a device of this process (default).
+    #[default]
+    Local,
+    /// The UDP socket for every packet (`SOFTROCE_LINK=udp`): for captures
+    /// with tcpdump and conformance tests.
+    Udp,
+}
+
+/// Where one packet of a chunk came from and where it is in its bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
+    pub(crate) src: IpAddr,
+    pub(crate) src_port: u16,
+    pub(crate) dst: IpAddr,
+    /// The ICRC trailer was computed (the receiver checks it as a wire packet's).
+    pub(crate) icrc: bool,
+    start: usize,
+    len: usize,
+}
+
+/// Packets one sender wrote for one device, in the order it sent them:
+/// filled without any lock, then handed over whole.
+#[derive(Debug, Default)]
+pub(crate) struct Chunk {
+    bytes: Vec<u8>,
+    metas: Vec<Meta>,
+}
+
+impl Chunk {
+    /// The packets, oldest first.
+    pub(crate) fn packets(&self) -> impl Iterator<Item = (Meta, &[u8])> {
+        self.metas.iter().map(|m| (*m, &self.bytes[m.start..m.start + m.len]))
+    }
+
+    /// Bytes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Appends `p`.
+    pub(crate) fn append(&mut self, p: &Outgoing<'_>) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(p.head);
+        for s in p.payload {
+            self.bytes.extend_from_slice(s);
+        }
+        self.bytes.extend_from_slice(p.trailer);
+        let len = self.bytes.len() - start;
+        self.metas.push(Meta { src: p.src, src_port: p.src_port, dst: p.dst, icrc: p.icrc, start, len });
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.metas.clear();
+    }
+}
+
+/// A chunk is handed over once it holds this much (a 64 KiB WRITE), so
+/// the receiver works on a long message while the sender writes the rest.
+pub(crate) const CHUNK_BYTES: usize = 64 << 10;
+/// Emptied chunks a device keeps for its senders to fill again.
+const SPARE_CHUNKS: usize = 64;
+
+/// The packet a sender hands over: its addressing and its bytes in parts.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) src: IpAddr,
+    pub(crate) src_port: u16,
+    pub(crate) dst: IpAddr,
+    /// `trailer` holds a computed ICRC (else zeros).
+    pub(crate) icrc: bool,
+    /// The headers, from the BTH on.
+    pub(crate) head: &'a [u8],
+    /// The payload, still in registered memory.
+    pub(crate) payload: &'a [&'a [u8]],
+    /// The pad and the ICRC.
+    pub(crate) trailer: &'a [u8],
+}
+
+impl Outgoing<'_> {
+    /// Its length in a chunk.
+    pub(crate) fn len(&self) -> usize {
+        self.head.len() + self.payload.iter().map(|s| s.len()).sum::<usize>() + self.trailer.len()
+    }
+}
+
+/// A device's end of the local link: the chunks handed to it, and the
+/// emptied ones its senders reuse.
+#[derive(Debug)]
+pub(crate) struct LocalEnd {
+    queue: Mutex<Vec<Chunk>>,
+    spare: Mutex<Vec<Chunk>>,
+    /// Bytes handed over and not yet taken (at most about [`INBOX_BYTES`]).
+    queued: AtomicUsize,
+    /// Chunks wait (set by senders after they queue one, cleared by the taker).
+    pending: AtomicBool,
+    /// The receiver records or impairs packets: senders compute the ICRC.
+    wants_icrc: bool,
+}
+
+impl LocalEnd {
+    pub(crate) fn new(wants_icrc: bool) -> LocalEnd {
+        LocalEnd {
+            queue: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
+            queued: AtomicUsize::new(0),
+            pending: AtomicBool::new(false),
+            wants_icrc,
+        }
+    }
+
+    /// Whether senders must compute the ICRC of what they hand over.
+    pub(crate) fn wants_icrc(&self) -> bool {
+        self.wants_icrc
+    }
+
+    /// An empty chunk to fill (an emptied one when there is one).
+    pub(crate) fn chunk(&self) -> Chunk {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default()
+    }
+
+    /// Whether `len` more bytes fit beside the `staged` ones a sender holds
+    /// for this device; if not, the sender uses the socket.
+    pub(crate) fn has_room(&self, staged: usize, len: usize) -> bool {
+        self.queued.load(Ordering::Acquire) + staged + len <= INBOX_BYTES
+    }
+
+    /// Hands `chunk` over.
+    pub(crate) fn hand_over(&self, chunk: Chunk) {
+        if chunk.is_empty() {
+            self.recycle(std::iter::once(chunk));
+            return;
+        }
+        self.queued.fetch_add(chunk.len(), Ordering::AcqRel);
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(chunk);
+        // SeqCst, paired with the sleepers' flags (`Shared::wake_for_local`):
+        // a thread that set its flag then looks here sees the chunk, or the
+        // sender sees the flag.
+        self.pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether chunks wait (a thread about to sleep looks).
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    /// Moves the chunks waiting into `into` (which must be empty), oldest
+    /// first; false if none did.
+    pub(crate) fn take(&self, into: &mut Vec<Chunk>) -> bool {
+        debug_assert!(into.is_empty());
+        if !self.pending.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        std::mem::swap(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()), into);
+        let n: usize = into.iter().map(Chunk::len).sum();
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        !into.is_empty()
+    }
+
+    /// Chunks whose packets were handled: emptied, kept for the senders
+    /// (up to [`SPARE_CHUNKS`]).
+    pub(crate) fn recycle(&self, chunks: impl IntoIterator<Item = Chunk>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        for mut c in chunks {
+            if spare.len() < SPARE_CHUNKS {
+                c.clear();
+                spare.push(c);
+            }
+        }
+    }
+}
+
+/// A device as the local link sees it.
+pub(crate) trait Peer: Send + Sync {
+    /// Its end of the link.
+    fn end(&self) -> &LocalEnd;
+    /// Whether the packet with these headers (from the BTH on) is for this
+    /// device's engine (on a shared device, a QP of this process's member).
+    fn owns(&self, head: &[u8]) -> bool;
+    /// A packet was handed over: wake whoever sleeps where a datagram would wake it.
+    fn wake(&self);
+}
+
+/// A registered device: the address its packets are sent to.
+struct Entry {
+    addr: SocketAddr,
+    pid: u32,
+    peer: Weak<dyn Peer>,
+}
+
+/// The devices open in this process.
+static DEVICES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+/// Bumped at every change of `DEVICES`: senders refresh their copy.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Makes the device at `addr` reachable over the local link.
+pub(crate) fn register(addr: SocketAddr, peer: Weak<dyn Peer>) {
+    let mut d = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    d.retain(|e| e.peer.strong_count() > 0);
+    d.push(Entry { addr, pid: std::process::id(), peer });
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// A sender's copy of the registry (refreshed when it changed).
+#[derive(Default)]
+pub(crate) struct Peers {
+    generation: u64,
+    list: Vec<(SocketAddr, Weak<dyn Peer>)>,
+}
+
+impl Peers {
+    /// Refreshes the copy if devices came or went; false if none but the
+    /// sender itself could be reached (the caller skips lookups then).
+    pub(crate) fn refresh(&mut self) -> bool {
+        let g = GENERATION.load(Ordering::Acquire);
+        if g != self.generation {
+            let d = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+            let pid = std::process::id();
+            // In a fork() child, the parent's devices are copies nobody drives.
+            self.list = d.iter().filter(|e| e.pid == pid).map(|e| (e.addr, e.peer.clone())).collect();
+            self.generation = g;
+        }
+        !self.list.is_empty()
+    }
+
+    /// The device of this process the packet for `dst` with headers `head` is for.
+    pub(crate) fn find(&self, dst: SocketAddr, head: &[u8]) -> Option<Arc<dyn Peer>> {
+        self.list.iter().filter(|(a, _)| *a == dst).filter_map(|(_, w)| w.upgrade()).find(|p| p.owns(head))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out<'a>(parts: &'a [&'a [u8]]) -> Outgoing<'a> {
+        let ip: IpAddr = [127, 0, 0, 9].into();
+        Outgoing { src: ip, src_port: 49152, dst: ip, icrc: false, head: parts[0], payload: &parts[1..], trailer: &[] }
+    }
+
+    fn chunk_of(end: &LocalEnd, packets: &[&[&[u8]]]) -> Chunk {
+        let mut c = end.chunk();
+        packets.iter().for_each(|p| c.append(&out(p)));
+        c
+    }
+
+    /// Packets come out whole and in order, chunk after chunk; a take
+    /// empties the queue and clears `pending`; a second take finds nothing.
+    #[test]
+    fn packets_are_taken_whole_and_in_order() {
+        let end = LocalEnd::new(false);
+        assert!(!end.pending());
+        end.hand_over(chunk_of(&end, &[&[b"head", b"pay", b"load"], &[b"second"]]));
+        end.hand_over(chunk_of(&end, &[&[b"third"]]));
+        assert!(end.pending());
+        let mut got = Vec::new();
+        assert!(end.take(&mut got));
+        assert!(!end.pending());
+        let seen: Vec<Vec<u8>> = got.iter().flat_map(|c| c.packets().map(|(_, b)| b.to_vec())).collect();
+        assert_eq!(seen, [b"headpayload".to_vec(), b"second".to_vec(), b"third".to_vec()]);
+        end.recycle(got.drain(..));
+        assert!(!end.take(&mut got));
+        let reused = end.chunk();
+        assert!(reused.is_empty() && reused.bytes.capacity() > 0, "an emptied chunk is filled again");
+    }
+
+    /// The queue holds at most INBOX_BYTES: a sender asks before it
+    /// stages a packet, counting what it staged, and the room comes back
+    /// once the receiver took the chunks.
+    #[test]
+    fn a_full_inbox_has_no_room_until_taken() {
+        let end = LocalEnd::new(false);
+        let big = vec![7u8; INBOX_BYTES / 4];
+        for _ in 0..3 {
+            assert!(end.has_room(0, big.len()));
+            end.hand_over(chunk_of(&end, &[&[&big]]));
+        }
+        assert!(end.has_room(0, big.len()));
+        assert!(!end.has_room(big.len(), 1), "what the sender staged counts");
+        end.hand_over(chunk_of(&end, &[&[&big]]));
+        assert!(!end.has_room(0, 1));
+        let mut got = Vec::new();
+        assert!(end.take(&mut got));
+        assert_eq!(got.len(), 4);
+        assert!(end.has_room(0, INBOX_BYTES), "room again once taken");
+    }
+}
