@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use roce_wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, ExtRepr, NakCode, Opcode, Operation, Packet, PacketRepr, Position, Psn,
+    AethRepr, AtomicAckEthRepr, BthRepr, ExtRepr, NakCode, Opcode, Operation, Packet, PacketRepr, Position, Psn, Reth,
     RnrTimer, Syndrome, Transport, packet::pad_for,
 };
 
@@ -368,20 +368,9 @@ impl Qp {
         let (grant, remaining, total) = match (self.resp.current, p.reth()) {
             (None, Some(reth)) => {
                 let len = u64::from(reth.dma_len());
-                if len == 0 {
-                    (None, 0, 0)
-                } else {
-                    match ctx.mrs.check_remote(
-                        reth.rkey(),
-                        self.init.pd.get(),
-                        self.qpn,
-                        reth.va(),
-                        len,
-                        AccessFlags::REMOTE_WRITE,
-                    ) {
-                        Ok(g) => (Some(g), len, len),
-                        Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
-                    }
+                match self.remote_grant(ctx, &reth, AccessFlags::REMOTE_WRITE) {
+                    Ok(g) => (g, len, len),
+                    Err(v) => return v,
                 }
             }
             (Some(InMessage::Write { grant, remaining }), None) => (Some(grant), remaining, 0),
@@ -430,6 +419,20 @@ impl Qp {
         Verdict::Done
     }
 
+    /// The memory a WRITE's or READ's RETH names, checked for `access`
+    /// (key, PD, QP, bounds): `None` for a zero-length request, which
+    /// names none; a refused check is a remote access error NAK.
+    fn remote_grant(&self, ctx: &Ctx<'_>, reth: &Reth<&[u8]>, access: AccessFlags) -> Result<Option<Grant>, Verdict> {
+        let len = u64::from(reth.dma_len());
+        if len == 0 {
+            return Ok(None);
+        }
+        match ctx.mrs.check_remote(reth.rkey(), self.init.pd.get(), self.qpn, reth.va(), len, access) {
+            Ok(g) => Ok(Some(g)),
+            Err(_) => Err(Verdict::Nak(NakCode::RemoteAccessError)),
+        }
+    }
+
     fn exec_read(&mut self, ctx: &mut Ctx<'_>, p: &Packet<&[u8]>, psn: Psn, duplicate: bool) -> Verdict {
         let Some(reth) = p.reth() else { return Verdict::Nak(NakCode::InvalidRequest) };
         let len = u64::from(reth.dma_len());
@@ -444,20 +447,9 @@ impl Qp {
         if self.attr.max_dest_rd_atomic == 0 || !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ) {
             return Verdict::Nak(NakCode::InvalidRequest);
         }
-        let grant = if len == 0 {
-            None
-        } else {
-            match ctx.mrs.check_remote(
-                reth.rkey(),
-                self.init.pd.get(),
-                self.qpn,
-                reth.va(),
-                len,
-                AccessFlags::REMOTE_READ,
-            ) {
-                Ok(g) => Some(g),
-                Err(_) => return Verdict::Nak(NakCode::RemoteAccessError),
-            }
+        let grant = match self.remote_grant(ctx, &reth, AccessFlags::REMOTE_READ) {
+            Ok(g) => g,
+            Err(v) => return v,
         };
         let npsn = len.div_ceil(self.mtu()).max(1) as u32;
         if duplicate && !self.repeat_read_in_range(psn, npsn, reth.rkey(), reth.va(), len) {
