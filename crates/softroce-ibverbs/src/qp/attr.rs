@@ -248,13 +248,25 @@ ibv_export! { "IBVERBS_1.1";
     }
 }
 
-/// The MGID `gid` points at.
+/// `verb` (attach or detach) on the QP `qp` and the multicast group `gid`
+/// names: 0, the verb's errno, or EINVAL for a NULL pointer.
 ///
 /// # Safety
-/// `gid` is NULL or points at a readable `union ibv_gid` (16 bytes).
-unsafe fn mgid(gid: *const IbvGid) -> Option<[u8; 16]> {
+/// `qp` is NULL or a QP from `ibv_create_qp`, not destroyed; `gid` is NULL
+/// or points at a readable `union ibv_gid` (16 bytes).
+unsafe fn on_mcast_group(
+    qp: *mut IbvQp,
+    gid: *const IbvGid,
+    verb: fn(&softroce::Qp, [u8; 16]) -> Result<(), softroce::Error>,
+) -> c_int {
     // SAFETY: per the contract; every bit pattern is a valid `raw`.
-    unsafe { gid.as_ref().map(|g| g.raw) }
+    let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { gid.as_ref().map(|g| g.raw) }) else {
+        return libc::EINVAL;
+    };
+    match verb(&o.qp, g) {
+        Ok(()) => 0,
+        Err(e) => errno(&e),
+    }
 }
 
 ibv_export! { "IBVERBS_1.1";
@@ -262,12 +274,8 @@ ibv_export! { "IBVERBS_1.1";
     /// RoCE): it receives what is sent to the group's address; 0 or an errno
     /// (EINVAL: not a UD QP or not a multicast GID; ENOMEM: a device limit).
     fn ibv_attach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
-        // SAFETY: a QP from ibv_create_qp (checked for NULL), a readable GID.
-        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
-        match o.qp.attach_mcast(g) {
-            Ok(()) => 0,
-            Err(e) => errno(&e),
-        }
+        // SAFETY: a QP from ibv_create_qp or NULL, a readable GID or NULL.
+        unsafe { on_mcast_group(qp, gid, softroce::Qp::attach_mcast) }
     }
 }
 
@@ -275,10 +283,6 @@ ibv_export! { "IBVERBS_1.1";
     /// Detaches a QP from the multicast group `gid`; EINVAL if not attached.
     fn ibv_detach_mcast(qp: *mut IbvQp, gid: *const IbvGid, _lid: u16) -> c_int {
         // SAFETY: as for ibv_attach_mcast.
-        let (Some(o), Some(g)) = (unsafe { qp_obj(qp) }, unsafe { mgid(gid) }) else { return libc::EINVAL };
-        match o.qp.detach_mcast(g) {
-            Ok(()) => 0,
-            Err(e) => errno(&e),
-        }
+        unsafe { on_mcast_group(qp, gid, softroce::Qp::detach_mcast) }
     }
 }
