@@ -31,9 +31,12 @@ pub const UDP_QKEY: u32 = 0x0123_4567;
 /// `cma_resolve_ib_udp`), resent [`MAX_CM_RETRIES`] times.
 pub const SIDR_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1 << (CM_RESPONSE_TIMEOUT - 8));
 
-/// `rdma_conn_param`: what the consumer asks for.
+/// `rdma_conn_param` as the CM's messages carry it: what [`rc_req`] and
+/// [`rc_rep`] put in a REQ or REP, the private data borrowed. Not the
+/// application's (softroce's `rdma_cm::ConnParam`): that one owns its
+/// private data, as events outlive messages, and has fields no message takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnParam<'a> {
+pub struct WireConnParam<'a> {
     /// RDMA READ / atomic requests this side accepts in flight.
     pub responder_resources: u8,
     /// RDMA READ / atomic requests this side issues in flight.
@@ -50,10 +53,10 @@ pub struct ConnParam<'a> {
     pub private_data: &'a [u8],
 }
 
-impl Default for ConnParam<'_> {
+impl Default for WireConnParam<'_> {
     /// librdmacm's values for a NULL `conn_param`: retry 7, RNR retry 7.
     fn default() -> Self {
-        ConnParam {
+        WireConnParam {
             responder_resources: 0,
             initiator_depth: 0,
             flow_control: false,
@@ -124,7 +127,7 @@ pub fn rc_req(
     src: SocketAddr,
     dst: SocketAddr,
     local: &LocalEnd,
-    p: &ConnParam<'_>,
+    p: &WireConnParam<'_>,
 ) -> Result<ReqRepr, CmWireError> {
     let hdr = CmaHdrRepr::new(src.port(), src.ip(), dst.ip());
     let path = ReqPath {
@@ -174,7 +177,7 @@ pub fn ud_sidr_req(ps: PortSpace, src: SocketAddr, dst: SocketAddr, user: &[u8])
 
 /// The REP rdma_cm sends when the consumer accepts (`cma_accept_ib`); the
 /// comm IDs are left 0 for the CM agent.
-pub fn rc_rep(local: &LocalEnd, p: &ConnParam<'_>) -> Result<RepRepr, CmWireError> {
+pub fn rc_rep(local: &LocalEnd, p: &WireConnParam<'_>) -> Result<RepRepr, CmWireError> {
     Ok(RepRepr {
         local_qpn: local.qpn,
         starting_psn: local.psn,
@@ -223,11 +226,15 @@ mod tests {
         let a: SocketAddr = "10.0.0.1:5000".parse().unwrap();
         let b: SocketAddr = "10.0.0.2:7174".parse().unwrap();
         let ok = [7u8; 56];
-        assert!(rc_req(PortSpace::Tcp, a, b, &local, &ConnParam { private_data: &ok, ..ConnParam::default() }).is_ok());
+        assert!(
+            rc_req(PortSpace::Tcp, a, b, &local, &WireConnParam { private_data: &ok, ..WireConnParam::default() })
+                .is_ok()
+        );
         let long = [7u8; 57];
-        let e = rc_req(PortSpace::Tcp, a, b, &local, &ConnParam { private_data: &long, ..ConnParam::default() });
+        let e =
+            rc_req(PortSpace::Tcp, a, b, &local, &WireConnParam { private_data: &long, ..WireConnParam::default() });
         assert!(matches!(e, Err(CmWireError::PrivateDataTooLong { .. })), "{e:?}");
-        let rep = rc_rep(&local, &ConnParam { private_data: &[1; 197], ..ConnParam::default() });
+        let rep = rc_rep(&local, &WireConnParam { private_data: &[1; 197], ..WireConnParam::default() });
         assert!(matches!(rep, Err(CmWireError::PrivateDataTooLong { len: 197, capacity: 196 })), "{rep:?}");
     }
 }

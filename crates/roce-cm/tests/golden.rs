@@ -458,7 +458,7 @@ fn with_ids_of(mad: CmMad, theirs: &CmMad) -> CmMad {
 #[test]
 fn softroce_makes_rpings_exchange_byte_for_byte_but_for_the_comm_ids() {
     use roce_cm::cm::{Cm, CmConfig, CmEvent, ConnectParams};
-    use roce_cm::cma::{self, ConnParam, LocalEnd};
+    use roce_cm::cma::{self, LocalEnd, WireConnParam};
     let (theirs, _) = read_capture("rping_c3");
     let now = std::time::Instant::now();
     let cfg = |ca_guid| CmConfig { ca_guid, tid_hi: 2, ack_delay: 15, comm_id_mask: 0, comm_id_tag: 0 };
@@ -472,7 +472,7 @@ fn softroce_makes_rpings_exchange_byte_for_byte_but_for_the_comm_ids() {
         mtu: PathMtu::Mtu1024,
         tos: 0,
     };
-    let rping = ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() };
+    let rping = WireConnParam { responder_resources: 1, initiator_depth: 1, ..WireConnParam::default() };
     let req =
         cma::rc_req(PortSpace::Tcp, (CLIENT, 56612).into(), (SERVER, 7174).into(), &end(CLIENT_GUID, 0xed57a9), &rping)
             .unwrap();

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use roce_cm::cm::{CmEvent, ConnectParams};
-use roce_cm::cma::{self, ConnParam, LocalEnd};
+use roce_cm::cma::{self, LocalEnd, WireConnParam};
 use roce_cm::wire::mad::{GSI_QKEY, GSI_QPN};
 use roce_cm::wire::{AttributeId, CmMad, IpServiceId, PortSpace, RejReason};
 use roce_wire::{Opcode, Packet, Psn};
@@ -80,7 +80,7 @@ fn two_devices_connect_by_cm_mads_move_data_and_disconnect() {
     let (c, s) = (end(Some(pcap.clone()), 11), end(None, 12));
     let service = IpServiceId::new(PortSpace::Tcp, PORT).service_id();
     s.cm.listen(service).unwrap();
-    let rping = ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() };
+    let rping = WireConnParam { responder_resources: 1, initiator_depth: 1, ..WireConnParam::default() };
     let (c_addr, s_addr) = (c.cm.local_addr(), s.cm.local_addr());
     let req = cma::rc_req(
         PortSpace::Tcp,
@@ -171,7 +171,7 @@ fn a_req_to_a_port_nobody_listens_on_is_rejected_over_the_wire() {
         SocketAddr::new(c_addr, 40001),
         SocketAddr::new(s_addr, PORT + 1),
         &local(&c, 5),
-        &ConnParam::default(),
+        &WireConnParam::default(),
     )
     .unwrap();
     let id = c.cm.connect(ConnectParams { local: c_addr, peer: s_addr, req, packet_life_time: 18 });

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use roce_cm::cm::{CmEvent, CommId, ConnectParams};
-use roce_cm::cma::{self, ConnParam, LocalEnd};
+use roce_cm::cma::{self, LocalEnd, WireConnParam};
 use roce_cm::wire::{IpServiceId, PortSpace};
 use roce_wire::Psn;
 use softroce::cm::CmService;
@@ -69,8 +69,8 @@ fn wait_wc(cq: &Cq) -> Wc {
     wc[0]
 }
 
-fn rdma_cm_values() -> ConnParam<'static> {
-    ConnParam { responder_resources: 1, initiator_depth: 1, ..ConnParam::default() }
+fn rdma_cm_values() -> WireConnParam<'static> {
+    WireConnParam { responder_resources: 1, initiator_depth: 1, ..WireConnParam::default() }
 }
 
 /// One process: `server:PORT` (accept one connection, echo one SEND

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use roce_cm::cma::ConnParam as WireConnParam;
+use roce_cm::cma::WireConnParam;
 
 use super::CmId;
 use crate::error::Error;
@@ -122,7 +122,11 @@ impl EventType {
     }
 }
 
-/// `rdma_conn_param`.
+/// `rdma_conn_param` as the application passes it to connect and accept
+/// and as events carry it to the application: it owns its private data
+/// (an event outlives the message it came in) and has the `qp_num` of an
+/// id without a QP of its own. [`ConnParam::wire`] makes roce-cm's
+/// [`WireConnParam`], the borrowed view the CM's message builders take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnParam {
     /// The consumer's private data.
@@ -149,6 +153,7 @@ impl ConnParam {
         ConnParam { retry_count: 7, rnr_retry_count: 7, ..ConnParam::default() }
     }
 
+    /// What the CM puts in the REQ or REP.
     pub(super) fn wire(&self) -> WireConnParam<'_> {
         WireConnParam {
             responder_resources: self.responder_resources,
