@@ -59,6 +59,31 @@ pub struct AhAttr {
     pub flow_label: u32,
 }
 
+/// What an `ibv_ah_attr` holds beside the RoCE path [`AhAttr`]: LID
+/// addressing, rate, path bits, port. The engine sends without it; it is
+/// kept with the QP's other attributes so `ibv_query_qp` reports the
+/// address vector as it was set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IbPath {
+    /// The address vector has a GRH (RoCE's always have one).
+    pub is_global: bool,
+    /// Destination LID (without a GRH: the host a LID names).
+    pub dlid: u16,
+    /// `enum ibv_rate`.
+    pub static_rate: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Port.
+    pub port_num: u8,
+}
+
+impl Default for IbPath {
+    /// A RoCE address vector's: global, port 1.
+    fn default() -> IbPath {
+        IbPath { is_global: true, dlid: 0, static_rate: 0, src_path_bits: 0, port_num: 1 }
+    }
+}
+
 /// Sizes of a QP's queues (`struct ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpCap {
@@ -117,6 +142,8 @@ pub struct QpAttr {
     pub qp_access_flags: AccessFlags,
     /// The primary path.
     pub ah_attr: AhAttr,
+    /// The rest of the primary path's address vector (set with `AV`).
+    pub ib_path: IbPath,
     /// P_Key index.
     pub pkey_index: u16,
     /// Port (1).
@@ -156,6 +183,7 @@ impl Default for QpAttr {
                 sl: 0,
                 flow_label: 0,
             },
+            ib_path: IbPath::default(),
             pkey_index: 0,
             port_num: 1,
             timeout: 0,

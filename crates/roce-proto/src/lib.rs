@@ -33,7 +33,7 @@ mod timers;
 pub mod verbs;
 pub mod wr;
 
-pub use attr::{AhAttr, Mtu, QpAttr, QpCap, QpInitAttr};
+pub use attr::{AhAttr, IbPath, Mtu, QpAttr, QpCap, QpInitAttr};
 pub use ctx::AsyncEvent;
 pub use ctx::Piece;
 pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};

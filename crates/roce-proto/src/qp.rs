@@ -295,8 +295,13 @@ pub struct Qp {
     pub qpn: u32,
     /// Creation attributes.
     pub init: QpInitAttr,
-    /// Current attributes.
+    /// Current attributes: the one store of them, which `ibv_query_qp`
+    /// reads (with [`Qp::set`]).
     pub attr: QpAttr,
+    /// The attributes `modify` has set since the QP was made or last
+    /// reset: `ibv_query_qp` reports those, and 0 for the others (which
+    /// hold the engine's defaults).
+    pub set: M,
     /// Send queue.
     pub(crate) sq: SendQueue,
     /// Own receive queue (unused with an SRQ).
@@ -365,6 +370,7 @@ impl Qp {
             qpn,
             init,
             attr: QpAttr::default(),
+            set: M::EMPTY,
             sq: SendQueue::new(max_send_wr, max_send_sge, max_inline_data),
             rq: RecvQueue::new(if init.srq.is_some() { 1 } else { max_recv_wr }, max_recv_sge),
             req: Requester {
@@ -506,6 +512,7 @@ impl Qp {
         }
         if mask.contains(M::AV) {
             a.ah_attr = attr.ah_attr;
+            a.ib_path = attr.ib_path;
         }
         if mask.contains(M::PATH_MTU) {
             a.path_mtu = attr.path_mtu;
@@ -550,6 +557,7 @@ impl Qp {
             // After the whole modify, as rxe: the DEST_QPN of the same call counts.
             self.src_port = rdma_get_udp_sport(a.ah_attr.flow_label, self.qpn, a.dest_qp_num);
         }
+        self.set |= mask;
         match next {
             QpState::Reset => self.reset(ctx),
             QpState::Err if cur != QpState::Err => self.enter_error(ctx),

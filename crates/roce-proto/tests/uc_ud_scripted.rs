@@ -176,6 +176,34 @@ fn reset_empties_the_queues() {
 }
 
 #[test]
+fn the_qp_keeps_what_was_set_until_reset() {
+    // ibv_query_qp reads the engine's attributes and the mask of those set.
+    use roce_proto::qp_state::required_mask;
+    let mut p = Pair::new(Setup::default());
+    let q = p.qpn[B].into();
+    let (set, held) = p.dev[B].qp(q).map(|qp| (qp.set, qp.attr)).unwrap();
+    for m in [QpAttrMask::STATE, QpAttrMask::AV, QpAttrMask::PATH_MTU, QpAttrMask::DEST_QPN, QpAttrMask::SQ_PSN] {
+        assert!(set.contains(m), "{set:?} lacks {m:?}");
+    }
+    assert!(!set.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY));
+    assert_eq!(held.dest_qp_num, p.qpn[A]);
+    let reset = QpAttr { qp_state: QpState::Reset, ..QpAttr::default() };
+    p.dev[B].modify_qp(q, &reset, QpAttrMask::STATE).unwrap();
+    let qp = p.dev[B].qp(q).unwrap();
+    assert_eq!((qp.set, qp.attr), (QpAttrMask::EMPTY, QpAttr::default()), "RESET forgets the attributes");
+    // What RoCE does not use is kept with the path it came with.
+    let lid_path = roce_proto::IbPath { is_global: false, dlid: 7, static_rate: 3, src_path_bits: 1, port_num: 1 };
+    let mut a = QpAttr { qp_state: QpState::Init, ..held };
+    p.dev[B].modify_qp(q, &a, required_mask(QpState::Reset, QpState::Init, QpType::Rc).unwrap()).unwrap();
+    a.qp_state = QpState::Rtr;
+    a.ib_path = lid_path;
+    p.dev[B].modify_qp(q, &a, required_mask(QpState::Init, QpState::Rtr, QpType::Rc).unwrap()).unwrap();
+    let qp = p.dev[B].qp(q).unwrap();
+    assert_eq!(qp.attr.ib_path, lid_path);
+    assert!(qp.set.contains(QpAttrMask::AV));
+}
+
+#[test]
 fn cq_overrun_raises_cq_err_and_moves_the_qp_to_err() {
     // (3 entries: rxe's CQ sizes are 2^k - 1.)
     let mut p = Pair::new(Setup { cqe: 3, ..Setup::default() });
