@@ -94,8 +94,8 @@ pub use roce_proto::mr::{MwBindInfo, MwType};
 pub use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 pub use roce_proto::wr::{Flush, MwBind, placement, selectivity};
 pub use roce_proto::{
-    AhAttr, AsyncEvent, CqHandle, Mtu, Payload, PdHandle, QpAttr, QpCap, RecvWr, SendWr, Sge, SrqHandle, UdDest, Wc,
-    WcFlags,
+    AhAttr, AsyncEvent, CqHandle, IbPath, Mtu, Payload, PdHandle, QpAttr, QpCap, RecvWr, SendWr, Sge, SrqHandle,
+    UdDest, Wc, WcFlags,
 };
 pub use sources::SrcPorts;
 pub use verbs::{Ah, CompChannel, ConnectOptions, Cq, Mr, Mw, Pd, Qp, QpEndpoint, QpInit, Srq, ToInit, ToRtr, ToRts};

@@ -1,13 +1,13 @@
 //! A QP's attributes: `ibv_modify_qp` (C attributes to softroce's, with the
-//! address vector's destination), `ibv_query_qp` (the attributes last set,
-//! merged with the engine's), the conversions rdma_cm and address handles
+//! address vector's destination), `ibv_query_qp` (those the engine holds,
+//! its one store of them), the conversions rdma_cm and address handles
 //! share (`dest_of`, `write_ah_attr`, `write_qp_attr`), and multicast
 //! attach / detach.
 
 use std::ffi::c_int;
 use std::net::IpAddr;
 
-use softroce::{AccessFlags, QpAttr, QpAttrMask, QpState};
+use softroce::{AccessFlags, IbPath, QpAttr, QpAttrMask, QpState};
 
 use crate::abi::*;
 use crate::errno::errno;
@@ -49,6 +49,19 @@ pub(crate) fn write_ah_attr(out: &mut IbvAhAttr, ah: &roce_proto::AhAttr) {
     out.sl = ah.sl;
     out.is_global = 1;
     out.port_num = 1;
+}
+
+/// What a QP's address vector holds beside the RoCE path (`write_ah_attr`
+/// writes that): without a GRH, no GRH fields.
+fn write_ib_path(out: &mut IbvAhAttr, p: &IbPath) {
+    out.is_global = p.is_global.into();
+    out.dlid = p.dlid;
+    out.static_rate = p.static_rate;
+    out.src_path_bits = p.src_path_bits;
+    out.port_num = p.port_num;
+    if !p.is_global {
+        out.grh = IbvQpAttr::default().ah_attr.grh;
+    }
 }
 
 /// Writes softroce's attributes into a C `ibv_qp_attr` (what
@@ -99,6 +112,13 @@ fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> R
             sl: ah.sl,
             flow_label: if ah.is_global != 0 { ah.grh.flow_label } else { 0 },
         };
+        o.ib_path = IbPath {
+            is_global: ah.is_global != 0,
+            dlid: ah.dlid,
+            static_rate: ah.static_rate,
+            src_path_bits: ah.src_path_bits,
+            port_num: ah.port_num,
+        };
     }
     o.pkey_index = a.pkey_index;
     o.port_num = if a.port_num == 0 { 1 } else { a.port_num };
@@ -143,15 +163,14 @@ ibv_export! { "IBVERBS_1.1";
             trace_err("ibv_modify_qp", &e);
             return errno(&e);
         }
-        let mut cache = o.attr.lock().unwrap_or_else(|p| p.into_inner());
-        merge(&mut cache, a, mask);
         // SAFETY: the application reads `state` directly; we own the struct.
         unsafe { std::ptr::addr_of!(o.c.qp_base.state).cast_mut().write_volatile(o.qp.state() as u32 as _) };
         0
     }
 }
 
-/// Copies the fields named by `mask` into the cache `ibv_query_qp` reads.
+/// Copies the fields named by `mask` from `a` (what `ibv_query_qp`
+/// reports: the fields set, the others 0).
 fn merge(c: &mut IbvQpAttr, a: &IbvQpAttr, mask: u32) {
     let has = |b: c_int| mask & b as u32 != 0;
     if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
@@ -214,14 +233,15 @@ ibv_export! { "IBVERBS_1.1";
         if attr.is_null() || init_attr.is_null() {
             return libc::EINVAL;
         }
-        let mut a = *o.attr.lock().unwrap_or_else(|p| p.into_inner());
-        // rdma_cm's moves of the QP, made for the application.
-        for (ra, rm) in o.qp.modified_for_app() {
-            let mut t = a;
-            write_qp_attr(&mut t, &ra);
-            merge(&mut a, &t, rm.0);
-        }
-        let state = o.qp.state() as u32;
+        let (held, set) = o.qp.query();
+        let mut all = IbvQpAttr::default();
+        write_qp_attr(&mut all, &held);
+        write_ib_path(&mut all.ah_attr, &held.ib_path);
+        all.en_sqd_async_notify = held.en_sqd_async_notify.into();
+        let mut a = IbvQpAttr::default();
+        a.port_num = 1;
+        merge(&mut a, &all, set.0);
+        let state = held.qp_state as u32;
         a.qp_state = state as _;
         a.cur_qp_state = state as _;
         a.cap = IbvQpCap {

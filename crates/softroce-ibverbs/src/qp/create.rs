@@ -6,7 +6,6 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use softroce::{QpCap, QpInit, QpType, WrOpcode};
@@ -84,9 +83,6 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
         c.comp_mask = ops;
         wr::install(&mut c);
     }
-    let mut attr = IbvQpAttr::default();
-    attr.cap = m.attr.cap;
-    attr.port_num = 1;
     let qpn = qp.qpn();
     let ctx = p.c.context;
     let o = Box::into_raw(Box::new(QpObj {
@@ -96,7 +92,6 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
         pd: p.pd.clone(),
         extended: m.send_ops.is_some(),
         cap,
-        attr: Mutex::new(attr),
         builder: UnsafeCell::new(wr::Builder::default()),
     }));
     // SAFETY: the PD's context is live.

@@ -13,7 +13,6 @@
 //! and `wr` is the `ibv_wr_*` builder of extended QPs.
 
 use std::cell::UnsafeCell;
-use std::sync::Mutex;
 
 use softroce::{Qp, QpCap};
 
@@ -44,8 +43,6 @@ pub(crate) struct QpObj {
     /// Whether it was made with `send_ops_flags` (`ibv_qp_to_qp_ex`).
     extended: bool,
     cap: QpCap,
-    /// What `ibv_query_qp` reports: the attributes last set.
-    attr: Mutex<IbvQpAttr>,
     /// The `ibv_wr_*` batch being built; the application serialises it.
     builder: UnsafeCell<Builder>,
 }

@@ -402,15 +402,15 @@ impl CmId {
             // librdmacm's `ucma_init_ud_qp`: INIT with rdma_cm's Q_Key, RTR, RTS.
             use QpAttrMask as M;
             let init = QpAttr { qp_state: QpState::Init, qkey: cma::UDP_QKEY, port_num: 1, ..QpAttr::default() };
-            qp.modify_for_app(&init, M(M::STATE.0 | M::QKEY.0 | M::PKEY_INDEX.0 | M::PORT.0))?;
-            qp.modify_for_app(&QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE)?;
-            qp.modify_for_app(
+            qp.modify(&init, M(M::STATE.0 | M::QKEY.0 | M::PKEY_INDEX.0 | M::PORT.0))?;
+            qp.modify(&QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE)?;
+            qp.modify(
                 &QpAttr { qp_state: QpState::Rts, sq_psn: Psn::ZERO, ..QpAttr::default() },
                 M(M::STATE.0 | M::SQ_PSN.0),
             )?;
         } else {
             let (a, m) = self.qp_attr(QpState::Init)?;
-            qp.modify_for_app(&a, m)?;
+            qp.modify(&a, m)?;
         }
         self.st().qp = Some(qp);
         Ok(())
@@ -533,10 +533,10 @@ impl CmId {
     fn move_qp_to_rts(&self) -> Result<(), Error> {
         let Some(qp) = self.qp() else { return Ok(()) };
         let (a, _) = self.qp_attr(QpState::Init)?;
-        qp.modify_for_app(&a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
+        qp.modify(&a, QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::ACCESS_FLAGS.0))?;
         for s in [QpState::Rtr, QpState::Rts] {
             let (a, m) = self.qp_attr(s)?;
-            qp.modify_for_app(&a, m)?;
+            qp.modify(&a, m)?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! here what an application does with a QP.
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use roce_proto::qp_state::required_mask;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType};
@@ -163,9 +163,6 @@ pub(super) struct QpInner {
     _send_cq: Cq,
     _recv_cq: Cq,
     _srq: Option<Srq>,
-    /// Moves made on the application's behalf ([`Qp::modify_for_app`]),
-    /// oldest first, one per attribute mask.
-    for_app: Mutex<Vec<(QpAttr, M)>>,
 }
 
 impl Drop for QpInner {
@@ -241,7 +238,6 @@ impl Pd {
             _send_cq: init.send_cq.clone(),
             _recv_cq: init.recv_cq.clone(),
             _srq: init.srq.cloned(),
-            for_app: Mutex::new(Vec::new()),
         })))
     }
 }
@@ -281,20 +277,17 @@ impl Qp {
         s.with_live_qp(true, |d| d.modify_qp(q, attr, mask).map(|()| (q, ())))
     }
 
-    /// [`Qp::modify`] on the application's behalf (rdma_cm's moves), noted
-    /// for [`Qp::modified_for_app`]: `ibv_query_qp` must report them as if
-    /// the application had made them.
-    pub fn modify_for_app(&self, attr: &QpAttr, mask: M) -> Result<(), Error> {
-        self.modify(attr, mask)?;
-        let mut noted = self.0.for_app.lock().unwrap_or_else(|e| e.into_inner());
-        noted.retain(|(_, m)| m.0 & !mask.0 != 0);
-        noted.push((*attr, mask));
-        Ok(())
-    }
-
-    /// The moves [`Qp::modify_for_app`] made, oldest first.
-    pub fn modified_for_app(&self) -> Vec<(QpAttr, M)> {
-        self.0.for_app.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// `ibv_query_qp`: the attributes the engine holds, the one store of
+    /// them (the application's moves and rdma_cm's made for it), with the
+    /// mask of those set since the QP was made or last reset.
+    pub fn query(&self) -> (QpAttr, M) {
+        let q = self.0.qpn;
+        self.ctx().shared().with_dev(false, |d| {
+            d.qp(q).map_or(
+                (QpAttr { qp_state: QpState::Err, cur_qp_state: QpState::Err, ..QpAttr::default() }, M::EMPTY),
+                |qp| (qp.attr, qp.set),
+            )
+        })
     }
 
     /// `ibv_attach_mcast`: this UD QP receives what is sent to multicast
