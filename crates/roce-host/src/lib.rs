@@ -14,6 +14,7 @@
 
 pub mod envelope;
 pub mod gsi;
+pub mod inbox;
 pub mod layout;
 mod member;
 mod peers;

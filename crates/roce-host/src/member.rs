@@ -480,6 +480,35 @@ impl Member {
         }
     }
 
+    /// The slot and incarnation of the other member that owns `dest_qpn`'s
+    /// block, if a live one does (not this member: its own QPs are
+    /// `Route::Mine`). Lock-free: the local link asks for every packet.
+    pub fn owner_of(&self, dest_qpn: u32) -> Option<(usize, u64)> {
+        let block = layout::block_of(dest_qpn);
+        if self.owns(block) {
+            return None;
+        }
+        let t = self.table();
+        let o = t.block_owner(block)?;
+        (o.slot != self.slot && t.is_incarnation(o.slot, o.incarnation)).then_some((o.slot, o.incarnation))
+    }
+
+    /// This member's slot in the device file.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Ends a sleep of the member in `slot` (incarnation `incarnation`): a
+    /// Wake envelope to its seat. False if its seat is not known (its sleep
+    /// then ends by its timeout) or the send failed.
+    pub fn wake_member(&self, sock: &Socket, slot: usize, incarnation: u64) -> bool {
+        let t = self.table();
+        let Some(seat) = t.seat_of(slot).filter(|_| t.is_incarnation(slot, incarnation)) else { return false };
+        let mut b = Vec::with_capacity(envelope::FORWARD_HEADER);
+        envelope::wake(&mut b, seat as u32, &self.secret, incarnation & 0xffff_ffff_ffff);
+        sock.send_to(&b, sock.local_addr()).is_ok()
+    }
+
     /// Where a received packet belongs: by its destination QP's block, or
     /// for QP 1 by what its MAD names ([`crate::gsi`]); `None` for a packet
     /// too short to name a QP.
@@ -845,6 +874,8 @@ impl Member {
             exact => exact,
         };
         for &s in &gone {
+            // Its inbox (`crate::inbox`): nobody reads it any more.
+            let _ = std::fs::remove_file(crate::inbox::inbox_path(&self.path, s));
             t.remove_services(s, None);
             self.region().retire(s, t.incarnation(s));
             self.region().clear(s);

@@ -90,3 +90,87 @@ pub(crate) fn byte_held(file: &File, offset: u64) -> io::Result<bool> {
     let fl = ofd(file, libc::F_OFD_GETLK, libc::F_WRLCK as libc::c_short, offset)?;
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
 }
+
+/// A shared, writable mapping of `len` bytes of a file from `offset` (page
+/// aligned), for the inboxes' lanes ([`crate::inbox`]): 64-bit words
+/// reached as atomics, bytes copied in and out with raw copies, never
+/// through a Rust reference, since another process writes them at any time.
+pub(crate) struct ByteMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the bytes are only reached through atomics and raw copies, which
+// any thread may make; the pointer itself is not tied to a thread.
+unsafe impl Send for ByteMap {}
+// SAFETY: as above.
+unsafe impl Sync for ByteMap {}
+
+impl ByteMap {
+    /// Maps `len` bytes of `file` from `offset` (a multiple of the page
+    /// size; the file must be at least `offset + len` long).
+    pub(crate) fn new(file: &File, offset: u64, len: usize) -> io::Result<ByteMap> {
+        // SAFETY: a fresh mapping chosen by the kernel (no address hint) of
+        // a range the caller made the file cover; nothing else aliases it.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                file,
+                offset,
+            )
+        }?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(ByteMap { ptr, len })
+    }
+
+    /// The 64-bit word at `offset` (8-byte aligned and inside the mapping),
+    /// `None` otherwise.
+    pub(crate) fn word(&self, offset: usize) -> Option<&AtomicU64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (the mapping is page aligned), valid
+        // for the mapping's lifetime, which the reference cannot outlive;
+        // only ever accessed as an atomic, so other processes' writes are
+        // no data race.
+        Some(unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() })
+    }
+
+    /// Copies `bytes` to `offset`; false (nothing written) if they do not fit.
+    pub(crate) fn write(&self, offset: usize, bytes: &[u8]) -> bool {
+        if offset.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the range is inside the mapping (checked above); `bytes`
+        // is this process's own memory, disjoint from the mapping. What is
+        // written is not yet published to the reader (`inbox::Outbox::publish`),
+        // so nobody reads it meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len()) };
+        true
+    }
+
+    /// Copies `out.len()` bytes from `offset` into `out`; false (nothing
+    /// read) if the range is outside the mapping.
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        if offset.checked_add(out.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: the range is inside the mapping (checked above) and `out`
+        // is this process's own memory. A writer that broke the protocol
+        // can only make the copy hold garbage, which the caller checks as
+        // it checks any packet.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        true
+    }
+}
+
+impl Drop for ByteMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference
+        // from `word` outlives `self`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

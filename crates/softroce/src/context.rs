@@ -309,10 +309,24 @@ impl Context {
             Some(p) => Some(Tap::create(p).map_err(|e| Error::Pcap { path: p.clone(), source: e })?),
             None => None,
         };
+        // On a shared device, other processes' members hand this one packets
+        // through its inbox (`roce_host::inbox`), and it hands them theirs.
+        // Without one (a full /dev/shm), they use the socket.
+        let (inbox, outboxes) = match sock.member() {
+            Some(m) if opts.link == Link::Local => {
+                match roce_host::inbox::Inbox::create(m.path(), m.slot(), m.incarnation(), wants_icrc) {
+                    Ok(i) => (Some(i), Some(roce_host::inbox::Outboxes::new(m.path(), m.slot()))),
+                    Err(_) => (None, None),
+                }
+            }
+            _ => (None, None),
+        };
+        let mut state = State::new(dev, opts.faults.map(Faults::new), tap, sources);
+        state.outboxes = outboxes;
         let shared = Arc::new(Shared {
             info: info.clone(),
             sock,
-            state: Mutex::new(State::new(dev, opts.faults.map(Faults::new), tap, sources)),
+            state: Mutex::new(state),
             waker: Waker::new()?,
             stop: AtomicBool::new(false),
             mode: opts.progress,
@@ -324,6 +338,7 @@ impl Context {
             driver_asleep: AtomicBool::new(false),
             link: opts.link,
             local: LocalEnd::new(wants_icrc),
+            inbox,
             local_wakes: std::sync::atomic::AtomicU64::new(0),
             tx_owed: std::sync::atomic::AtomicU64::new(0),
             driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),

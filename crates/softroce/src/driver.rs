@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use roce_host::inbox::{Addressing, Asleep, Inbox, Outboxes};
 use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
@@ -51,11 +52,12 @@ pub(crate) enum Defer {
 }
 
 /// How a waiter sleeps (see [`Shared::sleep_and_progress`]).
-enum Sleep {
+enum Sleep<'a> {
     /// Not at all: completions came meanwhile.
     No,
-    /// In `recvmmsg`, with the device's receive batch.
-    InSocket(Box<RecvBatch>),
+    /// In `recvmmsg`, with the device's receive batch (counted among the
+    /// inbox's sleepers).
+    InSocket(Box<RecvBatch>, Option<Asleep<'a>>),
     /// In `poll`, beside a thread that sleeps in the socket.
     BesideSocket,
 }
@@ -152,17 +154,26 @@ roce_proto::counter_struct! {
         /// Turns the driver thread polled on after a pass of a passive side
         /// (`Options::driver_spin`).
         pub driver_spins,
-        /// Packets sent over the local link to a device of this process
-        /// (`local_link.rs`; also counted in `tx_packets`).
+        /// Packets sent over the local link to a device of this process, or
+        /// to another process's member of this shared device through its
+        /// inbox (`local_link.rs`, `roce_host::inbox`; also counted in
+        /// `tx_packets`).
         pub tx_local,
         /// Packets received over it (also counted in `rx_packets`).
         pub rx_local,
         /// Packets for a local device sent by the socket instead, because
         /// its inbox was full.
         pub local_full,
+        /// Inbox lanes another process's member filled against the layout:
+        /// what they held was dropped (`roce_host::inbox::Drained::refused`).
+        pub local_refused,
         /// Wake-up calls this device's senders needed to hand it a local
         /// packet (one of its threads slept where a datagram would wake it).
         pub local_wakes,
+        /// Wake envelopes this device sent to another process's member of
+        /// the shared device, whose threads slept when a packet was put in
+        /// its inbox.
+        pub member_wakes,
     }
 }
 
@@ -199,6 +210,9 @@ pub(crate) struct State {
     staged: Vec<(Arc<dyn Peer>, Chunk)>,
     /// When the socket was looked at, and found packets.
     socket_looks: SocketLooks,
+    /// Lanes to the other members of this shared device (other processes)
+    /// in their inboxes, when the local link is on.
+    pub(crate) outboxes: Option<Outboxes>,
 }
 
 impl State {
@@ -223,6 +237,7 @@ impl State {
             local_rx: Vec::new(),
             staged: Vec::new(),
             socket_looks: SocketLooks::default(),
+            outboxes: None,
         }
     }
 }
@@ -251,6 +266,9 @@ pub(crate) struct Shared {
     pub(crate) link: Link,
     /// This device's end of the local link.
     pub(crate) local: LocalEnd,
+    /// This member's inbox on a shared device: what other processes'
+    /// members hand it over the local link.
+    pub(crate) inbox: Option<Inbox>,
     /// `DriverStats::local_wakes`, counted by senders outside the lock.
     pub(crate) local_wakes: std::sync::atomic::AtomicU64,
     /// Since when a waiter's pass left packets unsent (see
@@ -487,12 +505,13 @@ impl Shared {
                 // Flag, then look (`wake_for_local`): a local packet handed
                 // over meanwhile is seen here or wakes the sleep.
                 self.in_socket.store(true, Ordering::SeqCst);
-                if self.local.pending() {
+                let asleep = self.inbox.as_ref().map(Inbox::sleep);
+                if self.local_pending() {
                     self.in_socket.store(false, Ordering::SeqCst);
                     st.rx = Some(rx);
                     Sleep::No
                 } else {
-                    Sleep::InSocket(rx)
+                    Sleep::InSocket(rx, asleep)
                 }
             } else {
                 Sleep::BesideSocket
@@ -503,14 +522,17 @@ impl Shared {
             // Another thread sleeps in the socket: sleep beside it.
             Sleep::BesideSocket => {
                 self.beside.fetch_add(1, Ordering::SeqCst);
-                let r = if self.local.pending() { Ok(()) } else { self.sleep_on_socket(until) };
+                let asleep = self.inbox.as_ref().map(Inbox::sleep);
+                let r = if self.local_pending() { Ok(()) } else { self.sleep_on_socket(until) };
+                drop(asleep);
                 self.beside.fetch_sub(1, Ordering::SeqCst);
                 r?;
                 Pre::Socket
             }
-            Sleep::InSocket(mut rx) => {
+            Sleep::InSocket(mut rx, asleep) => {
                 let left = until.saturating_duration_since(Instant::now()).min(MAX_SOCKET_SLEEP);
                 let r = self.sock.recv_wait(&mut rx, left);
+                drop(asleep);
                 self.in_socket.store(false, Ordering::Release);
                 match r {
                     Ok(n) if n > 0 => Pre::Slept(rx, n),
@@ -758,11 +780,32 @@ impl Shared {
     /// Hands what other devices of this process handed over (the local
     /// link's inbox) to the engine, as `handle_batch` does with datagrams.
     fn receive_local(&self, st: &mut State, now: Instant) -> io::Result<()> {
+        let mut r = Ok(());
+        if let Some(inbox) = &self.inbox {
+            let State { dev, faults, tap, stats, scratch, .. } = st;
+            let d = inbox.drain(|rec| {
+                stats.rx_packets += 1;
+                stats.rx_local += 1;
+                stats.rx_requests += u64::from(is_request(rec.packet));
+                let a = Arrival {
+                    src: rec.src,
+                    src_port: rec.src_port,
+                    dst: rec.dst,
+                    ecn: Ecn::Ect0,
+                    data: rec.packet,
+                    local: !rec.icrc,
+                };
+                let ingested = ingest(dev, faults, tap, scratch, now, a);
+                if r.is_ok() {
+                    r = ingested;
+                }
+            });
+            stats.local_refused += d.refused;
+        }
         if !self.local.take(&mut st.local_rx) {
-            return Ok(());
+            return r;
         }
         let State { dev, faults, tap, stats, scratch, local_rx, .. } = st;
-        let mut r = Ok(());
         for (m, data) in local_rx.iter().flat_map(Chunk::packets) {
             stats.rx_packets += 1;
             stats.rx_local += 1;
@@ -776,6 +819,12 @@ impl Shared {
         }
         self.local.recycle(local_rx.drain(..));
         r
+    }
+
+    /// Whether the local link holds packets for this device: chunks of this
+    /// process's devices, or records of other processes' in its inbox.
+    fn local_pending(&self) -> bool {
+        self.local.pending() || self.inbox.as_ref().is_some_and(Inbox::pending)
     }
 
     /// A packet of another device of this process was handed to this one
@@ -922,7 +971,9 @@ impl Shared {
             return st.tap.as_mut().map_or(Ok(()), Tap::flush);
         }
         let local = self.link == Link::Local && st.peers.refresh();
-        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, peers, staged, .. } = st;
+        let State {
+            dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, peers, staged, outboxes, ..
+        } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
         let mut tx: SendBatch<'_> = match empty.recycle() {
@@ -1003,6 +1054,42 @@ impl Shared {
                 }
                 stats.local_full += 1;
             }
+            // A QP of another process's member of this shared device (not a
+            // MAD, as above): through its inbox.
+            if let (Some(m), Some(boxes)) = (member, outboxes.as_mut())
+                && !gsi
+                && t.dst == m.addr().ip()
+                && let Some((slot, inc)) = roce_wire::bth::dest_qpn_of(head).and_then(|q| m.owner_of(q))
+            {
+                if let Some(lane) = boxes.to(slot, inc, now) {
+                    let icrc = tap.is_some() || lane.wants_icrc();
+                    let trailer = if icrc { icrc_trailer(t, slices) } else { [0; 8] };
+                    let trailer = &trailer[..t.pad_len + ICRC_LEN];
+                    let a = Addressing { src: t.src, src_port: t.src_port, dst: t.dst, icrc };
+                    let parts = std::iter::once(head).chain(slices.iter().copied()).chain(std::iter::once(trailer));
+                    if lane.push(a, parts) {
+                        // The receiver starts on a long message while the rest is written.
+                        if lane.unpublished() >= CHUNK_BYTES && lane.publish() {
+                            m.wake_member(&self.sock, slot, inc);
+                            stats.member_wakes += 1;
+                        }
+                        stats.tx_packets += 1;
+                        stats.tx_local += 1;
+                        if let Some(tp) = tap.as_mut() {
+                            scratch.clear();
+                            scratch.extend_from_slice(head);
+                            slices.iter().for_each(|s| scratch.extend_from_slice(s));
+                            scratch.extend_from_slice(trailer);
+                            if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch) {
+                                result = Err(e);
+                                return false;
+                            }
+                        }
+                        return true;
+                    }
+                }
+                stats.local_full += 1;
+            }
             let trailer = icrc_trailer(t, slices);
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
             if let Some(m) = member
@@ -1076,6 +1163,12 @@ impl Shared {
         });
         if result.is_ok() {
             result = self.flush_all(&mut tx, stats, sources);
+        }
+        if let (Some(m), Some(boxes)) = (member, outboxes.as_mut()) {
+            boxes.publish(|slot, inc| {
+                m.wake_member(&self.sock, slot, inc);
+                stats.member_wakes += 1;
+            });
         }
         for (peer, chunk) in staged.drain(..) {
             if !chunk.is_empty() {
@@ -1203,13 +1296,15 @@ impl Shared {
             if socket {
                 self.driver_asleep.store(true, Ordering::SeqCst);
             }
-            if !(socket && self.local.pending()) {
+            let asleep = if socket { self.inbox.as_ref().map(Inbox::sleep) } else { None };
+            if !(socket && self.local_pending()) {
                 let _ = if precise {
                     wait_precise(fds, Some(&self.waker), timeout)
                 } else {
                     wait(fds, Some(&self.waker), Some(timeout))
                 };
             }
+            drop(asleep);
             self.driver_asleep.store(false, Ordering::SeqCst);
             self.waker.reset();
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::pattern;
 use softroce::config::DeviceInfo;
 use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType, RecvWr,
+    AccessFlags, ConnectOptions, Context, Cq, Link, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType, RecvWr,
     SendFlags, SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
@@ -47,10 +47,10 @@ struct End {
     mr: Mr,
 }
 
-fn open(qp_type: QpType) -> End {
+fn open(qp_type: QpType, link: Link) -> End {
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let ctx = Context::open_with(&device(), Options { link, ..Options::default() }).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(1024, None).unwrap();
     let mr = pd.reg_mr(4 * LEN, access).unwrap();
@@ -71,14 +71,19 @@ fn parse_hello(line: &str) -> (QpEndpoint, u32, u64) {
     (ep, f[3].parse().unwrap(), f[4].parse().unwrap())
 }
 
-/// One process: `role:broker port:pair:seconds:timeout`.
+/// One process: `role:broker port:pair:seconds:timeout:link` (link `local`
+/// or `udp`).
 #[test]
 fn member_process() {
     let Ok(spec) = std::env::var("SOFTROCE_TEST_MEMBER") else { return };
     let f: Vec<&str> = spec.split(':').collect();
     let (role, port, pair, secs, timeout): (&str, u16, u64, u64, u8) =
         (f[0], f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
-    let me = open(if role.starts_with("ud") { QpType::Ud } else { QpType::Rc });
+    let link = match f[5] {
+        "udp" => Link::Udp,
+        _ => Link::Local,
+    };
+    let me = open(if role.starts_with("ud") { QpType::Ud } else { QpType::Rc }, link);
     if role == "ud-leaf" {
         // Ready before anyone learns its QPN: a UD datagram that finds the
         // QP not yet in RTR, or no receive posted, is dropped (as on rxe).
@@ -187,6 +192,8 @@ fn sharing(me: &End) -> String {
         me.ctx.host_stats().into_iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k}={n}")).collect();
     let c = me.ctx.counters();
     v.push(format!("retries={} drop_no_qp={}", c.completer_retry_err, c.drop_no_qp));
+    let d = me.ctx.driver_stats();
+    v.push(format!("tx_local={} rx_local={} local_full={}", d.tx_local, d.rx_local, d.local_full));
     v.join(" ")
 }
 
@@ -348,11 +355,39 @@ fn introduce_pairs(ms: &mut [Member]) {
     }
 }
 
+/// A result's `name=value` field.
+fn field(r: &str, name: &str) -> u64 {
+    let at = r.find(&format!(" {name}=")).unwrap_or_else(|| panic!("{name} in {r}")) + name.len() + 2;
+    r[at..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Every packet between members of one device went through their inboxes
+/// (the local link), or none did (`SOFTROCE_LINK=udp`).
+fn check_link(results: &[String], link: Link) {
+    for (i, r) in results.iter().enumerate() {
+        let (tx, rx, full) = (field(r, "tx_local"), field(r, "rx_local"), field(r, "local_full"));
+        match link {
+            Link::Local => assert!(tx > 0 && rx > 0 && full == 0, "process {i} over the local link: {r}"),
+            Link::Udp => assert_eq!((tx, rx), (0, 0), "process {i} over UDP: {r}"),
+        }
+    }
+}
+
 #[test]
 fn eight_processes_on_one_device_move_checked_data_in_four_pairs() {
+    four_pairs(Link::Local);
+}
+
+#[test]
+fn eight_processes_on_one_device_move_checked_data_in_four_pairs_over_udp() {
+    four_pairs(Link::Udp);
+}
+
+fn four_pairs(link: Link) {
+    let l = if link == Link::Udp { "udp" } else { "local" };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let specs: Vec<String> =
-        (0..8).map(|i| format!("{}:PORT:{}:2:14", if i % 2 == 0 { "rc-a" } else { "rc-b" }, i / 2)).collect();
+        (0..8).map(|i| format!("{}:PORT:{}:2:14:{l}", if i % 2 == 0 { "rc-a" } else { "rc-b" }, i / 2)).collect();
     let mut ms = start(&listener, &specs);
     let mut qpns: Vec<u32> = ms.iter().map(|m| qpn_of(&m.hello)).collect();
     introduce_pairs(&mut ms);
@@ -363,6 +398,7 @@ fn eight_processes_on_one_device_move_checked_data_in_four_pairs() {
         assert!(iters > 0, "process {i} moved nothing: {r}");
     }
     eprintln!("{results:#?}");
+    check_link(&results, link);
     qpns.sort_unstable();
     qpns.dedup();
     assert_eq!(qpns.len(), 8, "QPNs unique across the device");
@@ -370,32 +406,60 @@ fn eight_processes_on_one_device_move_checked_data_in_four_pairs() {
 
 #[test]
 fn kill_9_of_one_process_fails_only_its_peer_and_others_carry_on() {
+    kill_9(Link::Local, 1);
+}
+
+#[test]
+fn kill_9_of_one_process_fails_only_its_peer_and_others_carry_on_over_udp() {
+    kill_9(Link::Udp, 1);
+}
+
+/// The writer killed in the middle of its writes into its peer's inbox
+/// (maybe in the middle of a record): the others carry on.
+#[test]
+fn kill_9_of_a_writer_leaves_the_others_carrying_on() {
+    kill_9(Link::Local, 0);
+}
+
+/// Kills process `victim` (0: pair 0's writer, 1: its responder) of two
+/// pairs on one device while both move data.
+fn kill_9(link: Link, victim: usize) {
+    let l = if link == Link::Udp { "udp" } else { "local" };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    // The victim joins second: when it dies the last process to join moves
-    // into its seat in the kernel's group, and its traffic must follow.
-    // Victim pair: 4.096 us x 2^10 timeouts, 7 retries: its peer gives up
-    // within about 40 ms of retries.
-    let specs = ["rc-a:PORT:0:60:10", "rc-b:PORT:0:60:10", "rc-a:PORT:1:3:14", "rc-b:PORT:1:3:14"].map(String::from);
+    // The victim joins first or second: when it dies the last process to
+    // join moves into its seat in the kernel's group, and its traffic must
+    // follow. Victim pair: 4.096 us x 2^10 timeouts, 7 retries: its peer
+    // gives up within about 40 ms of retries.
+    let specs =
+        ["rc-a:PORT:0:60:10", "rc-b:PORT:0:60:10", "rc-a:PORT:1:3:14", "rc-b:PORT:1:3:14"].map(|s| format!("{s}:{l}"));
     let mut ms = start(&listener, &specs);
     introduce_pairs(&mut ms);
     std::thread::sleep(Duration::from_millis(700));
     let kill_ms = monotonic_ms();
-    ms[1].child.kill().unwrap();
+    ms[victim].child.kill().unwrap();
     let killed_at = Instant::now();
-    let _ = ms[1].child.wait();
-    let orphan = {
-        let mut line = String::new();
-        ms[0].reader.read_line(&mut line).unwrap();
-        assert!(ms[0].child.wait().unwrap().success());
-        line
-    };
-    let gave_up_after = killed_at.elapsed();
-    assert!(orphan.starts_with("failed"), "the dead process's peer: {orphan}");
-    assert!(orphan.contains("RetryExc"), "the dead process's peer fails as with a dead host: {orphan}");
-    assert!(gave_up_after < Duration::from_secs(10), "gave up after {gave_up_after:?}");
+    let _ = ms[victim].child.wait();
+    if victim == 1 {
+        let orphan = {
+            let mut line = String::new();
+            ms[0].reader.read_line(&mut line).unwrap();
+            assert!(ms[0].child.wait().unwrap().success());
+            line
+        };
+        let gave_up_after = killed_at.elapsed();
+        assert!(orphan.starts_with("failed"), "the dead process's peer: {orphan}");
+        assert!(orphan.contains("RetryExc"), "the dead process's peer fails as with a dead host: {orphan}");
+        assert!(gave_up_after < Duration::from_secs(10), "gave up after {gave_up_after:?}");
+        eprintln!("orphan: {orphan} after {gave_up_after:?}");
+    } else {
+        // A responder waits for writes that will not come, as behind a dead host.
+        ms[1].child.kill().unwrap();
+        let _ = ms[1].child.wait();
+    }
     let survivors: Vec<String> = ms[2..].iter_mut().map(result).collect();
-    eprintln!("orphan: {orphan} after {gave_up_after:?}; survivors: {survivors:#?}");
+    eprintln!("survivors: {survivors:#?}");
     assert!(survivors.iter().all(|r| r.starts_with("ok iters=")), "{survivors:?}");
+    check_link(&survivors, link);
     // The surviving pair's slow iterations: the longest that overlaps the
     // second after the kill (the steering update), and the longest before
     // it (what a blocking wait costs here anyway).
@@ -423,8 +487,13 @@ fn kill_9_of_one_process_fails_only_its_peer_and_others_carry_on() {
 #[test]
 fn one_ud_qp_talks_to_qps_of_three_other_processes() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let specs =
-        ["ud-hub:PORT:0:50:14", "ud-leaf:PORT:0:0:14", "ud-leaf:PORT:1:0:14", "ud-leaf:PORT:2:0:14"].map(String::from);
+    let specs = [
+        "ud-hub:PORT:0:50:14:local",
+        "ud-leaf:PORT:0:0:14:local",
+        "ud-leaf:PORT:1:0:14:local",
+        "ud-leaf:PORT:2:0:14:local",
+    ]
+    .map(String::from);
     let mut ms = start(&listener, &specs);
     let leaves: Vec<String> = ms[1..].iter().map(|m| m.hello.clone()).collect();
     let hub = ms[0].hello.clone();
