@@ -57,6 +57,12 @@ use crate::shm::ByteMap;
 pub const LANE_BYTES: usize = 4 << 20;
 /// The longest packet a lane takes (a 4 KiB MTU's packet and its headers fit).
 pub const MAX_PACKET: usize = 16 << 10;
+/// A sender that finds its lane empty goes back to the start of the data
+/// once past this offset: light traffic (a CM's peers, ping-pongs) keeps
+/// reusing the same few pages instead of touching every page of the ring
+/// (a server with a thousand short-lived clients would otherwise grow its
+/// resident memory by the ring, lane after lane).
+const REWIND_AFTER: usize = 16 << 10;
 
 const PAGE: usize = 4096;
 const LANE_STRIDE: usize = PAGE + LANE_BYTES;
@@ -245,7 +251,7 @@ impl Inbox {
     pub fn drain(&self, mut f: impl FnMut(Record<'_>)) -> Drained {
         let mut d = Drained::default();
         let Ok(mut buf) = self.reading.try_lock() else { return d };
-        for s in self.active().collect::<Vec<_>>() {
+        for s in self.active() {
             let lane = lane_at(s);
             let data = lane + PAGE;
             let head = self.word(lane + HEAD_AT).load(Ordering::SeqCst);
@@ -392,11 +398,12 @@ impl Outbox {
         let rec = record_len(len);
         let mut off = (self.head % LANE_BYTES as u64) as usize;
         let room = LANE_BYTES - off;
-        let need = if rec > room { room + rec } else { rec };
+        let rewind = rec > room || (tail == self.head && off > REWIND_AFTER);
+        let need = if rewind { room + rec } else { rec };
         if self.head + need as u64 - tail > LANE_BYTES as u64 {
             return false;
         }
-        if rec > room {
+        if rewind {
             self.lane.write(PAGE + off, &SKIP.to_le_bytes());
             self.head += room as u64;
             off = 0;
@@ -415,6 +422,12 @@ impl Outbox {
         }
         self.head += rec as u64;
         true
+    }
+
+    /// The wake-up [`Outbox::publish`] asked for could not be sent (the
+    /// member's seat is not known right now): the next publish asks again.
+    pub fn wake_failed(&self) {
+        self.header.word(WAKE_AT).expect("in the header").store(0, Ordering::SeqCst);
     }
 
     /// Publishes what was written; true if the member sleeps and no other
@@ -448,14 +461,23 @@ impl Outboxes {
     }
 
     /// The lane to the member in `slot`, whose incarnation is
-    /// `incarnation`; `None` while its inbox cannot be opened.
-    pub fn to(&mut self, slot: usize, incarnation: u64, now: Instant) -> Option<&mut Outbox> {
+    /// `incarnation`; `None` while its inbox cannot be opened. Before it
+    /// opens one, it lets go of the lanes of members `live` says are gone
+    /// (their pages stay allocated while a mapping holds them).
+    pub fn to(
+        &mut self,
+        slot: usize,
+        incarnation: u64,
+        now: Instant,
+        live: impl Fn(usize, u64) -> bool,
+    ) -> Option<&mut Outbox> {
         if let Some(i) = self.open.iter().position(|(s, _)| *s == slot) {
             if same_incarnation(self.open[i].1.incarnation, incarnation) {
                 return Some(&mut self.open[i].1);
             }
             self.open.swap_remove(i);
         }
+        self.open.retain(|(s, o)| live(*s, o.incarnation));
         if self.failed.iter().any(|&(s, inc, until)| s == slot && inc == incarnation && now < until) {
             return None;
         }
@@ -473,11 +495,12 @@ impl Outboxes {
     }
 
     /// Publishes every lane written to; calls `wake(slot, incarnation)`
-    /// for each member that must be woken.
-    pub fn publish(&mut self, mut wake: impl FnMut(usize, u64)) {
+    /// for each member that must be woken, which says whether the wake-up
+    /// was sent (if not, the next publish tries again).
+    pub fn publish(&mut self, mut wake: impl FnMut(usize, u64) -> bool) {
         for (s, o) in &mut self.open {
-            if o.publish() {
-                wake(*s, o.incarnation);
+            if o.publish() && !wake(*s, o.incarnation) {
+                o.wake_failed();
             }
         }
     }
@@ -581,6 +604,24 @@ mod tests {
         }
     }
 
+    /// Light traffic keeps to the first pages: a sender that finds its lane
+    /// read to the end goes back to the start once past REWIND_AFTER.
+    #[test]
+    fn an_emptied_lane_is_written_from_its_start_again() {
+        let (_d, dev) = device();
+        let inbox = Inbox::create(&dev, 0, 1, false).unwrap();
+        let mut out = Outbox::open(&dev, 0, 1, 1).unwrap();
+        let p = vec![5u8; 1000];
+        for _ in 0..1000 {
+            assert!(put(&mut out, at(1, false), &[&p]));
+            out.publish();
+            assert_eq!(all(&inbox).1.packets, 1);
+            let off = (out.head % LANE_BYTES as u64) as usize;
+            assert!(off <= REWIND_AFTER + 2 * record_len(p.len()), "offset {off}");
+        }
+        assert!(out.head > LANE_BYTES as u64 / 8, "the positions went on: {}", out.head);
+    }
+
     /// The member sleeping: the first publish asks for a wake-up, the next
     /// ones do not (until it sleeps again); a publish with nothing new never.
     #[test]
@@ -645,8 +686,13 @@ mod tests {
         let _second = Inbox::create(&dev, 2, 11, false).unwrap();
         let mut boxes = Outboxes::new(&dev, 0);
         let now = Instant::now();
-        assert!(boxes.to(2, 11, now).is_some());
-        assert!(boxes.to(3, 1, now).is_none(), "no inbox");
-        assert!(boxes.to(2, 12, now).is_none(), "the slot changed hands");
+        let live = |_, _| true;
+        assert!(boxes.to(2, 11, now, live).is_some());
+        assert!(boxes.to(3, 1, now, live).is_none(), "no inbox");
+        assert!(boxes.to(2, 12, now, live).is_none(), "the slot changed hands");
+        // A member gone: its lane is let go at the next open.
+        assert!(boxes.to(2, 11, now, live).is_some());
+        assert!(boxes.to(3, 1, now, |s, _| s != 2).is_none());
+        assert!(boxes.open.is_empty(), "the lane of a member gone is unmapped");
     }
 }

@@ -493,6 +493,11 @@ impl Member {
         (o.slot != self.slot && t.is_incarnation(o.slot, o.incarnation)).then_some((o.slot, o.incarnation))
     }
 
+    /// Whether the member in `slot` is still the one of `incarnation`.
+    pub fn is_member(&self, slot: usize, incarnation: u64) -> bool {
+        slot < MAX_MEMBERS && self.table().is_incarnation(slot, incarnation)
+    }
+
     /// This member's slot in the device file.
     pub fn slot(&self) -> usize {
         self.slot

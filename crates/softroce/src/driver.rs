@@ -1061,7 +1061,7 @@ impl Shared {
                 && t.dst == m.addr().ip()
                 && let Some((slot, inc)) = roce_wire::bth::dest_qpn_of(head).and_then(|q| m.owner_of(q))
             {
-                if let Some(lane) = boxes.to(slot, inc, now) {
+                if let Some(lane) = boxes.to(slot, inc, now, |s, i| m.is_member(s, i)) {
                     let icrc = tap.is_some() || lane.wants_icrc();
                     let trailer = if icrc { icrc_trailer(t, slices) } else { [0; 8] };
                     let trailer = &trailer[..t.pad_len + ICRC_LEN];
@@ -1070,8 +1070,11 @@ impl Shared {
                     if lane.push(a, parts) {
                         // The receiver starts on a long message while the rest is written.
                         if lane.unpublished() >= CHUNK_BYTES && lane.publish() {
-                            m.wake_member(&self.sock, slot, inc);
-                            stats.member_wakes += 1;
+                            if m.wake_member(&self.sock, slot, inc) {
+                                stats.member_wakes += 1;
+                            } else {
+                                lane.wake_failed();
+                            }
                         }
                         stats.tx_packets += 1;
                         stats.tx_local += 1;
@@ -1166,8 +1169,9 @@ impl Shared {
         }
         if let (Some(m), Some(boxes)) = (member, outboxes.as_mut()) {
             boxes.publish(|slot, inc| {
-                m.wake_member(&self.sock, slot, inc);
-                stats.member_wakes += 1;
+                let sent = m.wake_member(&self.sock, slot, inc);
+                stats.member_wakes += u64::from(sent);
+                sent
             });
         }
         for (peer, chunk) in staged.drain(..) {
