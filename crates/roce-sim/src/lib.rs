@@ -2,8 +2,9 @@
 //!
 //! [`Sim`] drives any number of sans-IO [`Endpoint`]s, each attached at one IP
 //! address, and moves the datagrams they emit between them through a fault
-//! model ([`FaultConfig`]): drop, duplicate, reorder, corrupt, latency, jitter,
-//! MTU, bandwidth, and per-endpoint link down ([`Sim::set_down`]).
+//! model ([`FaultConfig`], the `roce-faults` crate's, which `SOFTROCE_FAULTS`
+//! shares): drop, duplicate, reorder, corrupt, latency, jitter, MTU,
+//! bandwidth, and per-endpoint link down ([`Sim::set_down`]).
 //!
 //! Time is virtual: it starts at an [`Instant`] captured when the simulation is
 //! created and is only ever advanced by the simulation, jumping straight to the
@@ -52,13 +53,12 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 mod device;
-mod faults;
 mod sim;
 mod stats;
 mod trace;
 
 pub use device::SimDevice;
-pub use faults::{ConfigError, FaultConfig};
+pub use roce_faults::{ConfigError, FaultConfig};
 pub use sim::{
     Bound, DuplicateAddress, EndpointId, Limit, MAX_TRANSMITS_PER_STEP, RunStats, Sim, SimError, TRANSMIT_BUF_LEN,
     TraceHook,

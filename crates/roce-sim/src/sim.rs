@@ -6,10 +6,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use roce_faults::{ConfigError, FaultConfig, Injector};
 
-use crate::faults::{ConfigError, FaultConfig};
 use crate::stats::{EndpointStats, Stats};
 use crate::trace::{Fate, TraceEvent};
 use crate::{Endpoint, Transmit};
@@ -189,8 +187,8 @@ pub type TraceHook = Box<dyn FnMut(&TraceEvent)>;
 /// See the [crate documentation](crate) for an example.
 pub struct Sim<E: Endpoint> {
     seed: u64,
-    rng: ChaCha8Rng,
-    faults: FaultConfig,
+    /// The fault model, drawing from the generator seeded with `seed`.
+    faults: Injector,
     start: Instant,
     now: Instant,
     nodes: Vec<Node<E>>,
@@ -213,7 +211,7 @@ impl<E: Endpoint + fmt::Debug> fmt::Debug for Sim<E> {
         f.debug_struct("Sim")
             .field("seed", &self.seed)
             .field("elapsed", &self.elapsed())
-            .field("faults", &self.faults)
+            .field("faults", self.faults.config())
             .field("endpoints", &self.nodes.iter().map(|n| (n.addr, n.down, &n.endpoint)).collect::<Vec<_>>())
             .field("in_flight", &self.queue.len())
             .field("stats", &self.stats)
@@ -223,13 +221,13 @@ impl<E: Endpoint + fmt::Debug> fmt::Debug for Sim<E> {
 
 impl<E: Endpoint> Sim<E> {
     /// A simulation with no endpoints whose randomness comes from `seed` and whose virtual clock starts now.
+    /// An invalid configuration ([`FaultConfig::validate`]) is refused.
     pub fn new(seed: u64, faults: FaultConfig) -> Result<Self, ConfigError> {
         faults.validate()?;
         let start = Instant::now();
         Ok(Self {
             seed,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            faults,
+            faults: Injector::new(faults, seed),
             start,
             now: start,
             nodes: Vec::new(),
@@ -267,14 +265,14 @@ impl<E: Endpoint> Sim<E> {
 
     /// The fault model in force.
     pub fn faults(&self) -> &FaultConfig {
-        &self.faults
+        self.faults.config()
     }
 
     /// Replaces the fault model for datagrams sent from now on (those in flight keep their fate).
     /// An invalid configuration is refused and the old one stays.
     pub fn set_faults(&mut self, faults: FaultConfig) -> Result<(), ConfigError> {
         faults.validate()?;
-        self.faults = faults;
+        self.faults.set_config(faults);
         Ok(())
     }
 
@@ -548,7 +546,7 @@ impl<E: Endpoint> Sim<E> {
             len: t.len,
             fate: Fate::Dropped,
         };
-        if t.len > buf.len() || t.len > self.faults.mtu {
+        if t.len > buf.len() || t.len > self.faults.config().mtu {
             self.stats.too_big += 1;
             event.fate = Fate::TooBig;
             return self.emit(event);
@@ -563,7 +561,7 @@ impl<E: Endpoint> Sim<E> {
             event.fate = Fate::Down;
             return self.emit(event);
         }
-        let departure = match self.faults.bandwidth_bytes_per_sec {
+        let departure = match self.faults.config().bandwidth_bytes_per_sec {
             Some(rate) => {
                 let link = self.links.entry((src, dst)).or_insert(self.now);
                 let begin = (*link).max(self.now);
@@ -572,29 +570,26 @@ impl<E: Endpoint> Sim<E> {
             }
             None => self.now,
         };
-        if chance(&mut self.rng, self.faults.drop) {
+        // The simulator's datagrams carry no ECN field: none is marked.
+        let Some(delivery) = self.faults.decide(t.len, false) else {
             self.stats.dropped += 1;
             return self.emit(event);
-        }
+        };
         let mut data = buf[..t.len].to_vec();
-        let corrupted = !data.is_empty() && chance(&mut self.rng, self.faults.corrupt);
+        let corrupted = delivery.corrupted();
         if corrupted {
-            flip_bits(&mut self.rng, &mut data);
+            delivery.corrupt(&mut data);
             self.stats.corrupted += 1;
         }
-        let copies = if chance(&mut self.rng, self.faults.duplicate) {
+        let copies = delivery.copies().len();
+        if copies == 2 {
             self.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for copy in 0..copies {
-            let mut arrival = departure + self.faults.delay + uniform_duration(&mut self.rng, self.faults.jitter);
-            let reordered = chance(&mut self.rng, self.faults.reorder);
+        }
+        for (copy, c) in delivery.copies().iter().enumerate() {
+            let mut arrival = departure + c.latency;
+            let reordered = c.reordered;
             if reordered {
                 self.stats.reordered += 1;
-                let max = self.faults.reorder_delay;
-                arrival += max / 2 + uniform_duration(&mut self.rng, max - max / 2);
             } else {
                 let last = self.fifo.entry((src, dst)).or_insert(arrival);
                 arrival = arrival.max(*last);
@@ -669,42 +664,10 @@ impl<E: Endpoint> Sim<E> {
     }
 }
 
-/// True with probability `p`; draws nothing from `rng` when `p` is zero, so
-/// turning one fault on does not change the draws of a run without it.
-fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
-    p > 0.0 && rng.random_bool(p)
-}
-
-/// A duration uniform in `0..=max` (nothing drawn when `max` is zero).
-fn uniform_duration(rng: &mut ChaCha8Rng, max: Duration) -> Duration {
-    if max.is_zero() {
-        return Duration::ZERO;
-    }
-    let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(rng.random_range(0..=max))
-}
-
 /// Time to put `len` bytes on a link of `rate` bytes per second, rounded up to the nanosecond.
 fn serialisation_time(len: usize, rate: u64) -> Duration {
     let nanos = (len as u128 * 1_000_000_000).div_ceil(u128::from(rate));
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
-
-/// Flips 1..=3 distinct random bits of the non-empty `data`.
-fn flip_bits(rng: &mut ChaCha8Rng, data: &mut [u8]) {
-    let bits = data.len() * 8;
-    let n = rng.random_range(1..=3usize).min(bits);
-    let mut chosen = [usize::MAX; 3];
-    let mut k = 0;
-    while k < n {
-        let bit = rng.random_range(0..bits);
-        if chosen[..k].contains(&bit) {
-            continue;
-        }
-        chosen[k] = bit;
-        k += 1;
-        data[bit / 8] ^= 1 << (bit % 8);
-    }
 }
 
 #[cfg(test)]
@@ -717,38 +680,5 @@ mod tests {
         assert_eq!(serialisation_time(1, 3), Duration::from_nanos(333_333_334));
         assert_eq!(serialisation_time(0, 7), Duration::ZERO);
         assert_eq!(serialisation_time(usize::MAX, 1), Duration::from_nanos(u64::MAX));
-    }
-
-    #[test]
-    fn flip_bits_flips_one_to_three_distinct_bits() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let mut seen = [0usize; 4];
-        for len in [1usize, 2, 64] {
-            for _ in 0..2000 {
-                let mut data = vec![0u8; len];
-                flip_bits(&mut rng, &mut data);
-                let flipped: u32 = data.iter().map(|b| b.count_ones()).sum();
-                assert!((1..=3).contains(&flipped), "len {len}: {flipped} bits");
-                seen[flipped as usize] += 1;
-            }
-        }
-        assert!(seen[1] > 0 && seen[2] > 0 && seen[3] > 0, "{seen:?}");
-    }
-
-    #[test]
-    fn uniform_duration_stays_in_range() {
-        let mut rng = ChaCha8Rng::seed_from_u64(2);
-        assert_eq!(uniform_duration(&mut rng, Duration::ZERO), Duration::ZERO);
-        let max = Duration::from_micros(10);
-        let draws: Vec<_> = (0..1000).map(|_| uniform_duration(&mut rng, max)).collect();
-        assert!(draws.iter().all(|d| *d <= max));
-        assert!(draws.iter().any(|d| *d < max / 4) && draws.iter().any(|d| *d > max * 3 / 4));
-    }
-
-    #[test]
-    fn chance_edges() {
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        assert!((0..100).all(|_| !chance(&mut rng, 0.0)));
-        assert!((0..100).all(|_| chance(&mut rng, 1.0)));
     }
 }

@@ -379,7 +379,7 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         op.b_off = shared_cell.expect("shared ops need the cell").0;
     }
     let mut sc = Scenario {
-        sim: Sim::new(seed, faults.clone()).expect("valid faults"),
+        sim: Sim::new(seed, faults).expect("valid faults"),
         qpn: Vec::new(),
         ops,
         mem,

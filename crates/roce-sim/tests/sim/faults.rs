@@ -121,7 +121,7 @@ fn reorder_holds_datagrams_back_behind_later_ones() {
         .with_delay(Duration::from_millis(1))
         .with_reorder_delay(Duration::from_millis(2));
     for seed in [10, 11, 12] {
-        let sim = blast(seed, faults.clone(), numbered_burst());
+        let sim = blast(seed, faults, numbered_burst());
         let st = sim.stats();
         assert_rate("reorder", st.reordered, st.sent, 0.085, 0.115);
         let got = &rx(&sim).received;

@@ -1,20 +1,23 @@
-//! The fault model applied to every datagram.
+//! What the faults are: [`FaultConfig`] and its validation.
 
 use std::time::Duration;
 
-/// How the simulated network mistreats datagrams.
+/// How the network mistreats datagrams.
 ///
 /// [`Default`] is a perfect network: no loss, no duplication, no reordering,
-/// no corruption, zero latency, no MTU limit and unlimited bandwidth. The
-/// `with_*` helpers build a configuration fluently; [`FaultConfig::validate`]
-/// (called by [`Sim::new`](crate::Sim::new) and
-/// [`Sim::set_faults`](crate::Sim::set_faults)) rejects nonsense.
+/// no corruption, no CE marks, zero latency, no MTU limit and unlimited
+/// bandwidth. The `with_*` helpers build a configuration fluently;
+/// [`FaultConfig::validate`] rejects nonsense.
 ///
 /// Faults are decided per datagram, in this order: too big (`mtu`), link down,
 /// serialisation (`bandwidth_bytes_per_sec`), `drop`, `corrupt` (the original
 /// and its duplicate carry the same bytes), `duplicate`, then per copy the
-/// latency (`delay` + uniform `0..=jitter`) and `reorder`.
-#[derive(Debug, Clone, PartialEq)]
+/// latency (`delay` + uniform `0..=jitter`), `reorder` and `ce`. The random
+/// ones (from `drop` on) are [`Injector::decide`](crate::Injector::decide)'s;
+/// `mtu`, bandwidth and links belong to the simulated path, which applies them
+/// itself (`SOFTROCE_FAULTS` acts on received packets: it has no path, and no
+/// keys for them, nor for `delay` and `jitter`).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FaultConfig {
     /// Probability that a datagram is lost.
     pub drop: f64,
@@ -29,6 +32,10 @@ pub struct FaultConfig {
     /// Probability that 1..=3 distinct random bits of the payload are flipped
     /// (empty payloads are never corrupted).
     pub corrupt: f64,
+    /// Probability that a copy of an ECN-capable datagram arrives marked CE
+    /// (Congestion Experienced), as a congested queue marks it instead of
+    /// dropping it. The simulator's datagrams carry no ECN field: it marks none.
+    pub ce: f64,
     /// Base one-way latency.
     pub delay: Duration,
     /// Uniform extra latency in `0..=jitter`, drawn per datagram. Links stay
@@ -51,6 +58,7 @@ impl Default for FaultConfig {
             reorder: 0.0,
             reorder_delay: Duration::from_millis(1),
             corrupt: 0.0,
+            ce: 0.0,
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
             mtu: usize::MAX,
@@ -65,7 +73,7 @@ pub enum ConfigError {
     /// A probability is outside `[0, 1]` (or NaN).
     #[error("fault probability `{field}` must be within [0, 1], got {value}")]
     Probability {
-        /// Name of the offending field (`drop`, `duplicate`, `reorder`, `corrupt`).
+        /// Name of the offending field (`drop`, `duplicate`, `reorder`, `corrupt`, `ce`).
         field: &'static str,
         /// The value given.
         value: f64,
@@ -125,6 +133,12 @@ impl FaultConfig {
         self
     }
 
+    /// Sets the probability of a CE mark on an ECN-capable copy.
+    pub fn with_ce(mut self, p: f64) -> Self {
+        self.ce = p;
+        self
+    }
+
     /// Sets the base one-way latency.
     pub fn with_delay(mut self, d: Duration) -> Self {
         self.delay = d;
@@ -151,9 +165,13 @@ impl FaultConfig {
 
     /// Checks that the probabilities are within `[0, 1]` and the rates make sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (field, value) in
-            [("drop", self.drop), ("duplicate", self.duplicate), ("reorder", self.reorder), ("corrupt", self.corrupt)]
-        {
+        for (field, value) in [
+            ("drop", self.drop),
+            ("duplicate", self.duplicate),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+            ("ce", self.ce),
+        ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(ConfigError::Probability { field, value });
             }
@@ -181,7 +199,7 @@ mod tests {
     fn default_is_perfect_and_valid() {
         let f = FaultConfig::default();
         assert_eq!(f, FaultConfig::perfect());
-        assert_eq!((f.drop, f.duplicate, f.reorder, f.corrupt), (0.0, 0.0, 0.0, 0.0));
+        assert_eq!((f.drop, f.duplicate, f.reorder, f.corrupt, f.ce), (0.0, 0.0, 0.0, 0.0, 0.0));
         assert_eq!(f.delay, Duration::ZERO);
         assert_eq!(f.mtu, usize::MAX);
         assert_eq!(f.validate(), Ok(()));
@@ -194,8 +212,9 @@ mod tests {
             FaultConfig::default().with_duplicate(-0.1),
             FaultConfig::default().with_reorder(f64::NAN),
             FaultConfig::default().with_corrupt(f64::INFINITY),
+            FaultConfig::default().with_ce(-0.5),
         ];
-        let fields = ["drop", "duplicate", "reorder", "corrupt"];
+        let fields = ["drop", "duplicate", "reorder", "corrupt", "ce"];
         for (cfg, want) in bad.iter().zip(fields) {
             match cfg.validate() {
                 Err(ConfigError::Probability { field, .. }) => assert_eq!(field, want),
