@@ -30,7 +30,7 @@ use roce_wire::{ICRC_LEN, Ipv4IdFixups};
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
 use crate::driver_policy::{DriverPolicy, Look, Passed, Rest, SocketLooks};
-use crate::faults::{Fate, Faults, Held};
+use crate::faults::{Faults, Received};
 use crate::local_link::{CHUNK_BYTES, Chunk, Link, LocalEnd, Outgoing, Peer, Peers};
 use crate::sources::Sources;
 use crate::tap::{PORT, Tap};
@@ -881,10 +881,7 @@ impl Shared {
     fn release_held(&self, st: &mut State, now: Instant) {
         let State { dev, faults, .. } = st;
         if let Some(f) = faults.as_mut() {
-            while f.held.front().is_some_and(|h| h.release <= now) {
-                let h = f.held.pop_front().expect("front checked");
-                dev.handle_datagram_ecn(now, h.src, h.src_port, h.dst, None, h.ecn, &h.data);
-            }
+            f.release_due(now, |p| dev.handle_datagram_ecn(now, p.src, p.src_port, p.dst, None, p.ecn, p.data));
         }
     }
 
@@ -1419,33 +1416,8 @@ fn ingest(
         dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
         return Ok(());
     };
-    match f.fate(data.len(), ecn) {
-        Fate::Deliver => dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data),
-        Fate::Mark => dev.handle_datagram_ecn(now, src, src_port, dst, None, Ecn::Ce, data),
-        Fate::Drop => {}
-        Fate::Duplicate => {
-            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
-            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, data);
-        }
-        Fate::Hold => {
-            let release = now + f.spec.reorder_delay;
-            f.held.push_back(Held { release, src, src_port, dst, ecn, data: data.to_vec() });
-        }
-        Fate::Corrupt { bit } => {
-            scratch.clear();
-            scratch.extend_from_slice(data);
-            scratch[bit / 8] ^= 1 << (bit % 8);
-            dev.handle_datagram_ecn(now, src, src_port, dst, None, ecn, scratch);
-        }
-    }
-    // A reordered packet is overtaken by this one, then released.
-    if let Some(h) = f.held.front()
-        && h.release > now
-        && f.held.len() > 8
-    {
-        let h = f.held.pop_front().expect("front checked");
-        dev.handle_datagram_ecn(now, h.src, h.src_port, h.dst, None, h.ecn, &h.data);
-    }
+    let p = Received { src, src_port, dst, ecn, data };
+    f.receive(now, p, scratch, |p| dev.handle_datagram_ecn(now, p.src, p.src_port, p.dst, None, p.ecn, p.data));
     Ok(())
 }
 
