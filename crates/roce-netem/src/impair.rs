@@ -16,6 +16,12 @@
 //!
 //! A fixed number of random draws is taken per packet and per copy whatever the probabilities, so turning
 //! one impairment on or off does not change the decisions of the others for the same seed.
+//!
+//! Why not the `roce-faults` model that the simulator and `SOFTROCE_FAULTS` share: that one draws nothing
+//! for a fault that is off (so the simulator's seeds replay its past runs), which breaks the property above;
+//! its jitter is `delay + 0..=jitter`, this one netem's `delay ± jitter`; and this one also bounds its queue
+//! (`limit`) and corrupts IP packets (the UDP payload, checksum fixed). One model for both would change
+//! either the simulator's seeded runs or this tool's documented behaviour.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
