@@ -286,8 +286,16 @@ fn softroce_faults_are_survived_and_counted() {
     x.qp.post_send(&wr).unwrap();
     assert_eq!(wait_one(&x).status, WcStatus::Success);
     assert!(x.mr.to_vec(MEM / 2, MEM / 2).unwrap() == data, "READ back intact");
-    let (fx, fy) = (x.ctx.fault_stats().unwrap(), y.ctx.fault_stats().unwrap());
-    let (cx, cy) = (x.ctx.counters(), y.ctx.counters());
+    // A last ACK or retransmission may still be on its way: take the
+    // counters between two equal readings of the injectors' (a corrupted
+    // packet counted by one and not yet by the other would differ).
+    let ((fx, fy), (cx, cy)) = loop {
+        let f = (x.ctx.fault_stats().unwrap(), y.ctx.fault_stats().unwrap());
+        let c = (x.ctx.counters(), y.ctx.counters());
+        if (x.ctx.fault_stats().unwrap(), y.ctx.fault_stats().unwrap()) == f {
+            break (f, c);
+        }
+    };
     println!(
         "faults injected: {fx:?} / {fy:?}; retries {}, icrc drops {}",
         cx.completer_retry_err,
