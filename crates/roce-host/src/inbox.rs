@@ -357,7 +357,13 @@ impl Outbox {
             return Err(io::Error::new(io::ErrorKind::NotFound, "the inbox is another member's"));
         }
         let at = lane_at(from) as u64;
-        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), at, LANE_STRIDE as u64)?;
+        // tmpfs gives up with EINTR when a signal comes meanwhile: again.
+        loop {
+            match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), at, LANE_STRIDE as u64) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r?,
+            }
+        }
         let lane = ByteMap::new(&file, at, LANE_STRIDE)?;
         // Where this slot's last sender (maybe dead) stopped.
         let head = lane.word(HEAD_AT).expect("in the lane").load(Ordering::SeqCst);

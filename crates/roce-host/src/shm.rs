@@ -24,22 +24,7 @@ impl Mapping {
     /// Maps the first `words` 64-bit words of `file` (which must be at
     /// least that long) shared and writable.
     pub(crate) fn new(file: &File, words: usize) -> io::Result<Mapping> {
-        let len = words * 8;
-        // SAFETY: a fresh mapping chosen by the kernel (no address hint),
-        // over a file we keep at least `len` bytes long; nothing else in
-        // this process aliases it.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                file,
-                0,
-            )
-        }?;
-        let ptr = NonNull::new(p.cast::<AtomicU64>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, words })
+        Ok(Mapping { ptr: map_shared(file, 0, words * 8)?.cast::<AtomicU64>(), words })
     }
 
     /// The words. Other processes change them at any time: every access is
@@ -58,6 +43,26 @@ impl Drop for Mapping {
         // from `words` outlives `self`.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.words * 8) };
     }
+}
+
+/// Maps `len` bytes of `file` from `offset` (page aligned) shared and
+/// writable. The caller keeps the file at least `offset + len` long and
+/// unmaps exactly this range.
+fn map_shared(file: &File, offset: u64, len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh mapping chosen by the kernel (no address hint) of a
+    // range the caller made the file cover; nothing else in this process
+    // aliases it.
+    let p = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            file,
+            offset,
+        )
+    }?;
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 
 /// `fcntl(F_OFD_SETLK | F_OFD_GETLK)` on one byte at `offset`.
@@ -110,20 +115,7 @@ impl ByteMap {
     /// Maps `len` bytes of `file` from `offset` (a multiple of the page
     /// size; the file must be at least `offset + len` long).
     pub(crate) fn new(file: &File, offset: u64, len: usize) -> io::Result<ByteMap> {
-        // SAFETY: a fresh mapping chosen by the kernel (no address hint) of
-        // a range the caller made the file cover; nothing else aliases it.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                file,
-                offset,
-            )
-        }?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(ByteMap { ptr, len })
+        Ok(ByteMap { ptr: map_shared(file, offset, len)?, len })
     }
 
     /// The 64-bit word at `offset` (8-byte aligned and inside the mapping),

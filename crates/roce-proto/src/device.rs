@@ -1028,14 +1028,7 @@ impl Device {
         ecn: Ecn,
         data: &[u8],
     ) {
-        self.now = Some(now);
-        let p = match Packet::new_checked(data) {
-            Ok(p) => p,
-            Err(_) => {
-                self.counters.drop_malformed += 1;
-                return;
-            }
-        };
+        let Some(p) = self.parsed(now, data) else { return };
         let ip = match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => match ipv4_id {
                 Some((identification, dont_fragment)) => {
@@ -1065,16 +1058,22 @@ impl Device {
     /// [`Device::handle_datagram_ecn`]). Counted in `rcvd_local`; every
     /// other check is the same as for a datagram.
     pub fn handle_local_datagram(&mut self, now: Instant, src: IpAddr, dst: IpAddr, data: &[u8]) {
-        self.now = Some(now);
-        let p = match Packet::new_checked(data) {
-            Ok(p) => p,
-            Err(_) => {
-                self.counters.drop_malformed += 1;
-                return;
-            }
-        };
+        let Some(p) = self.parsed(now, data) else { return };
         self.counters.rcvd_local += 1;
         self.handle_checked(now, &p, src, dst, Ecn::NotEct);
+    }
+
+    /// The clock set to `now` and `data`'s layout checked; a malformed
+    /// packet is counted and dropped (`None`).
+    fn parsed<'a>(&mut self, now: Instant, data: &'a [u8]) -> Option<Packet<&'a [u8]>> {
+        self.now = Some(now);
+        match Packet::new_checked(data) {
+            Ok(p) => Some(p),
+            Err(_) => {
+                self.counters.drop_malformed += 1;
+                None
+            }
+        }
     }
 
     /// A parsed packet whose ICRC passed (or needs none): to its QP.

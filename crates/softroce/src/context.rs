@@ -50,8 +50,9 @@ pub struct Options {
     /// [`Options::from_env`] defaults to [`DEFAULT_DRIVER_SPIN`], the
     /// `Default` to 0). See `docs/data-path.md` section 6.
     pub driver_spin: Duration,
-    /// Which link carries packets to other devices of this process: memory
-    /// (default) or the UDP socket (`SOFTROCE_LINK=udp`; see `local_link`).
+    /// Which link carries packets to other devices of this process and to
+    /// other processes' members of a shared device: memory (default) or the
+    /// UDP socket (`SOFTROCE_LINK=udp`; see `local_link`).
     pub link: Link,
 }
 
@@ -322,7 +323,7 @@ impl Context {
             _ => (None, None),
         };
         let mut state = State::new(dev, opts.faults.map(Faults::new), tap, sources);
-        state.outboxes = outboxes;
+        state.local_link = crate::local_link::LocalLink::new(opts.link == Link::Local, outboxes);
         let shared = Arc::new(Shared {
             info: info.clone(),
             sock,
@@ -336,7 +337,6 @@ impl Context {
             in_socket: std::sync::atomic::AtomicBool::new(false),
             beside: std::sync::atomic::AtomicUsize::new(0),
             driver_asleep: AtomicBool::new(false),
-            link: opts.link,
             local: LocalEnd::new(wants_icrc),
             inbox,
             local_wakes: std::sync::atomic::AtomicU64::new(0),

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use roce_host::inbox::{Addressing, Asleep, Inbox, Outboxes};
+use roce_host::inbox::{Asleep, Inbox};
 use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
@@ -31,7 +31,7 @@ use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
 use crate::driver_policy::{DriverPolicy, Look, Passed, Rest, SocketLooks};
 use crate::faults::{Faults, Received};
-use crate::local_link::{CHUNK_BYTES, Chunk, Link, LocalEnd, Outgoing, Peer, Peers};
+use crate::local_link::{Chunk, LocalEnd, LocalLink, Packet, Peer, Sent};
 use crate::sources::Sources;
 use crate::tap::{PORT, Tap};
 
@@ -164,6 +164,10 @@ roce_proto::counter_struct! {
         /// Packets for a local device sent by the socket instead, because
         /// its inbox was full.
         pub local_full,
+        /// Packets for another process's member of this shared device sent
+        /// by the socket instead, because its inbox could not be opened
+        /// (not made yet, or /dev/shm full; tried again after 100 ms).
+        pub local_unopened,
         /// Inbox lanes another process's member filled against the layout:
         /// what they held was dropped (`roce_host::inbox::Drained::refused`).
         pub local_refused,
@@ -202,17 +206,12 @@ pub(crate) struct State {
     pub(crate) sources: Sources,
     /// What was last published for `softroce rdma resource show`.
     pub(crate) published: crate::census::Published,
-    /// The devices of this process the local link reaches.
-    peers: Peers,
     /// What a pass took from this device's end of the local link (kept empty).
     local_rx: Vec<Chunk>,
-    /// The chunks a transmit fills for other devices, handed over at its end.
-    staged: Vec<(Arc<dyn Peer>, Chunk)>,
     /// When the socket was looked at, and found packets.
     socket_looks: SocketLooks,
-    /// Lanes to the other members of this shared device (other processes)
-    /// in their inboxes, when the local link is on.
-    pub(crate) outboxes: Option<Outboxes>,
+    /// The local link's sending side (`local_link.rs`).
+    pub(crate) local_link: LocalLink,
 }
 
 impl State {
@@ -233,11 +232,9 @@ impl State {
             scratch: Vec::with_capacity(MAX_PACKET),
             sources,
             published: Default::default(),
-            peers: Peers::default(),
             local_rx: Vec::new(),
-            staged: Vec::new(),
             socket_looks: SocketLooks::default(),
-            outboxes: None,
+            local_link: LocalLink::new(false, None),
         }
     }
 }
@@ -262,8 +259,6 @@ pub(crate) struct Shared {
     pub(crate) beside: std::sync::atomic::AtomicUsize,
     /// Whether the driver thread sleeps watching the socket (woken by `waker`).
     pub(crate) driver_asleep: AtomicBool,
-    /// Which link carries packets to this process's other devices.
-    pub(crate) link: Link,
     /// This device's end of the local link.
     pub(crate) local: LocalEnd,
     /// This member's inbox on a shared device: what other processes'
@@ -967,10 +962,8 @@ impl Shared {
         if !st.dev.transmit_ready() {
             return st.tap.as_mut().map_or(Ok(()), Tap::flush);
         }
-        let local = self.link == Link::Local && st.peers.refresh();
-        let State {
-            dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, peers, staged, outboxes, ..
-        } = st;
+        let local = st.local_link.begin();
+        let State { dev, tx: slot, head, pieces, fixups, tap, stats, scratch, sources, local_link, .. } = st;
         let Some(empty) = slot.take() else { return Ok(()) };
         // This pass's batch borrows registered memory until it is flushed.
         let mut tx: SendBatch<'_> = match empty.recycle() {
@@ -1007,41 +1000,27 @@ impl Shared {
             let slices: &[&[u8]] = if n <= INLINE_PIECES { &inline[..n] } else { &spill };
             let gsi = roce_wire::bth::dest_qpn_of(head) == Some(roce_proto::device::GSI_QPN);
             let to = sources.dst(t.dst, PORT);
-            // A device of this process (not a MAD: QP 1's are routed by
-            // their payload, `roce_host::gsi`): through its inbox.
-            if local
-                && !gsi
-                && let Some(peer) = peers.find(to, head)
-            {
-                let icrc = tap.is_some() || peer.end().wants_icrc();
-                let trailer = if icrc { icrc_trailer(t, slices) } else { [0; 8] };
-                let trailer = &trailer[..t.pad_len + ICRC_LEN];
-                let o = Outgoing { src: t.src, src_port: t.src_port, dst: t.dst, icrc, head, payload: slices, trailer };
-                let p = Arc::as_ptr(&peer).cast::<()>();
-                let i = match staged.iter().position(|(q, _)| Arc::as_ptr(q).cast::<()>() == p) {
-                    Some(i) => i,
-                    None => {
-                        let c = peer.end().chunk();
-                        staged.push((peer, c));
-                        staged.len() - 1
-                    }
+            // A device of this host (not a MAD: QP 1's are routed by their
+            // payload, `roce_host::gsi`): through memory.
+            if local && !gsi {
+                let p = Packet {
+                    src: t.src,
+                    src_port: t.src_port,
+                    dst: t.dst,
+                    to,
+                    head,
+                    payload: slices,
+                    trailer_len: t.pad_len + ICRC_LEN,
                 };
-                let (peer, chunk) = &mut staged[i];
-                if peer.end().has_room(chunk.len(), o.len()) {
-                    chunk.append(&o);
-                    if chunk.len() >= CHUNK_BYTES {
-                        // The receiver starts on it while the rest is written.
-                        let full = std::mem::replace(chunk, peer.end().chunk());
-                        peer.end().hand_over(full);
-                        peer.wake();
-                    }
-                    stats.tx_packets += 1;
-                    stats.tx_local += 1;
+                let via = member.map(|m| (m, &*self.sock));
+                if let Sent::Local(trailer) =
+                    local_link.send(&p, via, now, tap.is_some(), || icrc_trailer(t, slices), stats)
+                {
                     if let Some(tp) = tap.as_mut() {
                         scratch.clear();
                         scratch.extend_from_slice(head);
                         slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                        scratch.extend_from_slice(trailer);
+                        scratch.extend_from_slice(&trailer[..p.trailer_len]);
                         if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch) {
                             result = Err(e);
                             return false;
@@ -1049,46 +1028,6 @@ impl Shared {
                     }
                     return true;
                 }
-                stats.local_full += 1;
-            }
-            // A QP of another process's member of this shared device (not a
-            // MAD, as above): through its inbox.
-            if let (Some(m), Some(boxes)) = (member, outboxes.as_mut())
-                && !gsi
-                && t.dst == m.addr().ip()
-                && let Some((slot, inc)) = roce_wire::bth::dest_qpn_of(head).and_then(|q| m.owner_of(q))
-            {
-                if let Some(lane) = boxes.to(slot, inc, now, |s, i| m.is_member(s, i)) {
-                    let icrc = tap.is_some() || lane.wants_icrc();
-                    let trailer = if icrc { icrc_trailer(t, slices) } else { [0; 8] };
-                    let trailer = &trailer[..t.pad_len + ICRC_LEN];
-                    let a = Addressing { src: t.src, src_port: t.src_port, dst: t.dst, icrc };
-                    let parts = std::iter::once(head).chain(slices.iter().copied()).chain(std::iter::once(trailer));
-                    if lane.push(a, parts) {
-                        // The receiver starts on a long message while the rest is written.
-                        if lane.unpublished() >= CHUNK_BYTES && lane.publish() {
-                            if m.wake_member(&self.sock, slot, inc) {
-                                stats.member_wakes += 1;
-                            } else {
-                                lane.wake_failed();
-                            }
-                        }
-                        stats.tx_packets += 1;
-                        stats.tx_local += 1;
-                        if let Some(tp) = tap.as_mut() {
-                            scratch.clear();
-                            scratch.extend_from_slice(head);
-                            slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                            scratch.extend_from_slice(trailer);
-                            if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch) {
-                                result = Err(e);
-                                return false;
-                            }
-                        }
-                        return true;
-                    }
-                }
-                stats.local_full += 1;
             }
             let trailer = icrc_trailer(t, slices);
             let trailer = &trailer[..t.pad_len + ICRC_LEN];
@@ -1164,21 +1103,7 @@ impl Shared {
         if result.is_ok() {
             result = self.flush_all(&mut tx, stats, sources);
         }
-        if let (Some(m), Some(boxes)) = (member, outboxes.as_mut()) {
-            boxes.publish(|slot, inc| {
-                let sent = m.wake_member(&self.sock, slot, inc);
-                stats.member_wakes += u64::from(sent);
-                sent
-            });
-        }
-        for (peer, chunk) in staged.drain(..) {
-            if !chunk.is_empty() {
-                peer.end().hand_over(chunk);
-                peer.wake();
-            } else {
-                peer.end().recycle(std::iter::once(chunk));
-            }
-        }
+        local_link.finish(member.map(|m| (m, &*self.sock)), stats);
         if unbound {
             stats.src_port_fallbacks += 1;
             dev.set_udp_src_port(Some(self.sock.local_port()));

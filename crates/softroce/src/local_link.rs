@@ -1,7 +1,10 @@
-//! The local link: packets between two devices of this process go through
-//! memory instead of the kernel's UDP stack, as kernel rxe hands a packet
-//! for a local destination straight to its own receive path
-//! (`rxe_loopback`) instead of through IP.
+//! The local link: packets between two devices of this process, or to
+//! another process's member of a shared device, go through memory instead
+//! of the kernel's UDP stack, as kernel rxe hands a packet for a local
+//! destination straight to its own receive path (`rxe_loopback`) instead
+//! of through IP. [`LocalLink`] is the sending side a transmit asks first;
+//! between processes the packets go through the member's inbox
+//! (`roce_host::inbox`), within this process as below.
 //!
 //! A sender copies each packet the engine built (headers, payload from
 //! registered memory, pad and ICRC) into a chunk of its own, without a
@@ -27,6 +30,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use roce_host::Member;
+use roce_host::inbox::{Addressing, Outboxes};
+use roce_udp::Socket;
+
+use crate::driver::DriverStats;
 
 /// Bytes a device holds before senders fall back to the socket: far above
 /// what the QPs of a device keep in flight (a 512-packet window of 4 KiB
@@ -267,6 +277,183 @@ impl Peers {
     /// The device of this process the packet for `dst` with headers `head` is for.
     pub(crate) fn find(&self, dst: SocketAddr, head: &[u8]) -> Option<Arc<dyn Peer>> {
         self.list.iter().filter(|(a, _)| *a == dst).filter_map(|(_, w)| w.upgrade()).find(|p| p.owns(head))
+    }
+}
+
+/// A packet the engine built, as the local link takes it.
+pub(crate) struct Packet<'a> {
+    pub(crate) src: IpAddr,
+    pub(crate) src_port: u16,
+    pub(crate) dst: IpAddr,
+    /// Its destination's UDP address (the device's `dst:4791`).
+    pub(crate) to: SocketAddr,
+    /// The headers, from the BTH on.
+    pub(crate) head: &'a [u8],
+    /// The payload, still in registered memory.
+    pub(crate) payload: &'a [&'a [u8]],
+    /// Bytes of pad and ICRC that end it.
+    pub(crate) trailer_len: usize,
+}
+
+/// What [`LocalLink::send`] did with a packet.
+pub(crate) enum Sent {
+    /// Handed to a local device, ending in this trailer (its ICRC computed
+    /// only if someone records or impairs it).
+    Local([u8; 8]),
+    /// For a local device with no room: the caller sends it by the socket
+    /// (the receiver sees a reordering, never a loss).
+    Full,
+    /// For another process's member whose inbox cannot be opened right
+    /// now: by the socket too.
+    Unopened,
+    /// Not for a device of this host that the link reaches.
+    Elsewhere,
+}
+
+/// The sending side of the local link: this process's devices (chunks
+/// handed over in memory) and, on a shared device, the other processes'
+/// members of it (records in their inboxes, `roce_host::inbox`). One per
+/// device, under its lock.
+pub(crate) struct LocalLink {
+    on: bool,
+    peers: Peers,
+    /// The chunks a transmit fills for this process's devices.
+    staged: Vec<(Arc<dyn Peer>, Chunk)>,
+    /// Lanes to the other members of the shared device.
+    outboxes: Option<Outboxes>,
+}
+
+impl LocalLink {
+    /// `on`: the link is [`Link::Local`]; `outboxes`: this member's lanes
+    /// (a shared device whose inboxes could be made).
+    pub(crate) fn new(on: bool, outboxes: Option<Outboxes>) -> LocalLink {
+        LocalLink { on, peers: Peers::default(), staged: Vec::new(), outboxes: outboxes.filter(|_| on) }
+    }
+
+    /// Before a transmit: whether any packet can go by the link.
+    pub(crate) fn begin(&mut self) -> bool {
+        self.on && (self.peers.refresh() | self.outboxes.is_some())
+    }
+
+    /// Hands `p` to a local device if it is for one: a device of this
+    /// process first, then another process's member of this device
+    /// (`member`, whose socket sends the wake-ups). `capture`: this device
+    /// records packets (their ICRC is computed); `icrc` computes the trailer.
+    pub(crate) fn send(
+        &mut self,
+        p: &Packet<'_>,
+        member: Option<(&Member, &Socket)>,
+        now: Instant,
+        capture: bool,
+        mut icrc: impl FnMut() -> [u8; 8],
+        stats: &mut DriverStats,
+    ) -> Sent {
+        let sent = match self.hand_to_process(p, capture, &mut icrc) {
+            Sent::Elsewhere => self.write_to_member(p, member, now, capture, &mut icrc, stats),
+            s => s,
+        };
+        match sent {
+            Sent::Local(_) => {
+                stats.tx_packets += 1;
+                stats.tx_local += 1;
+            }
+            Sent::Full => stats.local_full += 1,
+            Sent::Unopened => stats.local_unopened += 1,
+            Sent::Elsewhere => {}
+        }
+        sent
+    }
+
+    fn hand_to_process(&mut self, p: &Packet<'_>, capture: bool, icrc: &mut impl FnMut() -> [u8; 8]) -> Sent {
+        let Some(peer) = self.peers.find(p.to, p.head) else { return Sent::Elsewhere };
+        let with_icrc = capture || peer.end().wants_icrc();
+        let trailer = if with_icrc { icrc() } else { [0; 8] };
+        let o = Outgoing {
+            src: p.src,
+            src_port: p.src_port,
+            dst: p.dst,
+            icrc: with_icrc,
+            head: p.head,
+            payload: p.payload,
+            trailer: &trailer[..p.trailer_len],
+        };
+        let at = Arc::as_ptr(&peer).cast::<()>();
+        let i = match self.staged.iter().position(|(q, _)| Arc::as_ptr(q).cast::<()>() == at) {
+            Some(i) => i,
+            None => {
+                let c = peer.end().chunk();
+                self.staged.push((peer, c));
+                self.staged.len() - 1
+            }
+        };
+        let (peer, chunk) = &mut self.staged[i];
+        if !peer.end().has_room(chunk.len(), o.len()) {
+            return Sent::Full;
+        }
+        chunk.append(&o);
+        if chunk.len() >= CHUNK_BYTES {
+            // The receiver starts on it while the rest is written.
+            let full = std::mem::replace(chunk, peer.end().chunk());
+            peer.end().hand_over(full);
+            peer.wake();
+        }
+        Sent::Local(trailer)
+    }
+
+    fn write_to_member(
+        &mut self,
+        p: &Packet<'_>,
+        member: Option<(&Member, &Socket)>,
+        now: Instant,
+        capture: bool,
+        icrc: &mut impl FnMut() -> [u8; 8],
+        stats: &mut DriverStats,
+    ) -> Sent {
+        let (Some((m, sock)), Some(boxes)) = (member, self.outboxes.as_mut()) else { return Sent::Elsewhere };
+        if p.dst != m.addr().ip() {
+            return Sent::Elsewhere;
+        }
+        let Some((slot, inc)) = roce_wire::bth::dest_qpn_of(p.head).and_then(|q| m.owner_of(q)) else {
+            return Sent::Elsewhere;
+        };
+        let Some(lane) = boxes.to(slot, inc, now, |s, i| m.is_member(s, i)) else { return Sent::Unopened };
+        let with_icrc = capture || lane.wants_icrc();
+        let trailer = if with_icrc { icrc() } else { [0; 8] };
+        let a = Addressing { src: p.src, src_port: p.src_port, dst: p.dst, icrc: with_icrc };
+        let parts =
+            std::iter::once(p.head).chain(p.payload.iter().copied()).chain(std::iter::once(&trailer[..p.trailer_len]));
+        if !lane.push(a, parts) {
+            return Sent::Full;
+        }
+        // The receiver starts on a long message while the rest is written.
+        if lane.unpublished() >= CHUNK_BYTES && lane.publish() {
+            if m.wake_member(sock, slot, inc) {
+                stats.member_wakes += 1;
+            } else {
+                lane.wake_failed();
+            }
+        }
+        Sent::Local(trailer)
+    }
+
+    /// After a transmit: hands every staged chunk over and publishes every
+    /// lane written to, waking the receivers that sleep.
+    pub(crate) fn finish(&mut self, member: Option<(&Member, &Socket)>, stats: &mut DriverStats) {
+        if let (Some((m, sock)), Some(boxes)) = (member, self.outboxes.as_mut()) {
+            boxes.publish(|slot, inc| {
+                let sent = m.wake_member(sock, slot, inc);
+                stats.member_wakes += u64::from(sent);
+                sent
+            });
+        }
+        for (peer, chunk) in self.staged.drain(..) {
+            if chunk.is_empty() {
+                peer.end().recycle(std::iter::once(chunk));
+            } else {
+                peer.end().hand_over(chunk);
+                peer.wake();
+            }
+        }
     }
 }
 
