@@ -59,9 +59,12 @@ pub const LANE_BYTES: usize = 4 << 20;
 pub const MAX_PACKET: usize = 16 << 10;
 /// A sender that finds its lane empty goes back to the start of the data
 /// once past this offset: light traffic (a CM's peers, ping-pongs) keeps
-/// reusing the same few pages instead of touching every page of the ring
+/// reusing the same few pages instead of mapping every page of the ring
 /// (a server with a thousand short-lived clients would otherwise grow its
-/// resident memory by the ring, lane after lane).
+/// resident memory by the ring, lane after lane). The lane's `rewound`
+/// word tells the reader where (not a record in the data, which the sender
+/// could then not write over before the reader saw it): the whole ring is
+/// free again at once.
 const REWIND_AFTER: usize = 16 << 10;
 
 const PAGE: usize = 4096;
@@ -77,6 +80,7 @@ const WAKE_AT: usize = 128;
 const ACTIVE_AT: usize = 192;
 const HEAD_AT: usize = 0;
 const TAIL_AT: usize = 64;
+const REWOUND_AT: usize = 128;
 
 const RECORD_HEADER: usize = 40;
 const SKIP: u32 = u32::MAX;
@@ -88,6 +92,16 @@ const RETRY_OPEN: Duration = Duration::from_millis(100);
 
 fn lane_at(slot: usize) -> usize {
     PAGE + slot * LANE_STRIDE
+}
+
+/// `tail` moved past a rewind the sender made there (`rewound`: its
+/// position + 1, 0 for none): to the start of the next lap of the ring.
+fn past_rewind(tail: u64, rewound: u64) -> u64 {
+    if rewound != 0 && tail == rewound - 1 && !tail.is_multiple_of(LANE_BYTES as u64) {
+        tail + (LANE_BYTES as u64 - tail % LANE_BYTES as u64)
+    } else {
+        tail
+    }
 }
 
 fn record_len(packet: usize) -> usize {
@@ -255,9 +269,15 @@ impl Inbox {
             let lane = lane_at(s);
             let data = lane + PAGE;
             let head = self.word(lane + HEAD_AT).load(Ordering::SeqCst);
-            let mut tail = self.tails[s].load(Ordering::Acquire);
+            let rewound = self.word(lane + REWOUND_AT).load(Ordering::Acquire);
+            let mut tail = past_rewind(self.tails[s].load(Ordering::Acquire), rewound);
             let mut broken = head < tail || head - tail > LANE_BYTES as u64;
             while !broken && tail < head {
+                tail = past_rewind(tail, rewound);
+                if tail >= head {
+                    broken = tail > head;
+                    break;
+                }
                 let off = (tail % LANE_BYTES as u64) as usize;
                 let room = LANE_BYTES - off;
                 // Records and skips are 8-byte aligned: 8 bytes always fit.
@@ -396,20 +416,29 @@ impl Outbox {
         if len > MAX_PACKET {
             return false;
         }
-        let tail = self.lane.word(TAIL_AT).expect("in the lane").load(Ordering::Acquire);
+        let word = |at| self.lane.word(at).expect("in the lane");
+        let rewound = word(REWOUND_AT).load(Ordering::Acquire);
+        let mut tail = past_rewind(word(TAIL_AT).load(Ordering::Acquire), rewound);
         if tail > self.head || self.head - tail > LANE_BYTES as u64 {
             // A reader that broke the layout: use the socket.
             return false;
         }
         let rec = record_len(len);
         let mut off = (self.head % LANE_BYTES as u64) as usize;
+        if tail == self.head && off > REWIND_AFTER {
+            // Read to the end: back to the start, the whole ring free.
+            word(REWOUND_AT).store(self.head + 1, Ordering::Release);
+            self.head += (LANE_BYTES - off) as u64;
+            tail = self.head;
+            off = 0;
+        }
         let room = LANE_BYTES - off;
-        let rewind = rec > room || (tail == self.head && off > REWIND_AFTER);
-        let need = if rewind { room + rec } else { rec };
+        let wrap = rec > room;
+        let need = if wrap { room + rec } else { rec };
         if self.head + need as u64 - tail > LANE_BYTES as u64 {
             return false;
         }
-        if rewind {
+        if wrap {
             self.lane.write(PAGE + off, &SKIP.to_le_bytes());
             self.head += room as u64;
             off = 0;
@@ -626,6 +655,23 @@ mod tests {
             assert!(off <= REWIND_AFTER + 2 * record_len(p.len()), "offset {off}");
         }
         assert!(out.head > LANE_BYTES as u64 / 8, "the positions went on: {}", out.head);
+        // Rewound with the lane read: the whole ring is free at once, and
+        // a burst of nearly a lane goes through whole and in order.
+        while (out.head % LANE_BYTES as u64) as usize <= REWIND_AFTER {
+            assert!(put(&mut out, at(1, false), &[&p]));
+            out.publish();
+            all(&inbox);
+        }
+        let fit = LANE_BYTES / record_len(p.len()) - 1;
+        for i in 0..fit {
+            let mut q = p.clone();
+            q[0] = (i % 251) as u8;
+            assert!(put(&mut out, at(1, false), &[&q]), "packet {i} of a burst after a rewind");
+        }
+        out.publish();
+        let (got, d) = all(&inbox);
+        assert_eq!(d, Drained { packets: fit as u64, refused: 0 });
+        assert!(got.iter().enumerate().all(|(i, (b, _, _))| b[0] == (i % 251) as u8));
     }
 
     /// The member sleeping: the first publish asks for a wake-up, the next
