@@ -24,7 +24,8 @@
 //!  header  byte 0 magic, 8 owner's incarnation, 16 owner wants the ICRC,
 //!          64 sleepers, 128 wake sent, 192..224 lanes in use (a bit per sender slot)
 //!  lane    byte 0 head, 64 tail (bytes written / read since the lane began),
-//!          4096.. data (LANE_BYTES, a ring)
+//!          128 rewound (where the sender went back to the start of an
+//!          emptied ring, + 1), 4096.. data (LANE_BYTES, a ring)
 //!  record  (8-byte aligned, never across the end of the data)
 //!   0         4          6       7    8                    24                   40
 //!   +---------+----------+-------+----+--------------------+--------------------+--------+-----+
