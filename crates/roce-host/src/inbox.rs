@@ -146,7 +146,8 @@ fn private_file(path: &Path, create: bool) -> io::Result<File> {
     Ok(file)
 }
 
-/// Where a packet written to a lane came from and goes.
+/// Where a packet written to a lane (or handed over in a process, by
+/// `softroce`'s local link) came from and goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addressing {
     /// Its IP source.
@@ -155,23 +156,8 @@ pub struct Addressing {
     pub src_port: u16,
     /// Its IP destination.
     pub dst: IpAddr,
-    /// Its trailer holds a computed ICRC.
-    pub icrc: bool,
-}
-
-/// A packet read from a lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Record<'a> {
-    /// Its IP source.
-    pub src: IpAddr,
-    /// Its UDP source port.
-    pub src_port: u16,
-    /// Its IP destination.
-    pub dst: IpAddr,
     /// Its trailer holds a computed ICRC (else zeros: nothing to check).
     pub icrc: bool,
-    /// The packet, from the BTH on.
-    pub packet: &'a [u8],
 }
 
 /// What one [`Inbox::drain`] did.
@@ -261,9 +247,10 @@ impl Inbox {
         Asleep(self)
     }
 
-    /// Reads every lane to its `head`, handing each packet to `f`, oldest
-    /// first per lane; returns at once if another thread is reading.
-    pub fn drain(&self, mut f: impl FnMut(Record<'_>)) -> Drained {
+    /// Reads every lane to its `head`, handing each packet (from the BTH
+    /// on) to `f`, oldest first per lane; returns at once if another thread
+    /// is reading.
+    pub fn drain(&self, mut f: impl FnMut(Addressing, &[u8])) -> Drained {
         let mut d = Drained::default();
         let Ok(mut buf) = self.reading.try_lock() else { return d };
         for s in self.active() {
@@ -305,13 +292,13 @@ impl Inbox {
                     break;
                 }
                 let a16 = |at: usize| <[u8; 16]>::try_from(&buf[at..at + 16]).expect("16 bytes");
-                f(Record {
+                let at = Addressing {
                     src: ip(a16(8)),
                     src_port: u16::from_le_bytes([buf[4], buf[5]]),
                     dst: ip(a16(24)),
                     icrc: buf[6] & FLAG_ICRC != 0,
-                    packet: &buf[RECORD_HEADER..],
-                });
+                };
+                f(at, &buf[RECORD_HEADER..]);
                 d.packets += 1;
                 tail += rec as u64;
             }
@@ -460,10 +447,13 @@ impl Outbox {
         true
     }
 
-    /// The wake-up [`Outbox::publish`] asked for could not be sent (the
-    /// member's seat is not known right now): the next publish asks again.
-    pub fn wake_failed(&self) {
-        self.header.word(WAKE_AT).expect("in the header").store(0, Ordering::SeqCst);
+    /// [`Outbox::publish`], then `wake` the member if it must be woken;
+    /// `wake` says whether the wake-up was sent (the member's seat may not
+    /// be known right now): if not, the next publish asks again.
+    pub fn publish_and_wake(&mut self, wake: impl FnOnce() -> bool) {
+        if self.publish() && !wake() {
+            self.header.word(WAKE_AT).expect("in the header").store(0, Ordering::SeqCst);
+        }
     }
 
     /// Publishes what was written; true if the member sleeps and no other
@@ -531,13 +521,11 @@ impl Outboxes {
     }
 
     /// Publishes every lane written to; calls `wake(slot, incarnation)`
-    /// for each member that must be woken, which says whether the wake-up
-    /// was sent (if not, the next publish tries again).
+    /// for each member that must be woken (see [`Outbox::publish_and_wake`]).
     pub fn publish(&mut self, mut wake: impl FnMut(usize, u64) -> bool) {
         for (s, o) in &mut self.open {
-            if o.publish() && !wake(*s, o.incarnation) {
-                o.wake_failed();
-            }
+            let inc = o.incarnation;
+            o.publish_and_wake(|| wake(*s, inc));
         }
     }
 }
@@ -576,7 +564,7 @@ mod tests {
 
     fn all(inbox: &Inbox) -> (Vec<(Vec<u8>, u16, bool)>, Drained) {
         let mut got = Vec::new();
-        let d = inbox.drain(|r| got.push((r.packet.to_vec(), r.src_port, r.icrc)));
+        let d = inbox.drain(|a, p| got.push((p.to_vec(), a.src_port, a.icrc)));
         (got, d)
     }
 

@@ -507,11 +507,10 @@ impl Member {
     /// Wake envelope to its seat. False if its seat is not known (its sleep
     /// then ends by its timeout) or the send failed.
     pub fn wake_member(&self, sock: &Socket, slot: usize, incarnation: u64) -> bool {
-        let t = self.table();
-        let Some(seat) = t.seat_of(slot).filter(|_| t.is_incarnation(slot, incarnation)) else { return false };
         let mut b = Vec::with_capacity(envelope::FORWARD_HEADER);
-        envelope::wake(&mut b, seat as u32, &self.secret, incarnation & 0xffff_ffff_ffff);
-        sock.send_to(&b, sock.local_addr()).is_ok()
+        self.is_member(slot, incarnation)
+            && self.wake_envelope_of(slot, incarnation, &mut b)
+            && sock.send_to(&b, sock.local_addr()).is_ok()
     }
 
     /// Where a received packet belongs: by its destination QP's block, or
@@ -717,9 +716,15 @@ impl Member {
     /// A Wake envelope for this member's own seat, to send from `sock` to
     /// itself; `None` while its seat is not known.
     pub fn wake_envelope(&self, out: &mut Vec<u8>) -> bool {
-        match self.table().seat_of(self.slot) {
+        self.wake_envelope_of(self.slot, self.incarnation, out)
+    }
+
+    /// A Wake envelope for the seat of the member in `slot`, whose
+    /// incarnation is `incarnation`; false while its seat is not known.
+    fn wake_envelope_of(&self, slot: usize, incarnation: u64, out: &mut Vec<u8>) -> bool {
+        match self.table().seat_of(slot) {
             Some(seat) => {
-                envelope::wake(out, seat as u32, &self.secret, self.incarnation);
+                envelope::wake(out, seat as u32, &self.secret, incarnation);
                 true
             }
             None => false,

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use roce_host::inbox::{Asleep, Inbox};
+use roce_host::inbox::{Addressing, Asleep, Inbox};
 use roce_host::{Control, Route};
 use roce_proto::mem::OwnedBuffer;
 use roce_proto::{AsyncEvent, Device, Piece};
@@ -776,43 +776,27 @@ impl Shared {
     /// link's inbox) to the engine, as `handle_batch` does with datagrams.
     fn receive_local(&self, st: &mut State, now: Instant) -> io::Result<()> {
         let mut r = Ok(());
-        if let Some(inbox) = &self.inbox {
-            let State { dev, faults, tap, stats, scratch, .. } = st;
-            let d = inbox.drain(|rec| {
-                stats.rx_packets += 1;
-                stats.rx_local += 1;
-                stats.rx_requests += u64::from(is_request(rec.packet));
-                let a = Arrival {
-                    src: rec.src,
-                    src_port: rec.src_port,
-                    dst: rec.dst,
-                    ecn: Ecn::Ect0,
-                    data: rec.packet,
-                    local: !rec.icrc,
-                };
-                let ingested = ingest(dev, faults, tap, scratch, now, a);
-                if r.is_ok() {
-                    r = ingested;
-                }
-            });
-            stats.local_refused += d.refused;
-        }
-        if !self.local.take(&mut st.local_rx) {
-            return r;
-        }
         let State { dev, faults, tap, stats, scratch, local_rx, .. } = st;
-        for (m, data) in local_rx.iter().flat_map(Chunk::packets) {
+        // One packet over the local link, as `handle_batch` hands a datagram
+        // on; the first error (a capture's) is kept, the packets all go on.
+        let mut one = |at: Addressing, data: &[u8]| {
             stats.rx_packets += 1;
             stats.rx_local += 1;
             stats.rx_requests += u64::from(is_request(data));
             // Sent ECT(0), as every packet of softroce's sockets.
-            let a = Arrival { src: m.src, src_port: m.src_port, dst: m.dst, ecn: Ecn::Ect0, data, local: !m.icrc };
-            let ingested = ingest(dev, faults, tap, scratch, now, a);
+            let (src, src_port, dst, local) = (at.src, at.src_port, at.dst, !at.icrc);
+            let ingested =
+                ingest(dev, faults, tap, scratch, now, Arrival { src, src_port, dst, ecn: Ecn::Ect0, data, local });
             if r.is_ok() {
                 r = ingested;
             }
+        };
+        let refused = self.inbox.as_ref().map_or(0, |inbox| inbox.drain(&mut one).refused);
+        if self.local.take(local_rx) {
+            local_rx.iter().flat_map(Chunk::packets).for_each(|(at, data)| one(at, data));
+            self.local.recycle(local_rx.drain(..));
         }
-        self.local.recycle(local_rx.drain(..));
+        stats.local_refused += refused;
         r
     }
 
@@ -1017,11 +1001,8 @@ impl Shared {
                     local_link.send(&p, via, now, tap.is_some(), || icrc_trailer(t, slices), stats)
                 {
                     if let Some(tp) = tap.as_mut() {
-                        scratch.clear();
-                        scratch.extend_from_slice(head);
-                        slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                        scratch.extend_from_slice(&trailer[..p.trailer_len]);
-                        if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch) {
+                        let whole = whole_packet(scratch, head, slices, &trailer[..p.trailer_len]);
+                        if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, whole) {
                             result = Err(e);
                             return false;
                         }
@@ -1036,13 +1017,10 @@ impl Shared {
                 && gsi
             {
                 // A MAD to QP 1 of this very device: to its owner's seat.
-                scratch.clear();
-                scratch.extend_from_slice(head);
-                slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                scratch.extend_from_slice(trailer);
-                m.send_local_mad(&self.sock, t.src, t.src_port, t.dst, scratch);
+                let whole = whole_packet(scratch, head, slices, trailer);
+                m.send_local_mad(&self.sock, t.src, t.src_port, t.dst, whole);
                 if let Some(tp) = tap.as_mut()
-                    && let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, scratch)
+                    && let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, None, whole)
                 {
                     result = Err(e);
                     return false;
@@ -1079,12 +1057,9 @@ impl Shared {
                     }
                 }
                 if let Some(tp) = tap.as_mut() {
-                    scratch.clear();
-                    scratch.extend_from_slice(head);
-                    slices.iter().for_each(|s| scratch.extend_from_slice(s));
-                    scratch.extend_from_slice(tx.last_trailer_mut().map_or(trailer, |t| &*t));
+                    let whole = whole_packet(scratch, head, slices, tx.last_trailer_mut().map_or(trailer, |t| &*t));
                     let id = t.dst.is_ipv4().then_some(q.gso_index);
-                    if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, id, scratch) {
+                    if let Err(e) = tp.write(t.src, t.src_port, t.dst, PORT, id, whole) {
                         result = Err(e);
                         return false;
                     }
@@ -1235,6 +1210,16 @@ impl Shared {
             self.waker.reset();
         }
     }
+}
+
+/// The packet of `head`, `slices` and `trailer` in one piece, in `scratch`
+/// (for a capture, or a MAD handed to another member).
+fn whole_packet<'s>(scratch: &'s mut Vec<u8>, head: &[u8], slices: &[&[u8]], trailer: &[u8]) -> &'s [u8] {
+    scratch.clear();
+    scratch.extend_from_slice(head);
+    slices.iter().for_each(|s| scratch.extend_from_slice(s));
+    scratch.extend_from_slice(trailer);
+    scratch
 }
 
 /// The pad and ICRC that end the packet `t` with payload `slices`

@@ -56,7 +56,8 @@ pub const IBV_TRACE: &str = "SOFTROCE_IBV_TRACE";
 pub const VENDOR_PART_ID: &str = "SOFTROCE_VENDOR_PART_ID";
 /// `0`: `softroce rdma` never hands over to iproute2's `rdma`.
 pub const RDMA_REAL: &str = "SOFTROCE_RDMA_REAL";
-/// `udp`: packets to this process's other devices go by the socket, not memory.
+/// `udp`: packets to this process's other devices, and to other processes
+/// sharing a device, go by the socket, not memory.
 pub const LINK: &str = "SOFTROCE_LINK";
 
 /// Every variable, run-time ones first in the README's order.

@@ -54,14 +54,11 @@ pub enum Link {
     Udp,
 }
 
-/// Where one packet of a chunk came from and where it is in its bytes.
+/// Where one packet of a chunk came from and goes, and where it is in the
+/// chunk's bytes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Meta {
-    pub(crate) src: IpAddr,
-    pub(crate) src_port: u16,
-    pub(crate) dst: IpAddr,
-    /// The ICRC trailer was computed (the receiver checks it as a wire packet's).
-    pub(crate) icrc: bool,
+struct Meta {
+    at: Addressing,
     start: usize,
     len: usize,
 }
@@ -76,8 +73,8 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     /// The packets, oldest first.
-    pub(crate) fn packets(&self) -> impl Iterator<Item = (Meta, &[u8])> {
-        self.metas.iter().map(|m| (*m, &self.bytes[m.start..m.start + m.len]))
+    pub(crate) fn packets(&self) -> impl Iterator<Item = (Addressing, &[u8])> {
+        self.metas.iter().map(|m| (m.at, &self.bytes[m.start..m.start + m.len]))
     }
 
     /// Bytes it holds.
@@ -89,16 +86,11 @@ impl Chunk {
         self.metas.is_empty()
     }
 
-    /// Appends `p`.
-    pub(crate) fn append(&mut self, p: &Outgoing<'_>) {
+    /// Appends a packet (`parts` one after the other).
+    pub(crate) fn append<'p>(&mut self, at: Addressing, parts: impl IntoIterator<Item = &'p [u8]>) {
         let start = self.bytes.len();
-        self.bytes.extend_from_slice(p.head);
-        for s in p.payload {
-            self.bytes.extend_from_slice(s);
-        }
-        self.bytes.extend_from_slice(p.trailer);
-        let len = self.bytes.len() - start;
-        self.metas.push(Meta { src: p.src, src_port: p.src_port, dst: p.dst, icrc: p.icrc, start, len });
+        parts.into_iter().for_each(|s| self.bytes.extend_from_slice(s));
+        self.metas.push(Meta { at, start, len: self.bytes.len() - start });
     }
 
     fn clear(&mut self) {
@@ -112,28 +104,6 @@ impl Chunk {
 pub(crate) const CHUNK_BYTES: usize = 64 << 10;
 /// Emptied chunks a device keeps for its senders to fill again.
 const SPARE_CHUNKS: usize = 64;
-
-/// The packet a sender hands over: its addressing and its bytes in parts.
-pub(crate) struct Outgoing<'a> {
-    pub(crate) src: IpAddr,
-    pub(crate) src_port: u16,
-    pub(crate) dst: IpAddr,
-    /// `trailer` holds a computed ICRC (else zeros).
-    pub(crate) icrc: bool,
-    /// The headers, from the BTH on.
-    pub(crate) head: &'a [u8],
-    /// The payload, still in registered memory.
-    pub(crate) payload: &'a [&'a [u8]],
-    /// The pad and the ICRC.
-    pub(crate) trailer: &'a [u8],
-}
-
-impl Outgoing<'_> {
-    /// Its length in a chunk.
-    pub(crate) fn len(&self) -> usize {
-        self.head.len() + self.payload.iter().map(|s| s.len()).sum::<usize>() + self.trailer.len()
-    }
-}
 
 /// A device's end of the local link: the chunks handed to it, and the
 /// emptied ones its senders reuse.
@@ -295,6 +265,23 @@ pub(crate) struct Packet<'a> {
     pub(crate) trailer_len: usize,
 }
 
+impl<'a> Packet<'a> {
+    /// Its addressing; `icrc`: its trailer holds a computed ICRC.
+    fn addressing(&self, icrc: bool) -> Addressing {
+        Addressing { src: self.src, src_port: self.src_port, dst: self.dst, icrc }
+    }
+
+    /// Its bytes in parts, ending in `trailer` (at least `trailer_len` long).
+    pub(crate) fn parts<'t>(&self, trailer: &'t [u8]) -> impl Iterator<Item = &'t [u8]> + Clone
+    where
+        'a: 't,
+    {
+        std::iter::once(self.head)
+            .chain(self.payload.iter().copied())
+            .chain(std::iter::once(&trailer[..self.trailer_len]))
+    }
+}
+
 /// What [`LocalLink::send`] did with a packet.
 pub(crate) enum Sent {
     /// Handed to a local device, ending in this trailer (its ICRC computed
@@ -368,17 +355,8 @@ impl LocalLink {
         let Some(peer) = self.peers.find(p.to, p.head) else { return Sent::Elsewhere };
         let with_icrc = capture || peer.end().wants_icrc();
         let trailer = if with_icrc { icrc() } else { [0; 8] };
-        let o = Outgoing {
-            src: p.src,
-            src_port: p.src_port,
-            dst: p.dst,
-            icrc: with_icrc,
-            head: p.head,
-            payload: p.payload,
-            trailer: &trailer[..p.trailer_len],
-        };
-        let at = Arc::as_ptr(&peer).cast::<()>();
-        let i = match self.staged.iter().position(|(q, _)| Arc::as_ptr(q).cast::<()>() == at) {
+        let to = Arc::as_ptr(&peer).cast::<()>();
+        let i = match self.staged.iter().position(|(q, _)| Arc::as_ptr(q).cast::<()>() == to) {
             Some(i) => i,
             None => {
                 let c = peer.end().chunk();
@@ -387,10 +365,11 @@ impl LocalLink {
             }
         };
         let (peer, chunk) = &mut self.staged[i];
-        if !peer.end().has_room(chunk.len(), o.len()) {
+        let len: usize = p.parts(&trailer).map(<[u8]>::len).sum();
+        if !peer.end().has_room(chunk.len(), len) {
             return Sent::Full;
         }
-        chunk.append(&o);
+        chunk.append(p.addressing(with_icrc), p.parts(&trailer));
         if chunk.len() >= CHUNK_BYTES {
             // The receiver starts on it while the rest is written.
             let full = std::mem::replace(chunk, peer.end().chunk());
@@ -419,19 +398,12 @@ impl LocalLink {
         let Some(lane) = boxes.to(slot, inc, now, |s, i| m.is_member(s, i)) else { return Sent::Unopened };
         let with_icrc = capture || lane.wants_icrc();
         let trailer = if with_icrc { icrc() } else { [0; 8] };
-        let a = Addressing { src: p.src, src_port: p.src_port, dst: p.dst, icrc: with_icrc };
-        let parts =
-            std::iter::once(p.head).chain(p.payload.iter().copied()).chain(std::iter::once(&trailer[..p.trailer_len]));
-        if !lane.push(a, parts) {
+        if !lane.push(p.addressing(with_icrc), p.parts(&trailer)) {
             return Sent::Full;
         }
         // The receiver starts on a long message while the rest is written.
-        if lane.unpublished() >= CHUNK_BYTES && lane.publish() {
-            if m.wake_member(sock, slot, inc) {
-                stats.member_wakes += 1;
-            } else {
-                lane.wake_failed();
-            }
+        if lane.unpublished() >= CHUNK_BYTES {
+            lane.publish_and_wake(|| wake_member(m, sock, stats, slot, inc));
         }
         Sent::Local(trailer)
     }
@@ -440,11 +412,7 @@ impl LocalLink {
     /// lane written to, waking the receivers that sleep.
     pub(crate) fn finish(&mut self, member: Option<(&Member, &Socket)>, stats: &mut DriverStats) {
         if let (Some((m, sock)), Some(boxes)) = (member, self.outboxes.as_mut()) {
-            boxes.publish(|slot, inc| {
-                let sent = m.wake_member(sock, slot, inc);
-                stats.member_wakes += u64::from(sent);
-                sent
-            });
+            boxes.publish(|slot, inc| wake_member(m, sock, stats, slot, inc));
         }
         for (peer, chunk) in self.staged.drain(..) {
             if chunk.is_empty() {
@@ -457,18 +425,23 @@ impl LocalLink {
     }
 }
 
+/// Wakes the member in `slot` (an envelope from `sock`), counted in
+/// `member_wakes`; false if it could not be sent.
+fn wake_member(m: &Member, sock: &Socket, stats: &mut DriverStats, slot: usize, incarnation: u64) -> bool {
+    let sent = m.wake_member(sock, slot, incarnation);
+    stats.member_wakes += u64::from(sent);
+    sent
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn out<'a>(parts: &'a [&'a [u8]]) -> Outgoing<'a> {
-        let ip: IpAddr = [127, 0, 0, 9].into();
-        Outgoing { src: ip, src_port: 49152, dst: ip, icrc: false, head: parts[0], payload: &parts[1..], trailer: &[] }
-    }
-
     fn chunk_of(end: &LocalEnd, packets: &[&[&[u8]]]) -> Chunk {
+        let ip: IpAddr = [127, 0, 0, 9].into();
+        let at = Addressing { src: ip, src_port: 49152, dst: ip, icrc: false };
         let mut c = end.chunk();
-        packets.iter().for_each(|p| c.append(&out(p)));
+        packets.iter().for_each(|p| c.append(at, p.iter().copied()));
         c
     }
 
