@@ -377,7 +377,11 @@ pub fn census_of(path: &Path) -> Result<Census, HostError> {
     let mut pending: Vec<usize> = (0..MAX_MEMBERS).collect();
     // A slot being written reads differently twice or with an odd
     // sequence: read again, a few times, then count it as skipped.
-    for round in 0..4 {
+    let mut round = 0;
+    // Whether a member was seen alive after a read found the header
+    // invalid, and how many later reads found it invalid still.
+    let (mut seen_alive, mut invalid_after_alive) = (false, 0);
+    while round < 4 {
         let (a, b) = (read_words(&file, total).map_err(file_err)?, read_words(&file, total).map_err(file_err)?);
         if a.len() < layout::WORDS {
             // Made but not yet sized by its first member.
@@ -386,11 +390,25 @@ pub fn census_of(path: &Path) -> Result<Census, HostError> {
         let atomics: Vec<AtomicU64> = a[..layout::WORDS].iter().map(|&w| AtomicU64::new(w)).collect();
         let t = Table::new(&atomics);
         if !t.is_valid() {
-            if pending.iter().any(|&s| alive(s)) {
-                return Err(HostError::Incompatible { path: path.to_path_buf() });
+            // A first member writes the header (under the file's lock)
+            // before it takes its liveness byte, so a header read mid-init
+            // and a liveness byte checked just after can both be its. Only
+            // a header still invalid when read after a member was seen
+            // alive is another version's.
+            if seen_alive {
+                invalid_after_alive += 1;
+                if invalid_after_alive == 3 {
+                    return Err(HostError::Incompatible { path: path.to_path_buf() });
+                }
             }
-            return Ok(Census::default());
+            if !pending.iter().any(|&s| alive(s)) {
+                return Ok(Census::default());
+            }
+            seen_alive = true;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
         }
+        round += 1;
         let region = (a.len() == total && b.len() == total).then(|| (&a[layout::WORDS..], &b[layout::WORDS..]));
         // Word 2 of the table is its secret's first word.
         let region = region.filter(|(r, _)| r[0] == MAGIC && r[1] == VERSION && r[2] == a[2]);
@@ -427,7 +445,7 @@ pub fn census_of(path: &Path) -> Result<Census, HostError> {
         if again.is_empty() {
             break;
         }
-        if round == 3 {
+        if round == 4 {
             census.skipped += again.len();
         }
         pending = again;

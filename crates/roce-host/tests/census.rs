@@ -72,3 +72,37 @@ fn the_census_counts_each_live_members_published_resources() {
     b.leave(b_sock);
     assert_eq!(census(addr).unwrap(), Default::default(), "the last one out removed the file");
 }
+
+/// A first member writes the device file's header before it takes its
+/// liveness byte: a census reading the header mid-write and the byte just
+/// after must see a device being made, not one of another version (seen in
+/// CI: `rdma resource show` refused while tests joined and left).
+#[test]
+fn a_census_beside_first_members_joining_and_leaving_never_calls_the_file_another_versions() {
+    let addr = fresh_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (m, sock) = Member::join(addr).unwrap();
+                // Long enough for a census to find it there.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                m.leave(sock);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let (mut seen, mut empty) = (0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        let c = census(addr).unwrap_or_else(|e| panic!("census beside a joining first member: {e}"));
+        assert!(c.members.len() + c.unpublished <= 1, "one member at most: {c:?}");
+        if c.members.is_empty() { empty += 1 } else { seen += 1 }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = churn.join().unwrap();
+    assert!(rounds > 100 && seen > 0 && empty > 0, "joins {rounds}, censuses with the member {seen}, without {empty}");
+}
