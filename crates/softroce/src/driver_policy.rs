@@ -105,36 +105,62 @@ impl SocketLooks {
 /// [`APP_GRACE_MIN`]), so such packets are placed within microseconds of
 /// arrival, as kernel rxe places them in softirq context.
 ///
+/// A memory spinner also polls between its spins (`ib_write_lat` polls
+/// its CQ for a WRITE's completion, one round trip): the driver thread
+/// looks several times during that poll, each time finding a new call. So
+/// within [`GRACE_HOLD`] of packets left, the grace doubles once until
+/// packets are left again: one doubling against one quartering per turn
+/// keeps it at the floor (with a doubling per look it climbed back to 1 ms
+/// whenever a round trip took more than about three graces, as in a debug
+/// build on a loaded machine, and 1 in 100 WRITEs waited a millisecond).
+///
 /// | the driver thread finds | grace |
 /// |---|---|
-/// | the application called since it last looked | x 2, at most 1 ms |
+/// | the application called since it last looked | x 2, at most 1 ms; once only within [`GRACE_HOLD`] of packets left |
 /// | packets, in a pass past the grace | / 4, at least 5 us |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AppGrace(Duration);
+pub(crate) struct AppGrace {
+    grace: Duration,
+    /// When a pass last found packets the application left, and whether
+    /// the grace doubled since.
+    left_at: Option<Instant>,
+    doubled_since: bool,
+}
+
+/// How long after packets were left the grace doubles only once.
+pub(crate) const GRACE_HOLD: Duration = Duration::from_millis(10);
 
 impl AppGrace {
     pub(crate) fn new() -> AppGrace {
-        AppGrace(APP_GRACE_MAX)
+        AppGrace { grace: APP_GRACE_MAX, left_at: None, doubled_since: false }
     }
 
     fn get(self) -> Duration {
-        self.0
+        self.grace
     }
 
     /// The grace in us, as `DriverStats::app_grace_us` shows it.
     pub(crate) fn micros(self) -> u64 {
-        u64::try_from(self.0.as_micros()).unwrap_or(u64::MAX)
+        u64::try_from(self.grace.as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// The application called a verb since the driver thread last looked.
-    fn app_was_active(&mut self) {
-        self.0 = (self.0 * 2).min(APP_GRACE_MAX);
+    /// At `now`, the driver thread found the application called a verb
+    /// since it last looked.
+    fn app_was_active(&mut self, now: Instant) {
+        let held = self.left_at.is_some_and(|t| now.saturating_duration_since(t) < GRACE_HOLD);
+        if held && self.doubled_since {
+            return;
+        }
+        self.doubled_since = true;
+        self.grace = (self.grace * 2).min(APP_GRACE_MAX);
     }
 
-    /// A pass of the driver thread past the grace received packets the
-    /// application left.
-    fn app_left_packets(&mut self) {
-        self.0 = (self.0 / 4).max(APP_GRACE_MIN);
+    /// At `now`, a pass of the driver thread past the grace received
+    /// packets the application left.
+    fn app_left_packets(&mut self, now: Instant) {
+        self.grace = (self.grace / 4).max(APP_GRACE_MIN);
+        self.left_at = Some(now);
+        self.doubled_since = false;
     }
 }
 
@@ -250,7 +276,7 @@ impl DriverPolicy {
             && self.seen_call != Some(call)
         {
             if self.seen_call.is_some() {
-                self.grace.app_was_active();
+                self.grace.app_was_active(now);
             }
             self.seen_call = Some(call);
         }
@@ -269,7 +295,7 @@ impl DriverPolicy {
     pub(crate) fn passed(&mut self, turn: &Turn, now: Instant, passed: Passed) {
         self.next = passed.next;
         if !turn.blind && turn.last_call.is_some() && passed.received {
-            self.grace.app_left_packets();
+            self.grace.app_left_packets(now);
         }
         // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
         // target, a perftest server) keeps polling a while, only after
@@ -309,32 +335,82 @@ mod tests {
 
     /// The grace table: from 1 ms, packets left to the driver thread bring
     /// it to 5 us in five passes (1 ms / 4^5 is below 5 us); a poller back
-    /// at work doubles it to 1 ms again, never past either bound; one
-    /// doubling per turn against one quartering stays at the floor.
+    /// at work doubles it to 1 ms again, never past either bound, but only
+    /// once until packets are left again while they were left within
+    /// GRACE_HOLD.
     #[test]
     fn the_grace_quarters_on_packets_left_and_doubles_while_the_application_polls() {
+        let t0 = Instant::now();
         let mut g = AppGrace::new();
         assert_eq!(g.get(), APP_GRACE_MAX);
-        g.app_was_active();
+        g.app_was_active(t0);
         assert_eq!(g.get(), APP_GRACE_MAX);
         let mut seen = vec![];
         for _ in 0..6 {
-            g.app_left_packets();
+            g.app_left_packets(t0);
             seen.push(g.get().as_micros());
         }
         assert_eq!(seen, [250, 62, 15, 5, 5, 5]);
         assert_eq!(g.get(), APP_GRACE_MIN);
         for _ in 0..3 {
-            g.app_was_active();
-            g.app_left_packets();
+            g.app_was_active(t0);
+            g.app_left_packets(t0);
         }
         assert_eq!(g.get(), APP_GRACE_MIN, "an ib_write_lat turn: one of each");
+        for _ in 0..5 {
+            g.app_was_active(t0 + us(50));
+        }
+        assert_eq!(g.get(), us(10), "within GRACE_HOLD of packets left: one doubling");
         let mut n = 0;
         while g.get() < APP_GRACE_MAX {
-            g.app_was_active();
+            g.app_was_active(t0 + GRACE_HOLD);
             n += 1;
         }
-        assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
+        assert_eq!((n, g.get()), (7, Duration::from_millis(1)), "10 us doubled 7 times passes 1 ms");
+    }
+
+    /// `ib_write_lat` on virtual time: each turn the application polls for
+    /// a round trip (the driver thread wakes at each grace's end and finds
+    /// a new call) then spins on memory until the peer's WRITE, which the
+    /// driver thread's pass past the grace places. However long the round
+    /// trip, the grace comes down from 1 ms and stays at most 10 us, so the
+    /// WRITE waits no more than that past the poller's last call.
+    #[test]
+    fn beside_a_memory_spinner_the_grace_stays_down_however_long_the_round_trip() {
+        for rtt in [us(20), us(90), us(400)] {
+            let mut p = DriverPolicy::new(Duration::ZERO);
+            let mut now = Instant::now();
+            let mut worst_wait = Duration::ZERO;
+            for turn_no in 0..200 {
+                // The poll: calls every microsecond for one round trip; the
+                // thread wakes at its deadlines and sees the latest call.
+                let start = now;
+                let mut wake = now;
+                while wake < start + rtt {
+                    let look = Look { last_call: Some(wake), ..Look::default() };
+                    let turn = p.begin(wake, look);
+                    assert!(!turn.pass, "the poller is within its grace");
+                    wake = p.rest(&turn, wake).until();
+                }
+                // The spin: the last call was at the round trip's end; the
+                // peer's WRITE is there; the thread passes at the grace's end.
+                let last = start + rtt;
+                let look = Look { last_call: Some(last), ..Look::default() };
+                let mut t = wake.max(last);
+                let mut turn = p.begin(t, look);
+                while !turn.pass {
+                    t = p.rest(&turn, t).until();
+                    turn = p.begin(t, look);
+                }
+                p.passed(&turn, t, Passed { next: None, received: true, requests: true });
+                if turn_no >= 10 {
+                    worst_wait = worst_wait.max(t - last);
+                }
+                now = t + us(1);
+            }
+            assert!(p.grace().get() <= us(10), "rtt {rtt:?}: grace {:?}", p.grace().get());
+            assert!(worst_wait <= us(10), "rtt {rtt:?}: a WRITE waited {worst_wait:?} after the last call");
+        }
     }
 
     /// Alone, the thread passes every turn and sleeps on the socket until
