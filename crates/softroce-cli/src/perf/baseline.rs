@@ -65,6 +65,16 @@ impl std::ops::AddAssign for Moved {
 /// waiting before the clock starts, so nothing queued before it looked
 /// counts as received in no time. `busy`: both ends poll their sockets
 /// without pause when they find nothing (else they sleep in `poll`).
+///
+/// Raw UDP does not retransmit: a packet the receiver's full socket
+/// dropped is never counted. The window still knows exactly what is
+/// settled: each packet carries its number, loopback delivers in order, so
+/// once the receiver has read packet `k` every packet before it was read
+/// or dropped. The receiver reports its count and the number after the
+/// highest it read; after [`STALL`] without news the sender sends a probe
+/// (a [`PROBE_LEN`]-byte datagram carrying its last packet's number) that
+/// settles everything when read. The window never opens on a guess, so
+/// the receiver's queue holds at most the window.
 pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Result<Moved, PerfError> {
     let rx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
     let tx_addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
@@ -77,21 +87,28 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
     let total_pkts = per_msg * msgs as u64;
     let ready = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
-    // The receiver: counts packets, reports its count back every 16
-    // packets and whenever the socket runs dry (the RDMA ACK's part),
-    // stops when all arrived or told to.
+    // The receiver: counts packets (not probes), reports (count, highest
+    // number read + 1) every 16 packets, after a probe and whenever the
+    // socket runs dry (the RDMA ACK's part), stops when all arrived or told to.
     let (r2, d2) = (ready.clone(), done.clone());
     let receiver = std::thread::spawn(move || -> Result<u64, PerfError> {
         let mut batch = RecvBatch::new(64);
-        let mut count = 0u64;
-        let mut since_ack = 0u64;
+        let (mut count, mut seen) = (0u64, 0u64);
+        let mut since_report = 0u64;
+        let report = |count: u64, seen: u64| -> Result<(), PerfError> {
+            let mut r = [0u8; 16];
+            r[..8].copy_from_slice(&count.to_le_bytes());
+            r[8..].copy_from_slice(&seen.to_le_bytes());
+            rx.send_to(&r, tx_back)?;
+            Ok(())
+        };
         r2.store(true, Ordering::Release);
         while count < total_pkts && !d2.load(Ordering::Relaxed) {
             let n = rx.recv(&mut batch)?;
             if n == 0 {
-                if since_ack > 0 {
-                    rx.send_to(&count.to_le_bytes(), tx_back)?;
-                    since_ack = 0;
+                if since_report > 0 {
+                    report(count, seen)?;
+                    since_report = 0;
                 }
                 if busy {
                     // As softroce's pollers: the CPU goes to whatever else
@@ -103,16 +120,22 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
                 continue;
             }
             for seg in batch.segments() {
-                let _ = seg.data.len();
-                count += 1;
-                since_ack += 1;
+                let Some(number) = seg.data.first_chunk::<8>().map(|b| u64::from_le_bytes(*b)) else { continue };
+                seen = seen.max(number + 1);
+                if seg.data.len() == PROBE_LEN {
+                    // Reported at once: the sender waits for it.
+                    since_report += 16;
+                } else {
+                    count += 1;
+                    since_report += 1;
+                }
             }
-            if since_ack >= 16 {
-                rx.send_to(&count.to_le_bytes(), tx_back)?;
-                since_ack = 0;
+            if since_report >= 16 {
+                report(count, seen)?;
+                since_report = 0;
             }
         }
-        rx.send_to(&count.to_le_bytes(), tx_back)?;
+        report(count, seen)?;
         Ok(count)
     });
     let waiting_since = Instant::now();
@@ -124,34 +147,46 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
         std::thread::yield_now();
     }
     let mut batch = SendBatch::new(64, 64 * 4200);
-    let payload = vec![0x5au8; 4200];
-    // What the receiver confirmed, and when the sender learned it.
+    let mut payload = vec![0x5au8; 4200];
+    // What the receiver confirmed, and when the sender learned it; and how
+    // many packets are settled (read or dropped).
     let t0 = Instant::now();
-    let (mut confirmed, mut confirmed_at) = (0u64, t0);
-    let mut ack_buf = RecvBatch::with_slot_size(16, 64);
-    let mut read_acks = |confirmed: &mut u64, confirmed_at: &mut Instant| -> Result<bool, PerfError> {
-        let before = *confirmed;
-        while tx.recv(&mut ack_buf)? > 0 {
-            for seg in ack_buf.segments() {
-                if let Ok(b) = <[u8; 8]>::try_from(seg.data) {
-                    *confirmed = (*confirmed).max(u64::from_le_bytes(b));
+    let (mut confirmed, mut confirmed_at, mut settled) = (0u64, t0, 0u64);
+    let mut report_buf = RecvBatch::with_slot_size(16, 64);
+    // Reads the receiver's reports; whether anything moved.
+    let mut read_reports = |confirmed: &mut u64, confirmed_at: &mut Instant, settled: &mut u64| {
+        let before = (*confirmed, *settled);
+        while tx.recv(&mut report_buf)? > 0 {
+            for seg in report_buf.segments() {
+                if let Ok(r) = <[u8; 16]>::try_from(seg.data) {
+                    let (count, seen) = (
+                        u64::from_le_bytes(r[..8].try_into().expect("8")),
+                        u64::from_le_bytes(r[8..].try_into().expect("8")),
+                    );
+                    *confirmed = (*confirmed).max(count);
+                    *settled = (*settled).max(seen);
                 }
             }
         }
-        if *confirmed > before {
+        if *confirmed > before.0 {
             *confirmed_at = Instant::now();
         }
-        Ok(*confirmed > before)
+        Ok::<bool, PerfError>((*confirmed, *settled) != before)
     };
-    // `acked` also moves past packets the kernel dropped, which are
-    // never confirmed: after a stall the window opens anyway.
-    let mut acked = 0u64;
+    // A probe for everything sent so far (`sent` packets).
+    let probe = |sent: u64| -> Result<(), PerfError> {
+        let mut p = [0u8; PROBE_LEN];
+        p[..8].copy_from_slice(&sent.saturating_sub(1).to_le_bytes());
+        tx.send_to(&p, rx_to)?;
+        Ok(())
+    };
     let mut sent = 0u64;
     let window = (depth as u64 * per_msg).max(per_msg);
     let mut stalled_since = Instant::now();
     while sent < total_pkts {
-        while sent < total_pkts && sent - acked.min(sent) < window {
+        while sent < total_pkts && sent - settled.min(sent) < window {
             let sz = sizes[(sent % per_msg) as usize];
+            payload[..8].copy_from_slice(&sent.to_le_bytes());
             if batch.push(rx_to, &payload[..sz]).is_err() {
                 flush(&mut batch, &tx)?;
                 continue;
@@ -159,27 +194,30 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
             sent += 1;
         }
         flush(&mut batch, &tx)?;
-        if read_acks(&mut confirmed, &mut confirmed_at)? {
-            acked = acked.max(confirmed);
+        if read_reports(&mut confirmed, &mut confirmed_at, &mut settled)? {
             stalled_since = Instant::now();
-        } else if stalled_since.elapsed() > Duration::from_millis(5) {
-            acked = sent;
+        } else if stalled_since.elapsed() > STALL {
+            // Nothing for a while: the rest of the window may be lost.
+            probe(sent)?;
             stalled_since = Instant::now();
         } else if busy {
             // A sender spinning on a full window would starve a receiver
-            // that shares its CPU, which then drops what the socket cannot
-            // hold after the stall above opened the window.
+            // that shares its CPU.
             std::thread::yield_now();
         } else {
             wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_micros(200)))?;
         }
     }
     flush(&mut batch, &tx)?;
-    // Wait for the receiver's last count (or give up on dropped packets
-    // once nothing came for 200 ms), then stop it.
+    // Wait until every packet is settled (probing when nothing comes), at
+    // most a second, then stop the receiver.
+    let give_up = Instant::now() + Duration::from_secs(1);
     let mut last_news = Instant::now();
-    while confirmed < total_pkts && last_news.elapsed() < Duration::from_millis(200) {
-        if read_acks(&mut confirmed, &mut confirmed_at)? {
+    while settled < total_pkts && confirmed < total_pkts && Instant::now() < give_up {
+        if read_reports(&mut confirmed, &mut confirmed_at, &mut settled)? {
+            last_news = Instant::now();
+        } else if last_news.elapsed() > STALL {
+            probe(sent)?;
             last_news = Instant::now();
         } else {
             wait(&[(tx.as_fd(), Interest::READABLE)], None, Some(Duration::from_millis(1)))?;
@@ -190,6 +228,12 @@ pub fn bw(size: usize, mtu: usize, msgs: usize, depth: usize, busy: bool) -> Res
     let msgs_in = confirmed.min(total_pkts) / per_msg;
     Ok(Moved { bytes: msgs_in as f64 * size as f64, secs: confirmed_at.duration_since(t0).as_secs_f64().max(1e-9) })
 }
+
+/// How long the bandwidth baseline's sender waits for news before it probes.
+const STALL: Duration = Duration::from_millis(5);
+/// A probe's length: a packet number and a byte (data packets are longer
+/// and a multiple of four).
+const PROBE_LEN: usize = 9;
 
 fn flush(batch: &mut SendBatch<'_>, sock: &Socket) -> Result<(), PerfError> {
     loop {
@@ -281,7 +325,9 @@ mod tests {
         // Polling and sleeping alike.
         for busy in [true, false] {
             let started = Instant::now();
-            let m = bw(65536, 4096, 300, 128, busy).unwrap();
+            // A window (16 x 64 KiB) the receiver's 8 MiB socket holds
+            // whole: nothing can be dropped, so everything is counted.
+            let m = bw(65536, 4096, 300, 16, busy).unwrap();
             let wall = started.elapsed().as_secs_f64();
             assert_eq!(m.bytes, 300.0 * 65536.0, "busy {busy}");
             // Timed inside the call, from the first send to the last
