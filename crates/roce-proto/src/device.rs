@@ -120,9 +120,15 @@ pub struct DeviceConfig {
 /// A scatter-gather datagram to send (see [`Device::poll_transmit_gather`]):
 /// the UDP payload is the head in the caller's buffer, the pieces, `pad_len`
 /// zero bytes, then the ICRC: `icrc`, after absorbing the pieces and the
-/// pad, finished and written little-endian.
+/// pad, finished and written little-endian. `info` and `dest_qpn` say what
+/// the packet is, so a sender chooses its route and batching without
+/// parsing the headers the engine just wrote.
 #[derive(Clone)]
 pub struct TransmitGather {
+    /// The packet's opcode: its message position, request or response.
+    pub info: &'static roce_wire::OpcodeInfo,
+    /// The destination QP (its BTH's).
+    pub dest_qpn: crate::Qpn,
     /// Our address.
     pub src: IpAddr,
     /// The peer's address (port 4791).
@@ -142,6 +148,8 @@ pub struct TransmitGather {
 impl std::fmt::Debug for TransmitGather {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TransmitGather")
+            .field("opcode", &self.info.name)
+            .field("dest_qpn", &self.dest_qpn)
             .field("dst", &self.dst)
             .field("head_len", &self.head_len)
             .field("pad_len", &self.pad_len)
@@ -1224,10 +1232,18 @@ impl Device {
             let Some((bth, rest)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
                 return true;
             };
+            // The engine writes only opcodes it knows, and whole BTHs.
+            let (Some(info), Some(dest_qpn)) = (roce_wire::Opcode(bth[0]).info(), roce_wire::bth::dest_qpn_of(bth))
+            else {
+                return true;
+            };
+            let dest_qpn = crate::Qpn::from(dest_qpn);
             icrc.update_bth(bth);
             icrc.update(rest);
             let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
             let mut t = TransmitGather {
+                info,
+                dest_qpn,
                 src: s.src,
                 dst: s.to,
                 src_port,

@@ -13,6 +13,7 @@ use roce_proto::{AsyncEvent, Device, DeviceConfig, Limits};
 use roce_udp::Waker;
 use roce_wire::IcrcPolicy;
 
+use crate::atomic_instant::AtomicInstant;
 use crate::config::{self, DeviceInfo};
 use crate::driver::{DriverStats, Progress, Shared, State};
 use crate::env;
@@ -324,6 +325,7 @@ impl Context {
         };
         let mut state = State::new(dev, opts.faults.map(Faults::new), tap, sources);
         state.local_link = crate::local_link::LocalLink::new(opts.link == Link::Local, outboxes);
+        let epoch = std::time::Instant::now();
         let shared = Arc::new(Shared {
             info: info.clone(),
             sock,
@@ -340,17 +342,17 @@ impl Context {
             local: LocalEnd::new(wants_icrc),
             inbox,
             local_wakes: std::sync::atomic::AtomicU64::new(0),
-            tx_owed: std::sync::atomic::AtomicU64::new(0),
-            driver_deadline: std::sync::atomic::AtomicU64::new(u64::MAX),
-            timer_at: std::sync::atomic::AtomicU64::new(u64::MAX),
-            app_polled: std::sync::atomic::AtomicU64::new(0),
+            tx_owed: AtomicInstant::none(epoch),
+            driver_deadline: AtomicInstant::none(epoch),
+            timer_at: AtomicInstant::none(epoch),
+            app_polled: AtomicInstant::none(epoch),
+            app_found: AtomicBool::new(false),
             app_grace_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
                 crate::driver_policy::AppGrace::new().micros()
             } else {
                 0
             }),
             driver_spins: std::sync::atomic::AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
             spin: opts.spin,
             driver_spin: opts.driver_spin,
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),
@@ -460,7 +462,7 @@ impl Context {
         let next = s.progress_for_app(&mut st, false)?;
         drop(st);
         if s.mode == Progress::Thread {
-            s.note_app_poll(std::time::Instant::now());
+            s.note_app_poll(std::time::Instant::now(), false);
         }
         s.nudge_driver(next);
         Ok(())

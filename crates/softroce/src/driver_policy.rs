@@ -2,7 +2,7 @@
 //! goes in, what to do comes out (make a pass or not, sleep until when,
 //! watch the socket or not, spin). Every heuristic of the thread and its
 //! constants live here, so they are tested on virtual time (`tests` below);
-//! `driver.rs`'s `Shared::run` only reads the atomics, makes the pass and
+//! `driver/thread.rs`'s `Shared::run` only reads the atomics, makes the pass and
 //! sleeps as told.
 //!
 //! | the thread finds | it |
@@ -106,28 +106,36 @@ impl SocketLooks {
 /// arrival, as kernel rxe places them in softirq context.
 ///
 /// A memory spinner also polls between its spins (`ib_write_lat` polls
-/// its CQ for a WRITE's completion, one round trip): the driver thread
-/// looks several times during that poll, each time finding a new call. So
-/// within [`GRACE_HOLD`] of packets left, the grace doubles once until
-/// packets are left again: one doubling against one quartering per turn
-/// keeps it at the floor (with a doubling per look it climbed back to 1 ms
-/// whenever a round trip took more than about three graces, as in a debug
-/// build on a loaded machine, and 1 in 100 WRITEs waited a millisecond).
+/// its CQ for a WRITE's completion, one round trip), and the driver thread
+/// looks several times during that poll, each time finding a new call.
+/// What tells it from a busy poller that the scheduler took off its CPU
+/// (which leaves the driver packets too) is its last call before it went:
+/// a poll that returned completions, after which it went to do something
+/// else. After such a departure, for [`GRACE_HOLD`], the grace doubles only
+/// once until packets are left again: one doubling against one quartering
+/// per turn keeps it at the floor (with a doubling per look it climbed back
+/// to 1 ms whenever a round trip took more than about three graces, as in
+/// a debug build on a loaded machine, and 1 in 100 WRITEs waited a
+/// millisecond). A poller descheduled mid-poll is not held: its driver
+/// thread, given a CPU more often than the poller's peers leave one, would
+/// otherwise keep finding packets and keep its grace at the floor.
 ///
 /// | the driver thread finds | grace |
 /// |---|---|
-/// | the application called since it last looked | x 2, at most 1 ms; once only within [`GRACE_HOLD`] of packets left |
-/// | packets, in a pass past the grace | / 4, at least 5 us |
+/// | the application called since it last looked | x 2, at most 1 ms; once only within [`GRACE_HOLD`] of a departure |
+/// | packets, in a pass past the grace | / 4, at least 5 us; a departure if the last call returned completions |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct AppGrace {
     grace: Duration,
-    /// When a pass last found packets the application left, and whether
-    /// the grace doubled since.
+    /// When a pass last found packets the application left after a poll
+    /// that returned completions, and whether the grace doubled since.
     left_at: Option<Instant>,
     doubled_since: bool,
 }
 
-/// How long after packets were left the grace doubles only once.
+/// How long after a departure the grace doubles only once: past a memory
+/// spinner's turn (a round trip and its spin, tens to hundreds of
+/// microseconds, more on a loaded machine).
 pub(crate) const GRACE_HOLD: Duration = Duration::from_millis(10);
 
 impl AppGrace {
@@ -156,11 +164,14 @@ impl AppGrace {
     }
 
     /// At `now`, a pass of the driver thread past the grace received
-    /// packets the application left.
-    fn app_left_packets(&mut self, now: Instant) {
+    /// packets the application left; `departed`: its last call returned
+    /// completions.
+    fn app_left_packets(&mut self, now: Instant, departed: bool) {
         self.grace = (self.grace / 4).max(APP_GRACE_MIN);
-        self.left_at = Some(now);
-        self.doubled_since = false;
+        if departed {
+            self.left_at = Some(now);
+            self.doubled_since = false;
+        }
     }
 }
 
@@ -175,6 +186,9 @@ pub(crate) struct Look {
     /// A busy-polling application thread's last verbs call (`None`: never,
     /// or it armed a CQ since).
     pub(crate) last_call: Option<Instant>,
+    /// Whether that call returned completions (the caller may go to do
+    /// something else with them, as a memory spinner does).
+    pub(crate) last_call_found: bool,
     /// How long packets a waiter's pass deferred have waited (`None`: none).
     pub(crate) owed: Option<Duration>,
 }
@@ -191,6 +205,7 @@ pub(crate) struct Turn {
     /// When deferred packets would be due, if no pass is made for them now.
     recheck: Option<Instant>,
     last_call: Option<Instant>,
+    last_call_found: bool,
     now: Instant,
 }
 
@@ -288,14 +303,14 @@ impl DriverPolicy {
         let pass = !blind || due || look.owed.is_some_and(|d| d >= OWED_GRACE);
         // Not passing: look again when the deferred packets would be due.
         let recheck = look.owed.filter(|_| !pass).map(|owed| now + (OWED_GRACE - owed));
-        Turn { pass, blind, app_until, recheck, last_call: look.last_call, now }
+        Turn { pass, blind, app_until, recheck, last_call: look.last_call, last_call_found: look.last_call_found, now }
     }
 
     /// The pass of `turn` ended at `now` with `passed`.
     pub(crate) fn passed(&mut self, turn: &Turn, now: Instant, passed: Passed) {
         self.next = passed.next;
         if !turn.blind && turn.last_call.is_some() && passed.received {
-            self.grace.app_left_packets(now);
+            self.grace.app_left_packets(now, turn.last_call_found);
         }
         // A passive side (no busy poller for `PASSIVE_AFTER`: a READ
         // target, a perftest server) keeps polling a while, only after
@@ -347,26 +362,40 @@ mod tests {
         assert_eq!(g.get(), APP_GRACE_MAX);
         let mut seen = vec![];
         for _ in 0..6 {
-            g.app_left_packets(t0);
+            g.app_left_packets(t0, true);
             seen.push(g.get().as_micros());
         }
         assert_eq!(seen, [250, 62, 15, 5, 5, 5]);
         assert_eq!(g.get(), APP_GRACE_MIN);
         for _ in 0..3 {
             g.app_was_active(t0);
-            g.app_left_packets(t0);
+            g.app_left_packets(t0, true);
         }
         assert_eq!(g.get(), APP_GRACE_MIN, "an ib_write_lat turn: one of each");
         for _ in 0..5 {
             g.app_was_active(t0 + us(50));
         }
-        assert_eq!(g.get(), us(10), "within GRACE_HOLD of packets left: one doubling");
+        assert_eq!(g.get(), us(10), "within GRACE_HOLD of a departure: one doubling");
+        g.app_left_packets(t0 + us(60), false);
+        assert_eq!(g.get(), APP_GRACE_MIN);
+        for _ in 0..2 {
+            g.app_was_active(t0 + us(70));
+        }
+        assert_eq!(g.get(), APP_GRACE_MIN, "packets left mid-poll do not lift the hold: its one doubling was taken");
+        let mut g2 = AppGrace::new();
+        for _ in 0..5 {
+            g2.app_left_packets(t0, false);
+        }
+        for _ in 0..3 {
+            g2.app_was_active(t0);
+        }
+        assert_eq!(g2.get(), us(40), "packets left mid-poll (a poller descheduled) hold nothing");
         let mut n = 0;
         while g.get() < APP_GRACE_MAX {
             g.app_was_active(t0 + GRACE_HOLD);
             n += 1;
         }
-        assert_eq!((n, g.get()), (7, Duration::from_millis(1)), "10 us doubled 7 times passes 1 ms");
+        assert_eq!((n, g.get()), (8, Duration::from_millis(1)), "5 us doubled 8 times passes 1 ms");
     }
 
     /// `ib_write_lat` on virtual time: each turn the application polls for
@@ -395,7 +424,7 @@ mod tests {
                 // The spin: the last call was at the round trip's end; the
                 // peer's WRITE is there; the thread passes at the grace's end.
                 let last = start + rtt;
-                let look = Look { last_call: Some(last), ..Look::default() };
+                let look = Look { last_call: Some(last), last_call_found: true, ..Look::default() };
                 let mut t = wake.max(last);
                 let mut turn = p.begin(t, look);
                 while !turn.pass {
@@ -411,6 +440,46 @@ mod tests {
             assert!(p.grace().get() <= us(10), "rtt {rtt:?}: grace {:?}", p.grace().get());
             assert!(worst_wait <= us(10), "rtt {rtt:?}: a WRITE waited {worst_wait:?} after the last call");
         }
+    }
+
+    /// A busy poller the scheduler takes off its CPU now and then (every
+    /// 4 ms, for 100 us, mid-poll) leaves its driver thread packets each
+    /// time, and still gets back a grace of a millisecond between: being
+    /// descheduled is not a departure.
+    #[test]
+    fn a_descheduled_busy_poller_gets_its_long_grace_back() {
+        let mut p = DriverPolicy::new(Duration::ZERO);
+        let t0 = Instant::now();
+        let mut t = t0;
+        // Brought to the floor first, as by a memory spinner.
+        for _ in 0..6 {
+            p.grace.app_left_packets(t, true);
+        }
+        assert_eq!(p.grace().get(), APP_GRACE_MIN);
+        let mut after_tick = vec![];
+        for tick in 1..=20u32 {
+            let off = t0 + Duration::from_millis(4) * tick;
+            // Polling without pause until the scheduler takes the CPU: the
+            // thread wakes at each grace's end and finds a newer call.
+            while t < off {
+                let turn = p.begin(t, Look { last_call: Some(t), ..Look::default() });
+                assert!(!turn.pass);
+                t = p.rest(&turn, t).until().min(off);
+            }
+            // Away after an empty poll: at its grace's end the thread
+            // passes and finds packets.
+            let look = Look { last_call: Some(off), ..Look::default() };
+            let mut at = off;
+            let mut turn = p.begin(at, look);
+            while !turn.pass {
+                at = p.rest(&turn, at).until();
+                turn = p.begin(at, look);
+            }
+            p.passed(&turn, at, Passed { next: None, received: true, requests: false });
+            t = at + us(100);
+            after_tick.push(p.grace().micros());
+        }
+        assert!(after_tick[5..].iter().all(|&g| g >= 250), "graces after each tick: {after_tick:?}");
     }
 
     /// Alone, the thread passes every turn and sleeps on the socket until

@@ -50,6 +50,7 @@
 #[cfg(feature = "tokio")]
 mod async_cq;
 mod async_events;
+mod atomic_instant;
 mod census;
 mod channel;
 pub mod config;
@@ -73,6 +74,7 @@ pub mod cm {
 }
 mod sched;
 mod sg;
+mod socket_link;
 mod sources;
 pub mod tap;
 pub mod thread;

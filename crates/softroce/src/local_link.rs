@@ -250,22 +250,27 @@ impl Peers {
     }
 }
 
-/// A packet the engine built, as the local link takes it.
-pub(crate) struct Packet<'a> {
+/// A packet the engine built, as the links take it: its headers for the
+/// pass (`'a`), its payload where it lies (`'m`, registered memory, which
+/// the socket link sends from).
+pub(crate) struct Packet<'a, 'm> {
     pub(crate) src: IpAddr,
     pub(crate) src_port: u16,
     pub(crate) dst: IpAddr,
     /// Its destination's UDP address (the device's `dst:4791`).
     pub(crate) to: SocketAddr,
+    /// Its destination QP (the engine's description, see
+    /// `roce_proto::TransmitGather`).
+    pub(crate) dest_qpn: roce_proto::Qpn,
     /// The headers, from the BTH on.
     pub(crate) head: &'a [u8],
     /// The payload, still in registered memory.
-    pub(crate) payload: &'a [&'a [u8]],
+    pub(crate) payload: &'a [&'m [u8]],
     /// Bytes of pad and ICRC that end it.
     pub(crate) trailer_len: usize,
 }
 
-impl<'a> Packet<'a> {
+impl<'a, 'm> Packet<'a, 'm> {
     /// Its addressing; `icrc`: its trailer holds a computed ICRC.
     fn addressing(&self, icrc: bool) -> Addressing {
         Addressing { src: self.src, src_port: self.src_port, dst: self.dst, icrc }
@@ -275,6 +280,7 @@ impl<'a> Packet<'a> {
     pub(crate) fn parts<'t>(&self, trailer: &'t [u8]) -> impl Iterator<Item = &'t [u8]> + Clone
     where
         'a: 't,
+        'm: 't,
     {
         std::iter::once(self.head)
             .chain(self.payload.iter().copied())
@@ -328,7 +334,7 @@ impl LocalLink {
     /// records packets (their ICRC is computed); `icrc` computes the trailer.
     pub(crate) fn send(
         &mut self,
-        p: &Packet<'_>,
+        p: &Packet<'_, '_>,
         member: Option<(&Member, &Socket)>,
         now: Instant,
         capture: bool,
@@ -351,7 +357,7 @@ impl LocalLink {
         sent
     }
 
-    fn hand_to_process(&mut self, p: &Packet<'_>, capture: bool, icrc: &mut impl FnMut() -> [u8; 8]) -> Sent {
+    fn hand_to_process(&mut self, p: &Packet<'_, '_>, capture: bool, icrc: &mut impl FnMut() -> [u8; 8]) -> Sent {
         let Some(peer) = self.peers.find(p.to, p.head) else { return Sent::Elsewhere };
         let with_icrc = capture || peer.end().wants_icrc();
         let trailer = if with_icrc { icrc() } else { [0; 8] };
@@ -381,7 +387,7 @@ impl LocalLink {
 
     fn write_to_member(
         &mut self,
-        p: &Packet<'_>,
+        p: &Packet<'_, '_>,
         member: Option<(&Member, &Socket)>,
         now: Instant,
         capture: bool,
@@ -392,7 +398,7 @@ impl LocalLink {
         if p.dst != m.addr().ip() {
             return Sent::Elsewhere;
         }
-        let Some((slot, inc)) = roce_wire::bth::dest_qpn_of(p.head).and_then(|q| m.owner_of(q)) else {
+        let Some((slot, inc)) = m.owner_of(p.dest_qpn.get()) else {
             return Sent::Elsewhere;
         };
         let Some(lane) = boxes.to(slot, inc, now, |s, i| m.is_member(s, i)) else { return Sent::Unopened };

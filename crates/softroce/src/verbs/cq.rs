@@ -93,7 +93,7 @@ impl Cq {
         if n > 0 {
             drop(st);
             if busy {
-                s.note_app_poll(std::time::Instant::now());
+                s.note_app_poll(std::time::Instant::now(), true);
                 spun_empty(false, None);
             }
             return Ok(n);
@@ -108,7 +108,7 @@ impl Cq {
         let n = st.dev.poll_cq(self.0.handle, out)?;
         drop(st);
         if busy {
-            s.note_app_poll(now);
+            s.note_app_poll(now, n > 0);
             spun_empty(n == 0, Some(now));
         }
         s.nudge_driver(next);
