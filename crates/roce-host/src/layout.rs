@@ -36,7 +36,28 @@
 //! [`LIVENESS_BASE`] + slot of the file: the kernel drops it when the
 //! process dies, whatever state the words were left in.
 
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The device file of `addr` for this user and network namespace. The
+/// namespace is named by its cookie where the kernel has one: a deleted
+/// namespace's inode number is given to the next one made, which would
+/// open the dead namespace's file of the same address (two tests' hosts
+/// at 10.234.0.1 one after the other shared one, and their packets went
+/// to each other's QPNs).
+pub fn device_file(addr: SocketAddr) -> PathBuf {
+    let uid = rustix::process::getuid().as_raw();
+    let netns = match roce_udp::netns_cookie() {
+        Some(c) => format!("c{c}"),
+        None => std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0).to_string(),
+    };
+    let shm = PathBuf::from("/dev/shm");
+    let dir = if shm.is_dir() { shm } else { std::env::temp_dir() };
+    let a = addr.ip().to_string().replace(':', "_");
+    dir.join(format!("softroce-u{uid}-n{netns}-{a}-{}", addr.port()))
+}
 
 /// `b"softroce"` as a big-endian word.
 pub const MAGIC: u64 = u64::from_be_bytes(*b"softroce");

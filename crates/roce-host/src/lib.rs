@@ -13,6 +13,7 @@
 //! from the dead by OFD locks the kernel drops at a crash.
 
 pub mod envelope;
+mod error;
 pub mod gsi;
 pub mod inbox;
 pub mod layout;

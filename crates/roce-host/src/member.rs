@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use roce_udp::{BindError, Socket};
 
 use crate::envelope::{self, Envelope};
+pub use crate::error::HostError;
 use crate::gsi::{self, MadOwner};
+pub use crate::layout::device_file;
 use crate::layout::{self, BLOCK_BITS, BLOCKS, FIRST_BLOCK, LAST_BLOCK, LIVENESS_BASE, MAX_MEMBERS, Table};
 use crate::resources::{self, Region, Resources};
 use crate::seats::{self, Plan};
@@ -34,99 +36,6 @@ pub const LOCK_PATIENCE: Duration = Duration::from_secs(5);
 pub const PROBE_PATIENCE: Duration = Duration::from_millis(50);
 /// Least time between two reconciliations a member starts by itself.
 const RECONCILE_EVERY: Duration = Duration::from_millis(2);
-
-/// Why a device could not be joined or kept.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HostError {
-    /// The device file could not be made, opened or mapped.
-    #[error("device file {path}: {source}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// The system error.
-        source: io::Error,
-    },
-    /// The device file belongs to another user or others may write it.
-    #[error("device file {path} is owned by uid {owner} with mode {mode:o}: it must be yours and private (remove it)")]
-    Unsafe {
-        /// The file.
-        path: PathBuf,
-        /// Its owner.
-        owner: u32,
-        /// Its mode.
-        mode: u32,
-    },
-    /// Another process holds the device file's lock and does not let go.
-    #[error(
-        "device file {path} stayed locked for {patience:?}: a process holding it hangs (find it with `fuser {path}`)"
-    )]
-    Locked {
-        /// The file.
-        path: PathBuf,
-        /// How long was waited.
-        patience: Duration,
-    },
-    /// The device file is in use with another layout (another softroce version).
-    #[error("device file {path} is in use by a softroce of another version: stop its processes first")]
-    Incompatible {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The device has [`MAX_MEMBERS`] members already.
-    #[error("{addr} already has {MAX_MEMBERS} open contexts")]
-    Full {
-        /// The device's address.
-        addr: SocketAddr,
-    },
-    /// Another process of the device listens on the service ID.
-    #[error("service ID {service_id:#018x} on {addr} is listened on by process {pid} already")]
-    ServiceTaken {
-        /// The device's address.
-        addr: SocketAddr,
-        /// The service ID.
-        service_id: u64,
-        /// The listener's pid.
-        pid: u32,
-    },
-    /// The device's service table is full.
-    #[error("{addr} has {max} listening service IDs already", max = layout::MAX_SERVICES)]
-    ServicesFull {
-        /// The device's address.
-        addr: SocketAddr,
-    },
-    /// Every QPN block is owned.
-    #[error("no QP number left on {addr}: every block is in use")]
-    NoQpn {
-        /// The device's address.
-        addr: SocketAddr,
-    },
-    /// Binding the group's socket failed.
-    #[error("{0}")]
-    Bind(#[from] BindError),
-    /// The address is another user's shared device (the kernel groups
-    /// only sockets of one user).
-    #[error(
-        "cannot share {addr}: its UDP port is held by uid {uid} (a device is shared only among processes \
-         of one user); use another address, e.g. `softroce run --loopback`"
-    )]
-    OtherUser {
-        /// The address.
-        addr: SocketAddr,
-        /// The uid holding it.
-        uid: u32,
-    },
-    /// A socket call failed.
-    #[error("{what} on {addr}: {source}")]
-    Io {
-        /// What was done.
-        what: &'static str,
-        /// The device's address.
-        addr: SocketAddr,
-        /// The system error.
-        source: io::Error,
-    },
-}
 
 /// Where a received packet belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,24 +144,6 @@ impl std::fmt::Debug for Member {
 fn now_ms() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
-}
-
-/// The device file of `addr` for this user and network namespace. The
-/// namespace is named by its cookie where the kernel has one: a deleted
-/// namespace's inode number is given to the next one made, which would
-/// open the dead namespace's file of the same address (two tests' hosts
-/// at 10.234.0.1 one after the other shared one, and their packets went
-/// to each other's QPNs).
-pub fn device_file(addr: SocketAddr) -> PathBuf {
-    let uid = rustix::process::getuid().as_raw();
-    let netns = match roce_udp::netns_cookie() {
-        Some(c) => format!("c{c}"),
-        None => std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0).to_string(),
-    };
-    let shm = PathBuf::from("/dev/shm");
-    let dir = if shm.is_dir() { shm } else { std::env::temp_dir() };
-    let a = addr.ip().to_string().replace(':', "_");
-    dir.join(format!("softroce-u{uid}-n{netns}-{a}-{}", addr.port()))
 }
 
 struct Locked<'a>(&'a File);

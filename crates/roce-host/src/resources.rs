@@ -43,8 +43,8 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::error::HostError;
 use crate::layout::{self, LIVENESS_BASE, MAX_MEMBERS, Table};
-use crate::member::HostError;
 use crate::shm;
 
 /// `b"srrsrc\0\x01"` as a big-endian word.
@@ -355,7 +355,7 @@ fn read_words(file: &File, words: usize) -> std::io::Result<Vec<u64>> {
 /// `addr` (no device file: nobody has it open, an empty census). Joins
 /// nothing and writes nothing.
 pub fn census(addr: SocketAddr) -> Result<Census, HostError> {
-    census_of(&crate::member::device_file(addr))
+    census_of(&crate::layout::device_file(addr))
 }
 
 /// [`census`] of the device file at `path`.

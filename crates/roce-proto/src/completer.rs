@@ -7,7 +7,8 @@ use roce_wire::{NakCode, Packet, Psn, Syndrome};
 use crate::ctx::Ctx;
 use crate::qp::{Credits, Qp};
 use crate::queue::WqeState;
-use crate::requester::{msn_after, scatter};
+use crate::requester::msn_after;
+use crate::sges::scatter;
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 impl Qp {
@@ -59,9 +60,9 @@ impl Qp {
         let before = self.req.credits;
         self.req.credits = match (Syndrome::credit_count(code), self.req.credits) {
             (None, _) | (_, Credits::Unlimited) => Credits::Unlimited,
-            (Some(n), Credits::Unknown) => Credits::Limit(crate::qp::seq24_add(msn, n)),
+            (Some(n), Credits::Unknown) => Credits::Limit(crate::seq24::add(msn, n)),
             (Some(n), Credits::Limit(lsn)) => {
-                let new = crate::qp::seq24_add(msn, n);
+                let new = crate::seq24::add(msn, n);
                 Credits::Limit(if msn_after(new, lsn) { new } else { lsn })
             }
         };

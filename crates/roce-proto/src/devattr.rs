@@ -5,7 +5,6 @@
 use std::net::IpAddr;
 
 use crate::attr::Mtu;
-use crate::device::Limits;
 
 /// `enum ibv_device_cap_flags` bits rxe sets (`device_cap_flags` 0x01223c76).
 pub mod cap {
@@ -333,6 +332,68 @@ impl PortAttr {
             active_speed: 1,
             phys_state: 5,
             link_layer: 2,
+        }
+    }
+}
+
+/// Limits the device advertises and enforces (defaults: Linux rxe's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// QPs.
+    pub max_qp: u32,
+    /// WRs per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// CQs.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding READ/atomic per QP (both directions).
+    pub max_qp_rd_atom: u8,
+    /// SRQs.
+    pub max_srq: u32,
+    /// WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WR.
+    pub max_srq_sge: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+    /// Largest message.
+    pub max_msg_sz: u64,
+    /// Memory windows.
+    pub max_mw: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        // rxe-devinfo.txt; max_msg_sz raised from rxe's 8 MiB to 2 GiB.
+        Limits {
+            max_qp: 1_048_560,
+            max_qp_wr: 1_048_576,
+            max_sge: 32,
+            max_cq: 1_048_576,
+            // mlx5's (2^22 - 1), not rxe's 32,767: libfabric's rxm asks for
+            // 1,024 entries per peer of its universe (262,144 by default),
+            // which rxe refuses (issue 31). A CQ's entries are allocated when
+            // it is made, as a NIC's are.
+            max_cqe: 4_194_303,
+            max_mr: 524_287,
+            max_pd: 1_048_576,
+            max_qp_rd_atom: 128,
+            max_srq: 917_503,
+            max_srq_wr: 1_048_576,
+            max_srq_sge: 27,
+            max_ah: 32_767,
+            max_inline_data: 512,
+            max_msg_sz: 1 << 31,
+            max_mw: 524_287,
         }
     }
 }

@@ -25,77 +25,17 @@ use crate::handle::{CqHandle, PdHandle, Qpn, SrqHandle};
 use crate::mcast::{self, MULTICAST_QPN, McastError, McastLimits, McastTable};
 use crate::mem::Region;
 use crate::mr::{MrError, MrTable, MwBindInfo, MwType};
+use crate::outgoing::Outgoing;
 use crate::qp::Qp;
 use crate::qp_state::ModifyError;
 use crate::queue::PostError;
-use crate::requester::Outgoing;
 use crate::responder::Origin;
 use crate::srq::Srq;
 use crate::timers::TimerKind;
 use crate::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WrOpcode};
 use crate::wr::{MwBind, RecvWr, SendWr, Wc};
 
-/// Limits the device advertises and enforces (defaults: Linux rxe's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// QPs.
-    pub max_qp: u32,
-    /// WRs per queue.
-    pub max_qp_wr: u32,
-    /// SGEs per WR.
-    pub max_sge: u32,
-    /// CQs.
-    pub max_cq: u32,
-    /// Entries per CQ.
-    pub max_cqe: u32,
-    /// Memory regions.
-    pub max_mr: u32,
-    /// Protection domains.
-    pub max_pd: u32,
-    /// Outstanding READ/atomic per QP (both directions).
-    pub max_qp_rd_atom: u8,
-    /// SRQs.
-    pub max_srq: u32,
-    /// WRs per SRQ.
-    pub max_srq_wr: u32,
-    /// SGEs per SRQ WR.
-    pub max_srq_sge: u32,
-    /// Address handles.
-    pub max_ah: u32,
-    /// Inline bytes per send WR.
-    pub max_inline_data: u32,
-    /// Largest message.
-    pub max_msg_sz: u64,
-    /// Memory windows.
-    pub max_mw: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        // rxe-devinfo.txt; max_msg_sz raised from rxe's 8 MiB to 2 GiB.
-        Limits {
-            max_qp: 1_048_560,
-            max_qp_wr: 1_048_576,
-            max_sge: 32,
-            max_cq: 1_048_576,
-            // mlx5's (2^22 - 1), not rxe's 32,767: libfabric's rxm asks for
-            // 1,024 entries per peer of its universe (262,144 by default),
-            // which rxe refuses (issue 31). A CQ's entries are allocated when
-            // it is made, as a NIC's are.
-            max_cqe: 4_194_303,
-            max_mr: 524_287,
-            max_pd: 1_048_576,
-            max_qp_rd_atom: 128,
-            max_srq: 917_503,
-            max_srq_wr: 1_048_576,
-            max_srq_sge: 27,
-            max_ah: 32_767,
-            max_inline_data: 512,
-            max_msg_sz: 1 << 31,
-            max_mw: 524_287,
-        }
-    }
-}
+pub use crate::devattr::Limits;
 
 /// How to build a device.
 #[derive(Debug, Clone)]
@@ -282,10 +222,8 @@ pub struct Device {
     created: Instant,
 }
 
-/// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
-pub(crate) const FIRST_QPN: u32 = 0x11;
-/// The GSI QP's number (QP 1), see [`Device::create_gsi_qp`].
-pub const GSI_QPN: u32 = 1;
+use crate::qp::FIRST_QPN;
+pub use crate::qp::GSI_QPN;
 
 /// Packets a QP may send in a row before it goes to the back of the
 /// transmit queue (rxe's per-QP tasks run in bursts too). The QP that sent

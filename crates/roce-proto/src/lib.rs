@@ -20,12 +20,15 @@ mod handle;
 pub mod mcast;
 pub mod mem;
 pub mod mr;
+mod outgoing;
 pub mod qp;
 pub mod qp_state;
 pub mod queue;
 mod reorder;
 mod requester;
 mod responder;
+mod seq24;
+mod sges;
 mod srq;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -22,24 +22,17 @@ use crate::wr::Wc;
 /// rxe's `RXE_MAX_UNACKED_PSNS`: how far the requester runs ahead of the
 /// oldest unacknowledged PSN.
 pub(crate) const MAX_UNACKED_PSNS: u32 = 128;
+/// The first QPN handed out (0 and 1 are the special QPs, as in rxe).
+pub(crate) const FIRST_QPN: u32 = 0x11;
+/// The GSI QP's number (QP 1), see [`Device::create_gsi_qp`](crate::Device::create_gsi_qp).
+pub const GSI_QPN: u32 = 1;
+
 /// rxe's `RXE_MAX_PKT_PER_ACK`: AckReq at least this often within a message.
 pub(crate) const MAX_PKT_PER_ACK: u32 = 64;
 
 /// The local ACK timeout for `timeout` (4.096 us x 2^timeout), `None` for 0.
 pub(crate) fn ack_timeout(timeout: u8) -> Option<Duration> {
     (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
-}
-
-/// The low 24 bits of a field that is 24 bits on the wire and not a PSN
-/// (QPNs; [`seq24_add`] for MSNs and SSNs).
-pub(crate) const fn low24(v: u32) -> u32 {
-    v & 0xff_ffff
-}
-
-/// `a + n` in the 24-bit space of message and send sequence numbers (MSN,
-/// SSN, credit limits), which wrap as PSNs do but are not PSNs.
-pub(crate) const fn seq24_add(a: u32, n: u32) -> u32 {
-    low24(a.wrapping_add(n))
 }
 
 /// What the responder's end-to-end credits allow (IBTA 9.7.7.2).
@@ -541,7 +534,7 @@ impl Qp {
             a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         if mask.contains(M::DEST_QPN) {
-            a.dest_qp_num = low24(attr.dest_qp_num);
+            a.dest_qp_num = crate::seq24::low24(attr.dest_qp_num);
         }
         if mask.contains(M::RQ_PSN) {
             a.rq_psn = attr.rq_psn;

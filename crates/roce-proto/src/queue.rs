@@ -338,7 +338,7 @@ impl SendQueue {
         let local = w.is_local();
         w.ssn = if local { 0 } else { ssn };
         if !local {
-            self.next_ssn = crate::qp::seq24_add(ssn, 1);
+            self.next_ssn = crate::seq24::add(ssn, 1);
         }
         self.producer += 1;
         Ok(())

@@ -10,8 +10,10 @@ use roce_wire::{
 };
 
 use crate::ctx::Ctx;
+use crate::outgoing::{Outgoing, SMALL_PAYLOAD};
 use crate::qp::{Credits, MAX_PKT_PER_ACK, Qp};
 use crate::queue::{SendWqe, WqeState};
+use crate::sges::{gather, walk_sges};
 use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
 /// How long a SEND with no credits and nothing in flight waits for the
@@ -20,26 +22,6 @@ use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 /// descheduled on a loaded machine; paid once per QP toward a responder
 /// that never announces (a NIC), which from then on is probed at once.
 pub(crate) const CREDIT_UPDATE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Payloads up to this size are copied behind the headers even for a
-/// scatter-gather send: an extra iovec costs more than the copy.
-pub(crate) const SMALL_PAYLOAD: usize = 256;
-
-/// A packet a role wrote into the caller's buffer: `len` bytes of BTH
-/// through pad (the device appends the ICRC), for `dst`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Outgoing {
-    /// Packet length without the ICRC.
-    pub(crate) len: usize,
-    /// Bytes of it written into the buffer: all of them, or with a gather
-    /// sink only the headers (the payload is in the sink's pieces, the pad
-    /// is the sender's to add).
-    pub(crate) head_len: usize,
-    /// Destination address.
-    pub(crate) dst: IpAddr,
-    /// Index of the source GID.
-    pub(crate) sgid_index: u8,
-}
 
 /// Where a packet starting at byte `offset` of its message sits in it,
 /// with `fits` saying whether the rest fits in the packet.
@@ -352,7 +334,7 @@ impl Qp {
     fn ack_request(&mut self, psn: Psn, seg: Segment) -> bool {
         self.req.noack_pkts += 1;
         // The GSI QP (1) sets AckReq on every packet, as rxe's does.
-        let gsi = self.qpn == crate::device::GSI_QPN;
+        let gsi = self.qpn == crate::qp::GSI_QPN;
         // Under a congestion window, ACKs must keep coming: every half window
         // asks for one, and so does the packet that fills it (else the
         // responder, which answers only AckReq, would leave it to a timeout).
@@ -661,69 +643,6 @@ fn place_payload(
     }
     buf[hlen + plen..total].fill(0);
     Ok(total)
-}
-
-/// Walks the part of a message at byte `offset`, `len` bytes long, over an
-/// SGE list: calls `f(grant, at, n)` for each piece after checking the L_Key
-/// for `access` in protection domain `pd`; `at` is the piece's offset in the
-/// walked range. Fails if a key check fails or the SGEs end first.
-fn walk_sges(
-    ctx: &Ctx<'_>,
-    pd: u32,
-    sges: &[crate::wr::Sge],
-    mut offset: u64,
-    len: usize,
-    access: AccessFlags,
-    mut f: impl FnMut(crate::mr::Grant, usize, usize) -> Result<(), crate::mem::MemError>,
-) -> Result<(), crate::mr::AccessError> {
-    let mut done = 0;
-    for s in sges {
-        if done == len {
-            break;
-        }
-        let sge_len = u64::from(s.length);
-        if offset >= sge_len {
-            offset -= sge_len;
-            continue;
-        }
-        let n = (sge_len - offset).min((len - done) as u64) as usize;
-        let g = ctx.mrs.check(s.lkey, pd, s.addr + offset, n as u64, access)?;
-        f(g, done, n)?;
-        done += n;
-        offset = 0;
-    }
-    if done == len {
-        Ok(())
-    } else {
-        Err(crate::mr::AccessError::OutOfRange { key: 0, va: offset, len: (len - done) as u64 })
-    }
-}
-
-/// Copies `dst.len()` bytes of the message at byte `offset` from the SGEs,
-/// checking each L_Key in protection domain `pd` (local reads need no flag).
-pub(crate) fn gather(
-    ctx: &Ctx<'_>,
-    pd: u32,
-    sges: &[crate::wr::Sge],
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<(), crate::mr::AccessError> {
-    let len = dst.len();
-    walk_sges(ctx, pd, sges, offset, len, AccessFlags::EMPTY, |g, at, n| g.region.read(g.offset, &mut dst[at..at + n]))
-}
-
-/// Copies `src` into the SGEs at message byte `offset`, checking each L_Key
-/// for LOCAL_WRITE in `pd`. Fails if the SGEs are too short.
-pub(crate) fn scatter(
-    ctx: &Ctx<'_>,
-    pd: u32,
-    sges: &[crate::wr::Sge],
-    offset: u64,
-    src: &[u8],
-) -> Result<(), crate::mr::AccessError> {
-    walk_sges(ctx, pd, sges, offset, src.len(), AccessFlags::LOCAL_WRITE, |g, at, n| {
-        g.region.write(g.offset, &src[at..at + n])
-    })
 }
 
 #[cfg(test)]

@@ -12,9 +12,10 @@ use roce_wire::{
 
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mr::Grant;
+use crate::outgoing::Outgoing;
 use crate::qp::{InMessage, Qp, RecvSeq, Resource, ResourceKind, Response};
 use crate::reorder::Kept;
-use crate::requester::{Outgoing, scatter};
+use crate::sges::scatter;
 use crate::verbs::{AccessFlags, QpState, QpType, WcOpcode, WcStatus};
 use crate::wr::{Wc, WcFlags};
 
@@ -337,7 +338,7 @@ impl Qp {
             self.resp.current = Some(InMessage::Send { offset: end });
         } else {
             self.resp.current = None;
-            self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
+            self.resp.msn = crate::seq24::add(self.resp.msn, 1);
             let mut wc = Wc::new(wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
             wc.byte_len = end as u32;
             wc.src_qp = self.attr.dest_qp_num;
@@ -402,7 +403,7 @@ impl Qp {
         } else {
             let len = if info.starts_message() { total } else { self.resp.write_len };
             self.resp.current = None;
-            self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
+            self.resp.msn = crate::seq24::add(self.resp.msn, 1);
             if let Some(i) = p.immdt()
                 && let Some((wr_id, _)) = self.recv_take(ctx)
             {
@@ -647,7 +648,7 @@ impl Qp {
         }
         self.resp.psn = r.psn.add(npsn);
         self.resp.resources.push_back(r);
-        self.resp.msn = crate::qp::seq24_add(self.resp.msn, 1);
+        self.resp.msn = crate::seq24::add(self.resp.msn, 1);
     }
 
     /// A request with a PSN already seen: re-acknowledge SENDs and WRITEs,
@@ -877,7 +878,7 @@ impl Qp {
         }
         let mut head_len = total;
         match (payload, ctx.gather.as_mut()) {
-            (Some((g, n)), Some(sink)) if n > crate::requester::SMALL_PAYLOAD => {
+            (Some((g, n)), Some(sink)) if n > crate::outgoing::SMALL_PAYLOAD => {
                 // The grant was checked when the READ arrived and its memory
                 // outlives it (Device::memory_in_use).
                 sink.push(crate::ctx::Piece { region: g.region, offset: g.offset, len: n });

@@ -9,37 +9,12 @@
 //! that the caller did not ask about (credits, CM events) only start
 //! another look.
 
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use softroce::CompChannel;
-use softroce::rdma_cm::EventChannel;
-
 use super::config::defaults;
-use super::listen::AcceptQueue;
 use super::socket::Socket;
 use super::{Errno, pollfd, sys_poll};
-
-/// A descriptor an rsocket's `rpoll` sleeps on, kept open while it does.
-pub(super) enum Holder {
-    /// The completion channel of a connection's CQ.
-    Comp(CompChannel),
-    /// The id's event channel.
-    Cm(EventChannel),
-    /// A listener's accept queue.
-    Accept(Arc<AcceptQueue>),
-}
-
-impl Holder {
-    fn fd(&self) -> i32 {
-        match self {
-            Holder::Comp(c) => c.as_raw_fd(),
-            Holder::Cm(c) => c.fd().as_raw_fd(),
-            Holder::Accept(q) => q.ready_fd(),
-        }
-    }
-}
 
 /// Each entry's events now, without waiting; how many have some.
 fn look(fds: &mut [libc::pollfd], socks: &[Option<Arc<Socket>>]) -> Result<usize, Errno> {

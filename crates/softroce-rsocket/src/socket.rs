@@ -524,8 +524,7 @@ impl Inner {
 
     /// The descriptors `rpoll` sleeps on for this socket: the completion
     /// channel (connected) and the event channel.
-    pub(crate) fn poll_fds(&mut self, out: &mut Vec<super::poll::Holder>) {
-        use super::poll::Holder;
+    pub(crate) fn poll_fds(&mut self, out: &mut Vec<Holder>) {
         if let Some(l) = &self.listener {
             out.push(Holder::Accept(l.queue()));
             return;
@@ -1249,5 +1248,25 @@ mod tests {
         assert_eq!(partial(10, Some(Errno::AGAIN)), Ok(10));
         assert_eq!(partial(0, Some(Errno::AGAIN)), Err(Errno::AGAIN));
         assert_eq!(partial(0, None), Ok(0));
+    }
+}
+
+/// A descriptor an rsocket's `rpoll` sleeps on, kept open while it does.
+pub(super) enum Holder {
+    /// The completion channel of a connection's CQ.
+    Comp(softroce::CompChannel),
+    /// The id's event channel.
+    Cm(softroce::rdma_cm::EventChannel),
+    /// A listener's accept queue.
+    Accept(std::sync::Arc<super::listen::AcceptQueue>),
+}
+
+impl Holder {
+    pub(super) fn fd(&self) -> i32 {
+        match self {
+            Holder::Comp(c) => c.as_raw_fd(),
+            Holder::Cm(c) => c.fd().as_raw_fd(),
+            Holder::Accept(q) => q.ready_fd(),
+        }
     }
 }

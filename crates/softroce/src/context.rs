@@ -368,7 +368,8 @@ impl Context {
             crate::local_link::register(shared.sock.local_addr(), peer);
         }
         for at in others {
-            let started = shared.receivers.lock().unwrap_or_else(|e| e.into_inner()).start(&shared, at);
+            let to: std::sync::Weak<dyn crate::arrivals::Arrivals> = Arc::downgrade(&shared) as _;
+            let started = shared.receivers.lock().unwrap_or_else(|e| e.into_inner()).start(to, at);
             let mut st = shared.lock();
             match started {
                 Ok(sock) => st.sources.add_listener(at.ip(), sock),

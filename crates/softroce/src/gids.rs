@@ -25,11 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use roce_host::Route;
 use roce_udp::{RecvBatch, Socket};
 
+use crate::arrivals::Arrivals;
 use crate::config::DeviceInfo;
-use crate::driver::Shared;
 
 /// How often a receiving thread looks whether its context is gone.
 const POLL: Duration = Duration::from_millis(100);
@@ -80,44 +79,36 @@ impl Drop for Receivers {
 
 impl Receivers {
     /// Binds `at` and starts its thread; the socket is returned for sending.
-    pub(crate) fn start(&mut self, shared: &Arc<Shared>, at: SocketAddr) -> std::io::Result<Arc<Socket>> {
+    pub(crate) fn start(&mut self, to: Weak<dyn Arrivals>, at: SocketAddr) -> std::io::Result<Arc<Socket>> {
         let sock = Arc::new(Socket::bind_shared(at).map_err(std::io::Error::other)?);
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, st, weak) = (sock.clone(), stop.clone(), Arc::downgrade(shared));
-        crate::thread::spawn(format!("softroce {}", at.ip()), move || relay(&s, &weak, &st))?;
+        let (s, st) = (sock.clone(), stop.clone());
+        crate::thread::spawn(format!("softroce {}", at.ip()), move || relay(&s, &to, &st))?;
         self.0.push((stop, sock.clone()));
         Ok(sock)
     }
 }
 
 /// Hands every datagram of `sock` on until told to stop or the context is gone.
-fn relay(sock: &Socket, shared: &Weak<Shared>, stop: &AtomicBool) {
+fn relay(sock: &Socket, to: &Weak<dyn Arrivals>, stop: &AtomicBool) {
     let mut rx = RecvBatch::new(64);
     while !stop.load(Ordering::Acquire) {
         match sock.recv_wait(&mut rx, POLL) {
             Ok(0) => {
-                if shared.strong_count() == 0 {
+                if to.strong_count() == 0 {
                     return;
                 }
             }
             Ok(_) => {
-                let Some(s) = shared.upgrade() else { return };
+                let Some(s) = to.upgrade() else { return };
                 for seg in rx.segments() {
-                    match s.sock.member().map(|m| (m, m.route_packet(seg.data))) {
-                        // Another process's QP (or a MAD it should see):
-                        // through the device's group to its seat.
-                        Some((m, Some(r))) if r != Route::Mine => {
-                            m.pass_on(&s.sock, seg.src, seg.src_port, seg.dst, seg.data, 0);
-                        }
-                        _ => s.deliver_datagram(seg.src, seg.src_port, seg.dst, seg.data, false),
-                    }
+                    s.arrived(seg.src, seg.src_port, seg.dst, seg.data, false);
                 }
             }
             Err(_) => {
-                // Counted, and tried again (what was lost is retransmitted,
-                // or lost as on the wire for UD).
-                let Some(s) = shared.upgrade() else { return };
-                s.lock().stats.other_gid_errors += 1;
+                // Counted, and tried again.
+                let Some(s) = to.upgrade() else { return };
+                s.receive_failed(false);
                 drop(s);
                 std::thread::sleep(POLL);
             }

@@ -47,6 +47,7 @@
 
 #![deny(unsafe_code)]
 
+mod arrivals;
 #[cfg(feature = "tokio")]
 mod async_cq;
 mod async_events;
@@ -57,6 +58,7 @@ pub mod config;
 mod context;
 mod driver;
 mod driver_policy;
+mod driver_stats;
 pub mod env;
 mod error;
 pub mod faults;

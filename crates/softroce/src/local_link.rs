@@ -36,7 +36,7 @@ use roce_host::Member;
 use roce_host::inbox::{Addressing, Outboxes};
 use roce_udp::Socket;
 
-use crate::driver::DriverStats;
+use crate::driver_stats::DriverStats;
 
 /// Bytes a device holds before senders fall back to the socket: far above
 /// what the QPs of a device keep in flight (a 512-packet window of 4 KiB

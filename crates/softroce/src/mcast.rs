@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use roce_udp::GroupSocket;
 
-use crate::driver::Shared;
+use crate::arrivals::Arrivals;
 
 /// How often a relay thread looks whether it should stop.
 const POLL: Duration = Duration::from_millis(100);
@@ -46,18 +46,18 @@ impl Drop for Joined {
 }
 
 impl Groups {
-    /// One more attachment to `group`: joins it first if it is the first.
-    pub(crate) fn add(&self, shared: &Arc<Shared>, group: IpAddr) -> std::io::Result<()> {
+    /// One more attachment to `group` on the interface of address `iface`:
+    /// joins it first if it is the first; its datagrams go `to`.
+    pub(crate) fn add(&self, to: Weak<dyn Arrivals>, iface: IpAddr, group: IpAddr) -> std::io::Result<()> {
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(j) = g.get_mut(&group) {
             j.users += 1;
             return Ok(());
         }
-        let iface = shared.info.addr;
         let sock = GroupSocket::join(group, iface, roce_udp::ROCE_PORT, POLL)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, weak) = (stop.clone(), Arc::downgrade(shared));
-        let relay = crate::thread::spawn(format!("softroce mcast {group}"), move || relay(sock, weak, s))?;
+        let s = stop.clone();
+        let relay = crate::thread::spawn(format!("softroce mcast {group}"), move || relay(sock, to, s))?;
         g.insert(group, Joined { users: 1, stop, relay: Some(relay) });
         Ok(())
     }
@@ -82,24 +82,24 @@ impl Groups {
 
 /// Hands every datagram of `sock` to the engine until told to stop or the
 /// context is gone.
-fn relay(sock: GroupSocket, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
+fn relay(sock: GroupSocket, to: Weak<dyn Arrivals>, stop: Arc<AtomicBool>) {
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Acquire) {
         match sock.recv(&mut buf) {
             Ok(Some((n, from))) => {
-                let Some(s) = shared.upgrade() else { return };
-                s.deliver_datagram(from.ip(), from.port(), sock.group(), &buf[..n], true);
+                let Some(s) = to.upgrade() else { return };
+                s.arrived(from.ip(), from.port(), sock.group(), &buf[..n], true);
             }
             Ok(None) => {
-                if shared.strong_count() == 0 {
+                if to.strong_count() == 0 {
                     return;
                 }
             }
             Err(_) => {
                 // Counted, and tried again (UD: what was lost stays lost,
                 // as on the wire).
-                let Some(s) = shared.upgrade() else { return };
-                s.lock().stats.mcast_errors += 1;
+                let Some(s) = to.upgrade() else { return };
+                s.receive_failed(true);
                 drop(s);
                 std::thread::sleep(POLL);
             }

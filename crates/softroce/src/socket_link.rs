@@ -24,7 +24,7 @@ use roce_proto::TransmitGather;
 use roce_udp::{Interest, SendBatch, wait};
 use roce_wire::{Ipv4IdFixups, OpcodeInfo, Position};
 
-use crate::driver::DriverStats;
+use crate::driver_stats::DriverStats;
 use crate::local_link::Packet;
 use crate::port::Port;
 use crate::sources::Sources;

@@ -14,7 +14,6 @@
 //! | `transmit.rs` | the engine's packets to a link: local, a MAD to this device's GSI owner, or the socket |
 //! | `wait.rs` | an application thread's sleep in `Cq::wait` and the pass after it |
 //! | `thread.rs` | the driver thread's loop, and what other threads tell it without the lock |
-//! | `stats.rs` | the driver's counters |
 //!
 //! By default a driver thread per context makes passes whenever the socket
 //! is readable, a timer is due or a verb posted work; with
@@ -37,6 +36,7 @@ use roce_proto::{AsyncEvent, Device, Piece};
 use roce_udp::{Interest, RecvBatch, Waker, wait, wait_precise};
 use roce_wire::{Ecn, ICRC_LEN};
 
+use crate::arrivals::Arrivals;
 use crate::atomic_instant::AtomicInstant;
 use crate::channel::EventQueue;
 use crate::config::DeviceInfo;
@@ -50,14 +50,13 @@ use crate::tap::{PORT, Tap};
 mod doorbell;
 mod pass;
 mod receive;
-mod stats;
 mod thread;
 mod transmit;
 mod wait;
 
+pub use crate::driver_stats::DriverStats;
 pub(crate) use pass::Defer;
 use pass::Pre;
-pub use stats::DriverStats;
 
 /// Who makes progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

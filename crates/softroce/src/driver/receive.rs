@@ -88,11 +88,9 @@ impl Shared {
         }
     }
 
-    /// A datagram that came another way than the device socket (a
-    /// multicast group's socket, `multicast`, or one of the device's other
-    /// addresses): to the engine, its completions to their waiters, as a
-    /// pass of the driver would.
-    pub(crate) fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
+    /// A datagram that came another way than the device socket (see
+    /// [`Arrivals::arrived`]) for this process's engine.
+    fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
         let mut st = self.lock();
         let now = Instant::now();
         if multicast {
@@ -250,5 +248,30 @@ mod tests {
             assert!(!is_request(&[op.0, 0, 0, 0]), "{op:?}");
         }
         assert!(!is_request(&[]), "no header");
+    }
+}
+
+impl Arrivals for Shared {
+    fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
+        if !multicast
+            && let Some(m) = self.sock.member()
+            && let Some(r) = m.route_packet(data)
+            && r != Route::Mine
+        {
+            // Another process's QP (or a MAD it should see): through the
+            // device's group to its seat.
+            m.pass_on(&self.sock, src, src_port, dst, data, 0);
+            return;
+        }
+        self.deliver_datagram(src, src_port, dst, data, multicast);
+    }
+
+    fn receive_failed(&self, multicast: bool) {
+        let mut st = self.lock();
+        if multicast {
+            st.stats.mcast_errors += 1;
+        } else {
+            st.stats.other_gid_errors += 1;
+        }
     }
 }

@@ -305,7 +305,8 @@ impl Qp {
             let fresh = !d.mcast_groups_of(q).contains(&mgid);
             d.attach_mcast(q, mgid).map(|()| fresh)
         })?;
-        if fresh && let Err(e) = s.groups.add(&ctx.owner.shared, group) {
+        let to: std::sync::Weak<dyn crate::arrivals::Arrivals> = std::sync::Arc::downgrade(&ctx.owner.shared) as _;
+        if fresh && let Err(e) = s.groups.add(to, ctx.device().addr, group) {
             s.with_dev(false, |d| d.detach_mcast(q, mgid)).ok();
             return Err(Error::McastJoin { group, iface: ctx.device().addr, source: e });
         }

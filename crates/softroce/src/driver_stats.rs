@@ -1,4 +1,5 @@
-//! The driver's counters (besides the engine's own).
+//! The driver's counters (besides the engine's own), kept by the driver
+//! (`driver/`) and both links (`local_link.rs`, `socket_link.rs`).
 
 roce_proto::counter_struct! {
     /// Counters of the driver (besides the engine's own); `iter` is the list

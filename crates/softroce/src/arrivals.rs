@@ -1,0 +1,20 @@
+//! What a thread receiving on another socket than the device's own hands
+//! its datagrams to: a multicast group's socket (`mcast.rs`) or one of the
+//! device's other addresses (`gids.rs`). The driver implements it
+//! (`driver/receive.rs`); the relays know only this trait, so no file of
+//! theirs reaches into the driver.
+
+use std::net::IpAddr;
+
+/// Where a relay thread's datagrams go.
+pub(crate) trait Arrivals: Send + Sync {
+    /// A datagram from `src:src_port` to `dst`, from a multicast group's
+    /// socket (`multicast`) or another address of the device: to the
+    /// engine (or, on a shared device, to the member whose QP it is), its
+    /// completions to their waiters, as a pass of the driver would.
+    fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool);
+
+    /// A receive error on such a socket: counted (what was lost is
+    /// retransmitted, or lost as on a wire for UD).
+    fn receive_failed(&self, multicast: bool);
+}
