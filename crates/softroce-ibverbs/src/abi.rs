@@ -2327,3 +2327,14 @@ pub mod consts {
     /// `IBV_GID_TYPE_SYSFS_ROCE_V2` (`enum ibv_gid_type_sysfs`; see above).
     pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_uint = 1;
 }
+
+/// Writes `s` into the fixed C string `dst`, cut to fit with its NUL.
+pub(crate) fn copy_str(dst: &mut [std::ffi::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as std::ffi::c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}

@@ -3,6 +3,7 @@
 //! `ibv_create_ah_from_wc`).
 
 use std::ffi::c_int;
+use std::net::IpAddr;
 
 use softroce::{Ah, AhAttr};
 
@@ -11,6 +12,26 @@ use crate::context;
 use crate::errno::errno;
 use crate::export::{ibv_export, set_errno};
 use crate::pd::pd_obj;
+
+/// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
+pub(crate) fn gid_ip(raw: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Where an address vector points: its GRH's GID, or without a GRH the
+/// host its destination LID names (`lid`).
+pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
+    if ah.is_global != 0 {
+        // SAFETY: ibv_gid is 16 plain bytes.
+        let raw: [u8; 16] = unsafe { std::mem::transmute(ah.grh.dgid) };
+        return Ok(gid_ip(raw));
+    }
+    crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
+}
 
 /// An `ibv_ah` and the softroce AH behind it.
 #[repr(C)]
@@ -48,7 +69,7 @@ ibv_export! { "IBVERBS_1.1";
         }
         // SAFETY: the caller passes a readable ibv_ah_attr.
         let a = unsafe { &*attr };
-        let dest = match crate::qp::dest_of(p.pd.context().device().addr, a) {
+        let dest = match dest_of(p.pd.context().device().addr, a) {
             Ok(d) => d,
             Err(e) => {
                 set_errno(e);

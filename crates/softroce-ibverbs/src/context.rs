@@ -1,8 +1,8 @@
 //! The device context (`ibv_context` inside rdma-core's extended
-//! `verbs_context`): its opening (shared per device), closing and async
-//! events. Its operation tables are filled by [`crate::ops`]; the errno
-//! mapping is [`crate::errno`]'s. Object modules reach their context's
-//! state through [`block`]; nothing here names an object module.
+//! `verbs_context`): its block, closing and async events. It is opened by
+//! [`crate::device`], which fills its operation tables ([`crate::ops`]);
+//! the errno mapping is [`crate::errno`]'s. Object modules reach their
+//! context's state through [`block`]; nothing here names an object module.
 //!
 //! Applications find the extended operations at `ctx - 320` once
 //! `abi_compat` holds `UINTPTR_MAX` (verbs.h `verbs_get_ctx`), so the
@@ -10,14 +10,13 @@
 //! `verbs_context`, followed by softroce's own state.
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ffi::c_int;
+use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 
-use softroce::{AsyncEvent, Context, Error, Options};
+use softroce::{AsyncEvent, Context};
 
 use crate::abi::*;
-use crate::device::DevEntry;
 use crate::errno::errno;
 use crate::export::{Step, ibv_export, ibv_export_blocking, set_errno};
 use crate::fd::nonblocking;
@@ -59,64 +58,19 @@ pub(crate) unsafe fn block<'a>(ctx: *mut IbvContext) -> Option<&'a CtxBlock> {
     Some(unsafe { &*((ctx as *mut u8).sub(off) as *const CtxBlock) })
 }
 
-/// Devices open in this process, with the pid that opened them. A device
-/// binds its address once: every further `ibv_open_device` of it (qperf
-/// opens one per test, pyverbs tests open several) shares the same softroce
-/// context, as contexts share one device in rdma-core. The entry is weak, so
-/// the device closes when its last context and every object made from them
-/// are gone; programs that close a context with objects still alive find it
-/// still open. A `fork()` child inherits the entries of its parent but not
-/// their driver threads: it never reuses them, and its own open joins the
-/// host's shared device as a process of its own.
-static OPEN: Mutex<Vec<(String, u32, softroce::WeakContext)>> = Mutex::new(Vec::new());
-
-fn shared_open(e: &DevEntry) -> Result<Context, Error> {
-    let pid = std::process::id();
-    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
-    // A parent's entries are never upgraded here.
-    open.retain(|(_, p, w)| *p == pid && w.upgrade().is_some());
-    if let Some(ctx) = open.iter().find(|(n, p, _)| *n == e.info.name && *p == pid).and_then(|(_, _, w)| w.upgrade()) {
-        return Ok(ctx);
+impl CtxBlock {
+    /// A block for `ctx` with the filled `vctx`, its async events and its
+    /// command fd, opened by this process.
+    pub(crate) fn new(vctx: VerbsContext, ctx: Context, events: softroce::AsyncEvents, cmd_fd: OwnedFd) -> CtxBlock {
+        CtxBlock {
+            vctx,
+            ctx,
+            events,
+            objects: Mutex::new(Objects::default()),
+            _cmd_fd: cmd_fd,
+            pid: std::process::id(),
+        }
     }
-    let ctx = Context::open_with(&e.info, Options::from_env()?)?;
-    open.push((e.info.name.clone(), pid, ctx.downgrade()));
-    Ok(ctx)
-}
-
-/// The context rdma_cm uses for `info`'s device: the one `ibv_open_device`
-/// shares (so `id->verbs` and the CM's QP 1 are one device in the process).
-pub(crate) fn open_for_info(info: &softroce::DeviceInfo) -> Result<Context, Error> {
-    match crate::device::entry_by_name(&info.name) {
-        Some(e) => shared_open(e),
-        None => Context::open_with(info, Options::from_env()?),
-    }
-}
-
-/// `ibv_open_device`: opens (or shares) the device and fills both operation tables.
-pub(crate) fn open(e: &DevEntry) -> Result<*mut IbvContext, Error> {
-    let ctx = shared_open(e)?;
-    // SAFETY: eventfd(2) with valid flags; the result is checked.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: a fresh fd we own.
-    let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut vctx = VerbsContext::default();
-    crate::ops::fill(&mut vctx);
-    vctx.sz = size_of::<VerbsContext>() as _;
-    let c = &mut vctx.context;
-    c.device = &e.dev as *const IbvDevice as *mut IbvDevice;
-    c.cmd_fd = cmd_fd.as_raw_fd();
-    let events = ctx.async_events()?;
-    c.async_fd = events.as_raw_fd();
-    c.num_comp_vectors = roce_proto::device::NUM_COMP_VECTORS as c_int;
-    c.abi_compat = usize::MAX as *mut c_void;
-    let pid = std::process::id();
-    let block = Box::new(CtxBlock { vctx, ctx, events, objects: Mutex::new(Objects::default()), _cmd_fd: cmd_fd, pid });
-    let block = Box::into_raw(block);
-    // SAFETY: a live allocation we just made.
-    Ok(unsafe { &mut (*block).vctx.context as *mut IbvContext })
 }
 
 /// `ibv_close_device`.

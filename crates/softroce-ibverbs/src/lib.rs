@@ -44,6 +44,7 @@ mod ops;
 mod pd;
 mod provider;
 mod qp;
+mod query;
 mod rdmacm;
 pub mod rdmacm_abi;
 mod rsocket;

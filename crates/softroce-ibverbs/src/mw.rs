@@ -5,13 +5,12 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use softroce::{AccessFlags, Mw, MwBind, MwBindInfo, MwType, SendFlags};
+use softroce::{AccessFlags, Mw, MwBind, MwBindInfo, MwType};
 
 use crate::abi::*;
 use crate::errno::errno;
 use crate::export::{guard, set_errno};
 use crate::pd::{MrObj, pd_obj};
-use crate::qp::qp_obj;
 
 /// An `ibv_mw` and the softroce window behind it.
 #[repr(C)]
@@ -23,7 +22,7 @@ pub(crate) struct MwObj {
     /// BIND_MW WR) changes the key's low byte without touching the C
     /// `rkey` (rdma-core's providers leave it too), and the engine finds a
     /// window to bind by its whole current key.
-    key: AtomicU32,
+    pub(crate) key: AtomicU32,
 }
 
 /// A BIND_MW work request's bind: window `mw` (by its current key) gets key
@@ -106,36 +105,5 @@ pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut IbvMw) -> c_int {
         }
         drop(o);
         0
-    })
-}
-
-/// `ops.bind_mw` (type 1 windows): posts the bind on `qp`; the window's
-/// `rkey` becomes the new key (valid once the WR completes).
-pub(crate) unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind: *mut IbvMwBind) -> c_int {
-    guard("bind_mw", || {
-        // SAFETY: a QP from ibv_create_qp (checked for NULL).
-        let Some(q) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
-        if mw.is_null() || mw_bind.is_null() {
-            return libc::EINVAL;
-        }
-        // SAFETY: an MW from alloc_mw; a readable ibv_mw_bind.
-        let (o, b) = unsafe { (&mut *(mw as *mut MwObj), &*mw_bind) };
-        // A type 1 window is never zero based (o10-36.2.2); rxe's provider
-        // refuses it at the call, before posting anything.
-        if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
-            return libc::EINVAL;
-        }
-        let bind = match bind_of(mw, 0, &b.bind_info) {
-            Ok(x) => x,
-            Err(e) => return e,
-        };
-        match o.mw.bind_with(&q.qp, b.wr_id, SendFlags(b.send_flags & 0xf), bind.info) {
-            Ok(key) => {
-                o.c.rkey = key;
-                o.key.store(key, Ordering::Release);
-                0
-            }
-            Err(e) => errno(&e),
-        }
     })
 }

@@ -9,10 +9,10 @@ use crate::abi::*;
 
 /// Fills the operation pointers of a new context: the extended ones of
 /// `verbs_context` and the `ibv_context_ops` ones (the rest of the context
-/// is [`crate::context::open`]'s).
+/// is [`crate::device::open`]'s).
 pub(crate) fn fill(vctx: &mut VerbsContext) {
-    vctx.query_port = Some(crate::device::query_port);
-    vctx.query_device_ex = Some(crate::device::query_device_ex);
+    vctx.query_port = Some(crate::query::query_port);
+    vctx.query_device_ex = Some(crate::query::query_device_ex);
     vctx.advise_mr = Some(crate::pd::advise_mr);
     vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
     vctx.modify_cq = Some(crate::cq::modify_cq);
@@ -23,8 +23,8 @@ pub(crate) fn fill(vctx: &mut VerbsContext) {
     c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
     c.ops.post_send = Some(crate::qp::post_send);
     c.ops.post_recv = Some(crate::qp::post_recv);
-    c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
+    c.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
     c.ops.alloc_mw = Some(crate::mw::alloc_mw);
-    c.ops.bind_mw = Some(crate::mw::bind_mw);
+    c.ops.bind_mw = Some(crate::qp::bind_mw);
     c.ops.dealloc_mw = Some(crate::mw::dealloc_mw);
 }

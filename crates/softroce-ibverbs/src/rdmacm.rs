@@ -146,7 +146,7 @@ fn ids() -> std::sync::MutexGuard<'static, Option<HashMap<usize, usize>>> {
 /// Shares libibverbs' contexts with rdma_cm (once).
 fn init() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| softroce::rdma_cm::set_context_opener(Box::new(crate::context::open_for_info)));
+    ONCE.call_once(|| softroce::rdma_cm::set_context_opener(Box::new(crate::device::open_for_info)));
 }
 
 /// `-1` with `errno` from a softroce error.
@@ -229,7 +229,7 @@ fn verbs_of(dev: &softroce::DeviceInfo) -> Option<(*mut IbvContext, *mut IbvPd)>
         return Some((c as *mut IbvContext, p as *mut IbvPd));
     }
     let entry = crate::device::entry_by_name(&dev.name)?;
-    let ctx = crate::context::open(entry).ok()?;
+    let ctx = crate::device::open(entry).ok()?;
     // SAFETY: a context just opened.
     let pd = unsafe { crate::pd::ibv_alloc_pd(ctx) };
     if pd.is_null() {

@@ -1,6 +1,6 @@
 //! Shared receive queues: `ibv_create_srq` (and the basic form of
 //! `ibv_create_srq_ex`), `ibv_modify_srq` (size and limit), `ibv_query_srq`,
-//! `ibv_destroy_srq` and the inline `ibv_post_srq_recv`.
+//! and `ibv_destroy_srq` (its WRs are posted by `qp::post`).
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -21,7 +21,7 @@ pub(crate) struct SrqObj {
     pub(crate) srq: Srq,
     /// QPs receiving through it (destroy is refused while any remain).
     pub(crate) users: AtomicUsize,
-    attr: Mutex<IbvSrqAttr>,
+    pub(crate) attr: Mutex<IbvSrqAttr>,
 }
 
 /// The object behind an SRQ pointer.
@@ -182,19 +182,4 @@ ibv_export! { "IBVERBS_1.1";
         }
         0
     }
-}
-
-/// `ops.post_srq_recv` (the inline `ibv_post_srq_recv`).
-pub(crate) unsafe extern "C" fn post_srq_recv(
-    srq: *mut IbvSrq,
-    wr: *mut IbvRecvWr,
-    bad_wr: *mut *mut IbvRecvWr,
-) -> c_int {
-    guard("post_srq_recv", || {
-        // SAFETY: an SRQ from ibv_create_srq (checked for NULL).
-        let Some(o) = (unsafe { srq_obj(srq) }) else { return libc::EINVAL };
-        let max_sge = o.attr.lock().unwrap_or_else(|p| p.into_inner()).max_sge.max(1);
-        // SAFETY: the caller's list follows the verbs contract.
-        unsafe { crate::qp::post_recv_list(wr, bad_wr, max_sge, |r| o.srq.post_recv(r)) }
-    })
 }

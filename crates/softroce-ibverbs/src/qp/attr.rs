@@ -1,7 +1,8 @@
 //! A QP's attributes: `ibv_modify_qp` (C attributes to softroce's, with the
 //! address vector's destination), `ibv_query_qp` (those the engine holds,
 //! its one store of them), the conversions rdma_cm and address handles
-//! share (`dest_of`, `write_ah_attr`, `write_qp_attr`), and multicast
+//! share (`write_ah_attr`, `write_qp_attr`; an address vector's destination is
+//! `ah::dest_of`), and multicast
 //! attach / detach.
 
 use std::ffi::c_int;
@@ -14,26 +15,6 @@ use crate::errno::errno;
 use crate::export::{ibv_export, trace_err};
 
 use super::qp_obj;
-
-/// The IP address a GID stands for (IPv4-mapped GIDs are IPv4).
-pub(crate) fn gid_ip(raw: [u8; 16]) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(raw);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
-
-/// Where an address vector points: its GRH's GID, or without a GRH the
-/// host its destination LID names (`lid`).
-pub(crate) fn dest_of(local: IpAddr, ah: &IbvAhAttr) -> Result<IpAddr, c_int> {
-    if ah.is_global != 0 {
-        // SAFETY: ibv_gid is 16 plain bytes.
-        let raw: [u8; 16] = unsafe { std::mem::transmute(ah.grh.dgid) };
-        return Ok(gid_ip(raw));
-    }
-    crate::lid::peer_of(local, ah.dlid).ok_or(libc::EINVAL)
-}
 
 /// `ah` as an `ibv_ah_attr`: global (RoCE), port 1.
 pub(crate) fn write_ah_attr(out: &mut IbvAhAttr, ah: &roce_proto::AhAttr) {
@@ -105,7 +86,7 @@ fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> R
     if mask & IBV_QP_AV as u32 != 0 {
         let ah = &a.ah_attr;
         o.ah_attr = roce_proto::AhAttr {
-            dest: dest_of(local, ah)?,
+            dest: crate::ah::dest_of(local, ah)?,
             sgid_index: if ah.is_global != 0 { ah.grh.sgid_index } else { local_gid_index },
             hop_limit: if ah.is_global != 0 { ah.grh.hop_limit } else { 64 },
             traffic_class: if ah.is_global != 0 { ah.grh.traffic_class } else { 0 },

@@ -25,9 +25,9 @@ mod wr;
 
 use wr::Builder;
 
-pub(crate) use attr::{dest_of, write_ah_attr, write_qp_attr};
+pub(crate) use attr::{write_ah_attr, write_qp_attr};
 pub(crate) use create::{create_qp_ex, ibv_create_qp, ibv_destroy_qp};
-pub(crate) use post::{post_recv, post_recv_list, post_send};
+pub(crate) use post::{bind_mw, post_recv, post_send, post_srq_recv};
 
 /// An `ibv_qp_ex` (whose prefix is the `ibv_qp` every QP is) and the
 /// softroce QP behind it.

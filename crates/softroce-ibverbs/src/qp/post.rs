@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::ffi::c_int;
+use std::sync::atomic::Ordering;
 
 use softroce::{Payload, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
@@ -336,5 +337,51 @@ pub(crate) unsafe extern "C" fn post_recv(qp: *mut IbvQp, wr: *mut IbvRecvWr, ba
         let Some(o) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
         // SAFETY: the caller's list follows the verbs contract.
         unsafe { post_recv_list(wr, bad_wr, o.cap.max_recv_sge.max(1), |r| o.qp.post_recv(r)) }
+    })
+}
+
+/// `ops.post_srq_recv` (the inline `ibv_post_srq_recv`).
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut IbvSrq,
+    wr: *mut IbvRecvWr,
+    bad_wr: *mut *mut IbvRecvWr,
+) -> c_int {
+    guard("post_srq_recv", || {
+        // SAFETY: an SRQ from ibv_create_srq (checked for NULL).
+        let Some(o) = (unsafe { crate::srq::srq_obj(srq) }) else { return libc::EINVAL };
+        let max_sge = o.attr.lock().unwrap_or_else(|p| p.into_inner()).max_sge.max(1);
+        // SAFETY: the caller's list follows the verbs contract.
+        unsafe { post_recv_list(wr, bad_wr, max_sge, |r| o.srq.post_recv(r)) }
+    })
+}
+
+/// `ops.bind_mw` (type 1 windows): posts the bind on `qp`; the window's
+/// `rkey` becomes the new key (valid once the WR completes).
+pub(crate) unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind: *mut IbvMwBind) -> c_int {
+    guard("bind_mw", || {
+        // SAFETY: a QP from ibv_create_qp (checked for NULL).
+        let Some(q) = (unsafe { qp_obj(qp) }) else { return libc::EINVAL };
+        if mw.is_null() || mw_bind.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: an MW from alloc_mw; a readable ibv_mw_bind.
+        let (o, b) = unsafe { (&mut *(mw as *mut crate::mw::MwObj), &*mw_bind) };
+        // A type 1 window is never zero based (o10-36.2.2); rxe's provider
+        // refuses it at the call, before posting anything.
+        if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+            return libc::EINVAL;
+        }
+        let bind = match crate::mw::bind_of(mw, 0, &b.bind_info) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        match o.mw.bind_with(&q.qp, b.wr_id, SendFlags(b.send_flags & 0xf), bind.info) {
+            Ok(key) => {
+                o.c.rkey = key;
+                o.key.store(key, Ordering::Release);
+                0
+            }
+            Err(e) => errno(&e),
+        }
     })
 }

@@ -320,7 +320,7 @@ ibv_export! { "RDMACM_1.0";
                 return Err(Errno(libc::EPROTONOSUPPORT));
             }
             // The contexts librdmacm's calls share (rdmacm.rs does the same).
-            softroce::rdma_cm::set_context_opener(Box::new(crate::context::open_for_info));
+            softroce::rdma_cm::set_context_opener(Box::new(crate::device::open_for_info));
             if softroce::devices().map_or(true, |d| d.is_empty()) {
                 return Err(Errno(libc::ENODEV));
             }
