@@ -59,8 +59,8 @@ pub struct DeviceConfig {
 
 /// A scatter-gather datagram to send (see [`Device::poll_transmit_gather`]):
 /// the UDP payload is the head in the caller's buffer, the pieces, `pad_len`
-/// zero bytes, then the ICRC: `icrc`, after absorbing the pieces and the
-/// pad, finished and written little-endian. `info` and `dest_qpn` say what
+/// zero bytes, then the ICRC ([`TransmitGather::icrc`], written
+/// little-endian). `info` and `dest_qpn` say what
 /// the packet is, so a sender chooses its route and batching without
 /// parsing the headers the engine just wrote.
 #[derive(Clone)]
@@ -81,8 +81,27 @@ pub struct TransmitGather {
     pub pad_len: usize,
     /// Whole UDP payload length, ICRC included.
     pub len: usize,
-    /// The ICRC so far (IP/UDP pseudo-header and the head absorbed).
-    pub icrc: IcrcHasher,
+    /// The ICRC so far: the IP/UDP pseudo-header (see [`TransmitGather::icrc`]).
+    pseudo: IcrcHasher,
+}
+
+impl TransmitGather {
+    /// The packet's ICRC over its headers `head` (from the BTH on), the
+    /// `payload` pieces and the pad: what the ICRC still needs, computed
+    /// only by a sender that sends or records it (a link between local
+    /// devices skips it). Each call starts from the pseudo-header, so a
+    /// second one gives the same value.
+    pub fn icrc<'p>(&self, head: &[u8], payload: impl IntoIterator<Item = &'p [u8]>) -> u32 {
+        const PAD: [u8; 4] = [0; 4];
+        let mut h = self.pseudo.clone();
+        if let Some((bth, rest)) = head.split_first_chunk::<{ roce_wire::bth::LEN }>() {
+            h.update_bth(bth);
+            h.update(rest);
+        }
+        payload.into_iter().for_each(|p| h.update(p));
+        h.update(&PAD[..self.pad_len.min(PAD.len())]);
+        h.finish()
+    }
 }
 
 impl std::fmt::Debug for TransmitGather {
@@ -1121,9 +1140,8 @@ impl Device {
     /// registered memory there: `buf` receives the headers (and any inline
     /// payload), `pieces` lists the payload, and the caller sends
     /// `buf[..head_len]`, the pieces, `pad_len` zero bytes and the ICRC as
-    /// one datagram (scatter-gather: no copy of the payload). The returned
-    /// hasher has absorbed the headers; the caller adds the pieces and the pad
-    /// and finishes it (see [`TransmitGather`]).
+    /// one datagram (scatter-gather: no copy of the payload), its ICRC from
+    /// [`TransmitGather::icrc`].
     pub fn poll_transmit_gather(
         &mut self,
         now: Instant,
@@ -1149,7 +1167,7 @@ impl Device {
         now: Instant,
         buf: &mut [u8],
         pieces: &mut Vec<crate::ctx::Piece>,
-        mut emit: impl FnMut(&mut TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
+        mut emit: impl FnMut(&TransmitGather, &[u8], &[crate::ctx::Piece]) -> bool,
     ) {
         pieces.clear();
         let mut seed: Option<Seed> = None;
@@ -1166,8 +1184,7 @@ impl Device {
                     seed.insert(Seed { sgid_index, dst, src_port, len, src, to, hasher })
                 }
             };
-            let mut icrc = s.hasher.clone();
-            let Some((bth, rest)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
+            let Some((bth, _)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
                 return true;
             };
             // The engine writes only opcodes it knows, and whole BTHs.
@@ -1176,10 +1193,8 @@ impl Device {
                 return true;
             };
             let dest_qpn = crate::Qpn::from(dest_qpn);
-            icrc.update_bth(bth);
-            icrc.update(rest);
             let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
-            let mut t = TransmitGather {
+            let t = TransmitGather {
                 info,
                 dest_qpn,
                 src: s.src,
@@ -1188,9 +1203,9 @@ impl Device {
                 head_len: out.head_len,
                 pad_len: out.len - out.head_len - in_pieces,
                 len: out.len + roce_wire::ICRC_LEN,
-                icrc,
+                pseudo: s.hasher.clone(),
             };
-            emit(&mut t, &buf[..out.head_len], pieces)
+            emit(&t, &buf[..out.head_len], pieces)
         });
     }
 

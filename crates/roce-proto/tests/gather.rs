@@ -24,17 +24,15 @@ fn run_gathered(p: &mut Pair) -> (usize, usize) {
             any = true;
             n += 1;
             let mut bytes = head[..t.head_len].to_vec();
-            let mut icrc = t.icrc.clone();
-            for pc in &pieces {
-                // SAFETY: the test owns the memory and nothing writes it now.
-                let s = unsafe { pc.region.as_slice(pc.offset, pc.len) }.unwrap();
-                icrc.update(s);
-                bytes.extend_from_slice(s);
-            }
+            // SAFETY: the test owns the memory and nothing writes it now.
+            let slices: Vec<&[u8]> =
+                pieces.iter().map(|pc| unsafe { pc.region.as_slice(pc.offset, pc.len) }.unwrap()).collect();
+            slices.iter().for_each(|s| bytes.extend_from_slice(s));
             gathered += usize::from(!pieces.is_empty());
             bytes.extend(std::iter::repeat_n(0u8, t.pad_len));
-            icrc.update(&vec![0u8; t.pad_len]);
-            bytes.extend_from_slice(&icrc.finish().to_le_bytes());
+            let icrc = t.icrc(&head[..t.head_len], slices.iter().copied());
+            assert_eq!(icrc, t.icrc(&head[..t.head_len], slices.iter().copied()), "the same ICRC twice");
+            bytes.extend_from_slice(&icrc.to_le_bytes());
             assert_eq!(bytes.len(), t.len);
             // An independent check: parse, and verify the ICRC from scratch.
             let pkt = Packet::new_checked(&bytes[..]).expect("a valid packet");
@@ -85,19 +83,14 @@ fn gathered_writes_reads_and_sends_carry_the_same_bytes() {
 }
 
 /// Assembles a gathered packet: head, pieces, pad, ICRC.
-fn assemble(t: &mut roce_proto::TransmitGather, head: &[u8], pieces: &[Piece]) -> Vec<u8> {
+fn assemble(t: &roce_proto::TransmitGather, head: &[u8], pieces: &[Piece]) -> Vec<u8> {
     let mut bytes = head.to_vec();
-    let icrc = &mut t.icrc;
-    for pc in pieces {
-        // SAFETY: the test owns the memory and nothing writes it now.
-        let s = unsafe { pc.region.as_slice(pc.offset, pc.len) }.unwrap();
-        icrc.update(s);
-        bytes.extend_from_slice(s);
-    }
-    let pad = vec![0u8; t.pad_len];
-    icrc.update(&pad);
-    bytes.extend_from_slice(&pad);
-    bytes.extend_from_slice(&icrc.value().to_le_bytes());
+    // SAFETY: the test owns the memory and nothing writes it now.
+    let slices: Vec<&[u8]> =
+        pieces.iter().map(|pc| unsafe { pc.region.as_slice(pc.offset, pc.len) }.unwrap()).collect();
+    slices.iter().for_each(|s| bytes.extend_from_slice(s));
+    bytes.extend(std::iter::repeat_n(0u8, t.pad_len));
+    bytes.extend_from_slice(&t.icrc(head, slices.iter().copied()).to_le_bytes());
     assert_eq!(bytes.len(), t.len);
     bytes
 }

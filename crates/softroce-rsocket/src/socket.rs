@@ -1224,6 +1224,26 @@ fn expect_event(ch: &EventChannel, want: EventType) -> Result<(), Errno> {
     }
 }
 
+/// A descriptor an rsocket's `rpoll` sleeps on, kept open while it does.
+pub(super) enum Holder {
+    /// The completion channel of a connection's CQ.
+    Comp(softroce::CompChannel),
+    /// The id's event channel.
+    Cm(softroce::rdma_cm::EventChannel),
+    /// A listener's accept queue.
+    Accept(std::sync::Arc<super::listen::AcceptQueue>),
+}
+
+impl Holder {
+    pub(super) fn fd(&self) -> i32 {
+        match self {
+            Holder::Comp(c) => c.as_raw_fd(),
+            Holder::Cm(c) => c.fd().as_raw_fd(),
+            Holder::Accept(q) => q.ready_fd(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1248,25 +1268,5 @@ mod tests {
         assert_eq!(partial(10, Some(Errno::AGAIN)), Ok(10));
         assert_eq!(partial(0, Some(Errno::AGAIN)), Err(Errno::AGAIN));
         assert_eq!(partial(0, None), Ok(0));
-    }
-}
-
-/// A descriptor an rsocket's `rpoll` sleeps on, kept open while it does.
-pub(super) enum Holder {
-    /// The completion channel of a connection's CQ.
-    Comp(softroce::CompChannel),
-    /// The id's event channel.
-    Cm(softroce::rdma_cm::EventChannel),
-    /// A listener's accept queue.
-    Accept(std::sync::Arc<super::listen::AcceptQueue>),
-}
-
-impl Holder {
-    pub(super) fn fd(&self) -> i32 {
-        match self {
-            Holder::Comp(c) => c.as_raw_fd(),
-            Holder::Cm(c) => c.fd().as_raw_fd(),
-            Holder::Accept(q) => q.ready_fd(),
-        }
     }
 }

@@ -26,18 +26,26 @@ impl Shared {
     }
 
     /// Sends what the verb just done made ready, from the caller's thread.
-    pub(super) fn kick(&self, mut st: MutexGuard<'_, State>) {
+    pub(super) fn kick(&self, st: MutexGuard<'_, State>) {
         // Only send: receiving is for whoever waits (or the driver).
         // Sending can complete WRs (UC, UD, local errors): wake waiters.
         let made = st.dev.counters().completions;
         let now = Instant::now();
         let first_alone = self.reply_first && self.tx_owed.is_some();
+        self.send_and_let_go(st, now, made, first_alone);
+        self.note_app_post(now);
+    }
+
+    /// The end of a call outside a pass (a verb, a relay's datagram): sends
+    /// what is ready, routes the events, wakes waiters if completions were
+    /// made since the count `made`, and lets the device go, telling the
+    /// driver thread of its next timer.
+    pub(super) fn send_and_let_go(&self, mut st: MutexGuard<'_, State>, now: Instant, made: u64, first_alone: bool) {
         let _ = self.transmit(&mut st, now, first_alone);
         self.route_events(&mut st);
         self.wake_waiters_if_made(st.dev.counters().completions, made);
         let next = st.dev.poll_timeout();
         drop(st);
-        self.note_app_post(now);
         self.nudge_driver(next);
     }
 

@@ -103,12 +103,7 @@ impl Shared {
         // A group's socket does not ask for the ECN field.
         let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data, local: false };
         let _ = ingest(dev, faults, tap, scratch, now, a).and_then(|()| tap.as_mut().map_or(Ok(()), Tap::flush));
-        let _ = self.transmit(&mut st, now, false);
-        self.route_events(&mut st);
-        self.wake_waiters_if_made(st.dev.counters().completions, made);
-        let next = st.dev.poll_timeout();
-        drop(st);
-        self.nudge_driver(next);
+        self.send_and_let_go(st, now, made, false);
     }
 
     /// Held (reordered) packets whose time came.
@@ -234,23 +229,6 @@ pub(super) fn ingest(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::is_request;
-    use roce_wire::Opcode;
-
-    #[test]
-    fn requests_are_told_from_responses_and_acks() {
-        for op in [Opcode::RC_SEND_MIDDLE, Opcode::RC_RDMA_READ_REQUEST, Opcode::RC_FETCH_ADD, Opcode::UD_SEND_ONLY] {
-            assert!(is_request(&[op.0, 0, 0, 0]), "{op:?}");
-        }
-        for op in [Opcode::RC_ACKNOWLEDGE, Opcode::RC_RDMA_READ_RESPONSE_ONLY, Opcode::RC_ATOMIC_ACKNOWLEDGE] {
-            assert!(!is_request(&[op.0, 0, 0, 0]), "{op:?}");
-        }
-        assert!(!is_request(&[]), "no header");
-    }
-}
-
 impl Arrivals for Shared {
     fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
         if !multicast
@@ -273,5 +251,22 @@ impl Arrivals for Shared {
         } else {
             st.stats.other_gid_errors += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_request;
+    use roce_wire::Opcode;
+
+    #[test]
+    fn requests_are_told_from_responses_and_acks() {
+        for op in [Opcode::RC_SEND_MIDDLE, Opcode::RC_RDMA_READ_REQUEST, Opcode::RC_FETCH_ADD, Opcode::UD_SEND_ONLY] {
+            assert!(is_request(&[op.0, 0, 0, 0]), "{op:?}");
+        }
+        for op in [Opcode::RC_ACKNOWLEDGE, Opcode::RC_RDMA_READ_RESPONSE_ONLY, Opcode::RC_ATOMIC_ACKNOWLEDGE] {
+            assert!(!is_request(&[op.0, 0, 0, 0]), "{op:?}");
+        }
+        assert!(!is_request(&[]), "no header");
     }
 }

@@ -80,11 +80,11 @@ impl Shared {
             // QP 1's are routed by their payload, `roce_host::gsi`); a MAD
             // to QP 1 of this very device to its owner's seat; else the socket.
             let mut sent = None;
-            // The trailer is computed once: the hasher absorbs the payload.
+            // The trailer is computed at most once, only if a link needs it.
             let mut computed = None;
             if local && !gsi {
                 let via = member.map(|m| (m, &*self.sock));
-                let icrc = || *computed.get_or_insert_with(|| icrc_trailer(t, slices));
+                let icrc = || *computed.get_or_insert_with(|| icrc_trailer(t, head, slices));
                 if let Sent::Local(trailer) = local_link.send(&p, via, now, tap.is_some(), icrc, stats) {
                     sent = Some((trailer, None));
                 }
@@ -92,7 +92,7 @@ impl Shared {
             let (trailer, ipv4_id) = match sent {
                 Some(s) => s,
                 None => {
-                    let trailer = computed.unwrap_or_else(|| icrc_trailer(t, slices));
+                    let trailer = computed.unwrap_or_else(|| icrc_trailer(t, head, slices));
                     match member.filter(|m| gsi && t.dst == m.addr().ip()) {
                         Some(m) => {
                             let whole = whole_packet(scratch, head, slices, &trailer[..p.trailer_len]);
@@ -143,14 +143,10 @@ pub(super) fn whole_packet<'s>(scratch: &'s mut Vec<u8>, head: &[u8], slices: &[
     scratch
 }
 
-/// The pad and ICRC that end the packet `t` with payload `slices`
-/// (`t.pad_len + ICRC_LEN` bytes of the result).
-pub(super) fn icrc_trailer(t: &mut roce_proto::TransmitGather, slices: &[&[u8]]) -> [u8; 8] {
-    const PAD: [u8; 4] = [0; 4];
-    let icrc = &mut t.icrc;
-    slices.iter().for_each(|s| icrc.update(s));
-    icrc.update(&PAD[..t.pad_len]);
+/// The pad and ICRC that end the packet `t` with headers `head` and
+/// payload `slices` (`t.pad_len + ICRC_LEN` bytes of the result).
+pub(super) fn icrc_trailer(t: &roce_proto::TransmitGather, head: &[u8], slices: &[&[u8]]) -> [u8; 8] {
     let mut trailer = [0u8; 8];
-    trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&icrc.value().to_le_bytes());
+    trailer[t.pad_len..t.pad_len + ICRC_LEN].copy_from_slice(&t.icrc(head, slices.iter().copied()).to_le_bytes());
     trailer
 }
