@@ -179,9 +179,13 @@ fn a_program_built_against_rdma_core_65s_headers_works() {
 
 /// The README's CI recipe in its shell form (`scripts/ci/softroce-ci.sh`),
 /// as a project's CI on a Debian 13 runner runs it: from the source tree,
-/// with the runner's cargo, it builds softroce (already built here: cargo
-/// finds it fresh) and runs the project's test, here an
-/// `ibv_rc_pingpong` server and client in one command, over softroce.
+/// with the runner's cargo, it builds softroce and runs the project's test,
+/// here an `ibv_rc_pingpong` server and client in one command, over
+/// softroce. It builds into a target directory of its own
+/// (`SOFTROCE_TARGET_DIR`): a build in the host's `target/` links against
+/// Debian 13's glibc, and cargo, which fingerprints sources and not the
+/// libc, then keeps that binary for the host, where it does not run
+/// (`GLIBC_2.39 not found`, seen after a test run with stale sources).
 #[test]
 fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
     let Some(root) = super::release::root("trixie") else { return };
@@ -199,6 +203,9 @@ fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
     let test = format!("ibv_rc_pingpong -g 1 -p {port} & sleep 1; ibv_rc_pingpong -g 1 -p {port} 127.0.0.1 && wait $!");
     let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", cargo_home.join("bin").display());
     let recipe = src.join("scripts/ci/softroce-ci.sh");
+    let target = src.join("target/distro-trixie");
+    let host_binary = src.join("target/release/softroce");
+    let before = std::fs::metadata(&host_binary).and_then(|m| m.modified()).ok();
     let mut cmd = super::release::chrooted(
         &root,
         &[src, &cargo_home, &rustup_home],
@@ -208,6 +215,7 @@ fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
             &format!("CARGO_HOME={}", cargo_home.display()),
             &format!("RUSTUP_HOME={}", rustup_home.display()),
             "CARGO_NET_OFFLINE=true",
+            &format!("SOFTROCE_TARGET_DIR={}", target.display()),
             recipe.to_str().unwrap(),
             "--",
             "sh",
@@ -223,6 +231,9 @@ fn trixie_the_ci_recipe_builds_softroce_and_runs_a_projects_rdma_test() {
     let bytes = stdout.lines().filter(|l| l.starts_with("8192000 bytes in ")).count();
     let iters = stdout.lines().filter(|l| l.starts_with("1000 iters in ")).count();
     assert_eq!((bytes, iters), (2, 2), "{report}");
+    assert!(target.join("release/softroce").is_file(), "the recipe built in its own target directory\n{report}");
+    let after = std::fs::metadata(&host_binary).and_then(|m| m.modified()).ok();
+    assert_eq!(before, after, "the host's target/release/softroce is left alone");
 }
 
 /// The release's pyverbs (`tests/py/devices.py` of softroce-ibverbs):
