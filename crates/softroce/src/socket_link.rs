@@ -44,10 +44,15 @@ pub(crate) struct SocketLink {
     fixups: Ipv4IdFixups,
 }
 
+/// A new, empty batch: room for headers and trailers only, as payloads
+/// are sent from where they are.
+fn new_batch<'m>() -> SendBatch<'m> {
+    SendBatch::new(BATCH, BATCH * 512)
+}
+
 impl Default for SocketLink {
     fn default() -> Self {
-        // Headers and trailers only: payloads are sent from where they are.
-        SocketLink { batch: Some(SendBatch::new(BATCH, BATCH * 512)), fixups: Ipv4IdFixups::new() }
+        SocketLink { batch: Some(new_batch()), fixups: Ipv4IdFixups::new() }
     }
 }
 
@@ -78,13 +83,13 @@ impl SocketLink {
     /// one-packet message) queued first is flushed by itself, ahead of
     /// what follows.
     pub(crate) fn begin<'l, 'm>(&'l mut self, port: &'l Port, first_alone: bool) -> SocketPass<'l, 'm> {
-        let empty = self.batch.take().unwrap_or_else(|| SendBatch::new(BATCH, BATCH * 512));
+        let empty = self.batch.take().unwrap_or_else(new_batch);
         let tx = match empty.recycle() {
             Ok(b) => b,
             Err(b) => {
                 let mut b = *b;
                 b.clear();
-                b.recycle().unwrap_or_else(|_| SendBatch::new(BATCH, BATCH * 512))
+                b.recycle().unwrap_or_else(|_| new_batch())
             }
         };
         SocketPass { link: self, tx, port, alone: first_alone, unbound: false }
@@ -193,7 +198,7 @@ impl<'m> SocketPass<'_, 'm> {
         if !self.tx.is_empty() {
             stats.tx_dropped += self.tx.clear() as u64;
         }
-        self.link.batch = Some(self.tx.recycle().unwrap_or_else(|_| SendBatch::new(BATCH, BATCH * 512)));
+        self.link.batch = Some(self.tx.recycle().unwrap_or_else(|_| new_batch()));
         (r, self.unbound)
     }
 }

@@ -9,9 +9,6 @@ impl Shared {
     /// The driver thread: progress, then sleep until the socket is readable
     /// (or writable with packets pending), a timer is due, or a verb wakes it.
     pub(crate) fn run(self: Arc<Shared>) {
-        // Every decision of this loop is the policy's (`driver_policy.rs`):
-        // here the thread reads what other threads set, makes the pass and
-        // sleeps as told.
         let mut policy = DriverPolicy::new(self.driver_spin);
         // The last turn ended in a spin: this one is a busy poll.
         let mut spinning = false;
