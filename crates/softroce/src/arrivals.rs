@@ -6,6 +6,8 @@
 
 use std::net::IpAddr;
 
+use roce_udp::RecvBatch;
+
 /// Where a relay thread's datagrams go.
 pub(crate) trait Arrivals: Send + Sync {
     /// A datagram from `src:src_port` to `dst`, from a multicast group's
@@ -13,6 +15,11 @@ pub(crate) trait Arrivals: Send + Sync {
     /// engine (or, on a shared device, to the member whose QP it is), its
     /// completions to their waiters, as a pass of the driver would.
     fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool);
+
+    /// Every datagram of `rx`, from one of the device's other addresses,
+    /// as [`Arrivals::arrived`] hands each: the engine's share of a burst in
+    /// one pass (one lock, one transmit of what they call for).
+    fn arrived_batch(&self, rx: &RecvBatch);
 
     /// A receive error on such a socket: counted (what was lost is
     /// retransmitted, or lost as on a wire for UD).

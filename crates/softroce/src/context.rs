@@ -324,7 +324,8 @@ impl Context {
             _ => (None, None),
         };
         let mut state = State::new(dev, opts.faults.map(Faults::new), tap, sources);
-        state.local_link = crate::local_link::LocalLink::new(opts.link == Link::Local, outboxes);
+        let other_ips = others.iter().map(std::net::SocketAddr::ip).collect();
+        state.local_link = crate::local_link::LocalLink::new(opts.link == Link::Local, outboxes, other_ips);
         let epoch = std::time::Instant::now();
         let shared = Arc::new(Shared {
             info: info.clone(),

@@ -81,6 +81,8 @@ pub const VARS: &[Var] = &[
     Var { name: "SOFTROCE_TEST_PEER", scope: Scope::Test, summary: "a test process's peer role" },
     Var { name: "SOFTROCE_TEST_OTHER_USER", scope: Scope::Test, summary: "a test process run as another user" },
     Var { name: "SOFTROCE_TEST_MEMBER", scope: Scope::Test, summary: "a shared-device test's member process" },
+    Var { name: "SOFTROCE_TEST_DEVICE", scope: Scope::Test, summary: "the device a shared-device test's members open" },
+    Var { name: "SOFTROCE_TEST_TO", scope: Scope::Test, summary: "the GID a shared-device test's UD members address" },
     Var { name: "SOFTROCE_TEST_CM", scope: Scope::Test, summary: "an rdma_cm test's server process" },
     Var { name: "SOFTROCE_C_ADDR", scope: Scope::Test, summary: "the address a C test program's device takes" },
     Var { name: "SOFTROCE_SIM_SEED", scope: Scope::Test, summary: "one simulator seed to run" },

@@ -13,7 +13,10 @@
 //! device's member table, to the process that owns it (the kernel spreads
 //! these groups' datagrams by their 4-tuple, as it has no steering program
 //! for them). The same socket sends what leaves from that address and
-//! port 4791 ([`crate::sources::Sources::add_listener`]).
+//! port 4791 ([`crate::sources::Sources::add_listener`]). A member of the
+//! shared device sending to one of these addresses for another member's QP
+//! does not come here: its local link writes the packet into that
+//! member's lane, as for the device's own address (`local_link.rs`).
 //!
 //! Loopback addresses (`::1`) are left out: a datagram there could be for
 //! any loopback device (127.0.0.x) or for a `::1` device of its own, so
@@ -101,9 +104,7 @@ fn relay(sock: &Socket, to: &Weak<dyn Arrivals>, stop: &AtomicBool) {
             }
             Ok(_) => {
                 let Some(s) = to.upgrade() else { return };
-                for seg in rx.segments() {
-                    s.arrived(seg.src, seg.src_port, seg.dst, seg.data, false);
-                }
+                s.arrived_batch(&rx);
             }
             Err(_) => {
                 // Counted, and tried again.

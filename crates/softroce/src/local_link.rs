@@ -314,13 +314,19 @@ pub(crate) struct LocalLink {
     staged: Vec<(Arc<dyn Peer>, Chunk)>,
     /// Lanes to the other members of the shared device.
     outboxes: Option<Outboxes>,
+    /// The shared device's other addresses (`gids::other_addrs`): a packet
+    /// to one of them is for the device as much as one to its own address
+    /// (the relay of that address hands it to the QP's member), so it takes
+    /// the member's lane too, not the kernel and a relay thread.
+    others: Vec<IpAddr>,
 }
 
 impl LocalLink {
     /// `on`: the link is [`Link::Local`]; `outboxes`: this member's lanes
-    /// (a shared device whose inboxes could be made).
-    pub(crate) fn new(on: bool, outboxes: Option<Outboxes>) -> LocalLink {
-        LocalLink { on, peers: Peers::default(), staged: Vec::new(), outboxes: outboxes.filter(|_| on) }
+    /// (a shared device whose inboxes could be made); `others`: the
+    /// device's other addresses it receives on.
+    pub(crate) fn new(on: bool, outboxes: Option<Outboxes>, others: Vec<IpAddr>) -> LocalLink {
+        LocalLink { on, peers: Peers::default(), staged: Vec::new(), outboxes: outboxes.filter(|_| on), others }
     }
 
     /// Before a transmit: whether any packet can go by the link.
@@ -395,7 +401,7 @@ impl LocalLink {
         stats: &mut DriverStats,
     ) -> Sent {
         let (Some((m, sock)), Some(boxes)) = (member, self.outboxes.as_mut()) else { return Sent::Elsewhere };
-        if p.dst != m.addr().ip() {
+        if p.dst != m.addr().ip() && !self.others.contains(&p.dst) {
             return Sent::Elsewhere;
         }
         let Some((slot, inc)) = m.owner_of(p.dest_qpn.get()) else {

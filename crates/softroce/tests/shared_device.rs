@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use common::pattern;
 use softroce::config::DeviceInfo;
 use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Link, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType, RecvWr,
-    SendFlags, SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, AhAttr, ConnectOptions, Context, Cq, Link, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType,
+    RecvWr, SendFlags, SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 /// Bytes each RC iteration writes, then reads back.
@@ -24,8 +24,29 @@ const LEN: usize = 96 * 1024;
 const STOP: u32 = u32::MAX;
 const QKEY: u32 = 0x1111_1111;
 
+/// `softroce_lo`, or the device the parent named (`SOFTROCE_TEST_DEVICE`).
 fn device() -> DeviceInfo {
-    DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
+    match std::env::var("SOFTROCE_TEST_DEVICE") {
+        Ok(name) => {
+            softroce::config::devices().unwrap().into_iter().find(|d| d.name == name).expect("the device named")
+        }
+        Err(_) => DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap(),
+    }
+}
+
+/// The address handle by which the UD processes reach each other: to
+/// 127.0.0.1, or from and to the GID the parent named (`SOFTROCE_TEST_TO`,
+/// another GID of the device, as libfabric addresses GID 0).
+fn ud_ah(pd: &Pd) -> softroce::Ah {
+    match std::env::var("SOFTROCE_TEST_TO") {
+        Err(_) => pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap(),
+        Ok(gid) => {
+            let dest: IpAddr = gid.parse().unwrap();
+            let sgid_index = device().gids.iter().position(|g| *g == dest).expect("a GID of the device") as u8;
+            let attr = AhAttr { dest, sgid_index, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };
+            pd.create_ah_with(attr).unwrap()
+        }
+    }
 }
 
 /// CLOCK_MONOTONIC in ms: one clock for every process of the host.
@@ -194,8 +215,8 @@ fn sharing(me: &End) -> String {
     v.push(format!("retries={} drop_no_qp={}", c.completer_retry_err, c.drop_no_qp));
     let d = me.ctx.driver_stats();
     v.push(format!(
-        "tx_local={} rx_local={} local_full={} local_unopened={}",
-        d.tx_local, d.rx_local, d.local_full, d.local_unopened
+        "tx_local={} rx_local={} local_full={} local_unopened={} other_gid_rx={}",
+        d.tx_local, d.rx_local, d.local_full, d.local_unopened, d.other_gid_rx
     ));
     v.join(" ")
 }
@@ -231,7 +252,7 @@ fn rc_responder(me: &End, peer: &str, pair: u64, timeout: u8) -> String {
 /// and checks each leaf's echo by its source QP and content.
 fn ud_hub(me: &End, leaves: &str, rounds: u64) -> String {
     connect(me, &me.qp.endpoint(0), 14);
-    let ah = me.pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let ah = ud_ah(&me.pd);
     let leaves: Vec<QpEndpoint> = leaves.split('|').map(|l| parse_hello(l).0).collect();
     for k in 0..64usize {
         let r = [me.mr.sge(LEN + k * 1024, 1024)];
@@ -268,19 +289,19 @@ fn ud_hub(me: &End, leaves: &str, rounds: u64) -> String {
             me.qp.post_recv(&RecvWr { wr_id: w.wr_id, sg_list: &r }).unwrap();
         }
     }
-    format!("ok rounds={rounds} qpn={}", me.qp.qpn())
+    format!("ok rounds={rounds} qpn={} {}", me.qp.qpn(), sharing(me))
 }
 
 /// Echoes what the hub sends, until the hub's TCP line says stop.
 fn ud_leaf(me: &End, hub: &str, _pair: u64) -> String {
     let (hub, _, _) = parse_hello(hub);
-    let ah = me.pd.create_ah(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    let ah = ud_ah(&me.pd);
     let mut echoed = 0;
     loop {
         let Some(w) = wait_one(&me.cq, Duration::from_secs(3)) else {
             // The hub is done (it waited for every echo).
             eprintln!("leaf {:#x}: {:?} {:?}", me.qp.qpn(), me.ctx.counters(), me.ctx.host_stats());
-            return format!("ok echoed={echoed} qpn={}", me.qp.qpn());
+            return format!("ok echoed={echoed} qpn={} {}", me.qp.qpn(), sharing(me));
         };
         assert_eq!(w.status, WcStatus::Success, "{w:?}");
         if w.opcode != WcOpcode::Recv {
@@ -312,6 +333,11 @@ struct Member {
 /// Starts `specs` one after the other (each joins the device before the
 /// next starts: seats in this order), returns them with their hellos.
 fn start(listener: &TcpListener, specs: &[String]) -> Vec<Member> {
+    start_with(listener, specs, &[])
+}
+
+/// [`start`] with `env` set in each process.
+fn start_with(listener: &TcpListener, specs: &[String], env: &[(&str, String)]) -> Vec<Member> {
     let port = listener.local_addr().unwrap().port();
     specs
         .iter()
@@ -319,6 +345,7 @@ fn start(listener: &TcpListener, specs: &[String]) -> Vec<Member> {
             let child = Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", "member_process", "--nocapture", "--test-threads", "1"])
                 .env("SOFTROCE_TEST_MEMBER", spec.replace("PORT", &port.to_string()))
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -492,6 +519,41 @@ fn kill_9(link: Link, victim: usize) {
 
 #[test]
 fn one_ud_qp_talks_to_qps_of_three_other_processes() {
+    ud_hub_and_three_leaves(&[]);
+}
+
+/// A device's other address (its interface's link-local GID: GID 0, as on
+/// rxe, which libfabric's verbs dgram and rxd endpoints address) is the
+/// device's as much as its own address: a datagram to it for another
+/// process's QP goes by that member's lane of the local link, not through
+/// the kernel to the address's relay thread (`gids.rs`), which cost
+/// libfabric's rxd 20 MB/s instead of 200 in `fi_pingpong`.
+#[test]
+fn one_ud_qp_reaches_three_other_processes_by_the_link_local_gid_over_the_local_link() {
+    let devices = softroce::config::devices().unwrap();
+    let with_link_local = devices.iter().find_map(|d| {
+        let ll = d
+            .gids
+            .iter()
+            .zip(&d.bindable)
+            .find(|(g, b)| **b && matches!(g, IpAddr::V6(v6) if v6.is_unicast_link_local()) && **g != d.addr);
+        ll.map(|(g, _)| (d.name.clone(), *g))
+    });
+    let Some((name, gid)) = with_link_local else {
+        assert!(std::env::var_os("CI").is_none(), "CI: no device with a link-local GID among {devices:?}");
+        println!("skipped: no device with a link-local GID");
+        return;
+    };
+    let results = ud_hub_and_three_leaves(&[("SOFTROCE_TEST_DEVICE", name), ("SOFTROCE_TEST_TO", gid.to_string())]);
+    for (i, r) in results.iter().enumerate() {
+        let (tx, rx, relayed) = (field(r, "tx_local"), field(r, "rx_local"), field(r, "other_gid_rx"));
+        assert!(tx > 0 && rx > 0 && relayed == 0, "process {i}: every datagram by the local link: {r}");
+    }
+}
+
+/// A UD hub and three leaves, each in a process of its own, with `env`;
+/// their results.
+fn ud_hub_and_three_leaves(env: &[(&str, String)]) -> Vec<String> {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let specs = [
         "ud-hub:PORT:0:50:14:local",
@@ -500,7 +562,7 @@ fn one_ud_qp_talks_to_qps_of_three_other_processes() {
         "ud-leaf:PORT:2:0:14:local",
     ]
     .map(String::from);
-    let mut ms = start(&listener, &specs);
+    let mut ms = start_with(&listener, &specs, env);
     let leaves: Vec<String> = ms[1..].iter().map(|m| m.hello.clone()).collect();
     let hub = ms[0].hello.clone();
     tell(&mut ms[0], &leaves.join("|"));
@@ -512,6 +574,7 @@ fn one_ud_qp_talks_to_qps_of_three_other_processes() {
     for r in &results[1..] {
         assert_eq!(r.split_whitespace().nth(1), Some("echoed=50"), "{results:?}");
     }
+    results
 }
 
 /// The other user's side of `another_user_is_refused_with_the_reason_and_cannot_read_the_table`:

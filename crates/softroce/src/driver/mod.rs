@@ -124,7 +124,7 @@ impl State {
             published: Default::default(),
             local_rx: Vec::new(),
             socket_looks: SocketLooks::default(),
-            local_link: LocalLink::new(false, None),
+            local_link: LocalLink::new(false, None, Vec::new()),
         }
     }
 }

@@ -88,22 +88,37 @@ impl Shared {
         }
     }
 
-    /// A datagram that came another way than the device socket (see
-    /// [`Arrivals::arrived`]) for this process's engine.
-    fn deliver_datagram(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
+    /// Datagrams that came another way than the device socket (see
+    /// [`Arrivals::arrived`]) for this process's engine, in one pass.
+    fn deliver_datagrams<'a>(&self, datagrams: impl Iterator<Item = Arrival<'a>>, multicast: bool) {
         let mut st = self.lock();
         let now = Instant::now();
-        if multicast {
-            st.stats.mcast_rx += 1;
-        } else {
-            st.stats.other_gid_rx += 1;
-        }
         let made = st.dev.counters().completions;
-        let State { dev, faults, tap, scratch, .. } = &mut *st;
-        // A group's socket does not ask for the ECN field.
-        let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data, local: false };
-        let _ = ingest(dev, faults, tap, scratch, now, a).and_then(|()| tap.as_mut().map_or(Ok(()), Tap::flush));
+        let State { dev, faults, tap, scratch, stats, .. } = &mut *st;
+        for a in datagrams {
+            if multicast {
+                stats.mcast_rx += 1;
+            } else {
+                stats.other_gid_rx += 1;
+            }
+            let _ = ingest(dev, faults, tap, scratch, now, a);
+        }
+        let _ = tap.as_mut().map_or(Ok(()), Tap::flush);
         self.send_and_let_go(st, now, made, false);
+    }
+
+    /// Whether `data` is for this process's engine; if not, it is passed on
+    /// through the device's group to the member whose QP it is (or who
+    /// should see a MAD).
+    fn mine_or_pass_on(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8]) -> bool {
+        if let Some(m) = self.sock.member()
+            && let Some(r) = m.route_packet(data)
+            && r != Route::Mine
+        {
+            m.pass_on(&self.sock, src, src_port, dst, data, 0);
+            return false;
+        }
+        true
     }
 
     /// Held (reordered) packets whose time came.
@@ -231,17 +246,21 @@ pub(super) fn ingest(
 
 impl Arrivals for Shared {
     fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
-        if !multicast
-            && let Some(m) = self.sock.member()
-            && let Some(r) = m.route_packet(data)
-            && r != Route::Mine
-        {
-            // Another process's QP (or a MAD it should see): through the
-            // device's group to its seat.
-            m.pass_on(&self.sock, src, src_port, dst, data, 0);
-            return;
+        if multicast || self.mine_or_pass_on(src, src_port, dst, data) {
+            // A group's socket does not ask for the ECN field.
+            let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data, local: false };
+            self.deliver_datagrams(std::iter::once(a), multicast);
         }
-        self.deliver_datagram(src, src_port, dst, data, multicast);
+    }
+
+    fn arrived_batch(&self, rx: &RecvBatch) {
+        let mine = rx.segments().filter(|s| self.mine_or_pass_on(s.src, s.src_port, s.dst, s.data));
+        let mut mine = mine
+            .map(|s| Arrival { src: s.src, src_port: s.src_port, dst: s.dst, ecn: s.ecn, data: s.data, local: false })
+            .peekable();
+        if mine.peek().is_some() {
+            self.deliver_datagrams(mine, false);
+        }
     }
 
     fn receive_failed(&self, multicast: bool) {
