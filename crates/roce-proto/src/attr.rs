@@ -4,6 +4,7 @@ use std::net::IpAddr;
 
 use roce_wire::Psn;
 
+use crate::Qpn;
 use crate::verbs::{AccessFlags, QpState, QpType};
 
 /// Path MTU (`enum ibv_mtu`): payload bytes per packet.
@@ -137,7 +138,7 @@ pub struct QpAttr {
     /// First PSN to send.
     pub sq_psn: Psn,
     /// Remote QP number.
-    pub dest_qp_num: u32,
+    pub dest_qp_num: Qpn,
     /// Remote operations this QP accepts.
     pub qp_access_flags: AccessFlags,
     /// The primary path.
@@ -173,7 +174,7 @@ impl Default for QpAttr {
             qkey: 0,
             rq_psn: Psn::ZERO,
             sq_psn: Psn::ZERO,
-            dest_qp_num: 0,
+            dest_qp_num: Qpn::from(0),
             qp_access_flags: AccessFlags::EMPTY,
             ah_attr: AhAttr {
                 dest: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),

@@ -11,6 +11,11 @@ macro_rules! handle {
         pub struct $name(u32);
 
         impl $name {
+            /// The handle of the raw number `raw` (the C API's).
+            pub const fn new(raw: u32) -> $name {
+                $name(raw)
+            }
+
             /// The raw number (the C API's).
             pub const fn get(self) -> u32 {
                 self.0
@@ -26,6 +31,29 @@ macro_rules! handle {
         impl From<$name> for u32 {
             fn from(h: $name) -> u32 {
                 h.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            /// The number, as the C API's tools print it.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl std::fmt::LowerHex for $name {
+            /// The number in hex, as perftest and rdma-core's examples print a QPN.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::LowerHex::fmt(&self.0, f)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = std::num::ParseIntError;
+
+            /// A decimal number, as [`Display`](std::fmt::Display) writes it.
+            fn from_str(s: &str) -> Result<$name, Self::Err> {
+                s.parse().map($name)
             }
         }
     };

@@ -534,7 +534,7 @@ impl Qp {
             a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         if mask.contains(M::DEST_QPN) {
-            a.dest_qp_num = crate::seq24::low24(attr.dest_qp_num);
+            a.dest_qp_num = Qpn::from(crate::seq24::low24(attr.dest_qp_num.get()));
         }
         if mask.contains(M::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
@@ -548,7 +548,7 @@ impl Qp {
         }
         if mask.contains(M::AV) {
             // After the whole modify, as rxe: the DEST_QPN of the same call counts.
-            self.src_port = rdma_get_udp_sport(a.ah_attr.flow_label, self.qpn, a.dest_qp_num);
+            self.src_port = rdma_get_udp_sport(a.ah_attr.flow_label, self.qpn, a.dest_qp_num.get());
         }
         self.set |= mask;
         match next {

@@ -592,9 +592,9 @@ fn build_request(
             let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { ud.remote_qkey };
             ext.deth = Some(DethRepr { qkey, src_qpn: qp.qpn });
             let ah = ctx.ah(ud.ah).ok_or(WcStatus::LocQpOpErr)?;
-            (ah.dest, ah.sgid_index, ud.remote_qpn)
+            (ah.dest, ah.sgid_index, ud.remote_qpn.get())
         }
-        _ => (qp.attr.ah_attr.dest, qp.attr.ah_attr.sgid_index, qp.attr.dest_qp_num),
+        _ => (qp.attr.ah_attr.dest, qp.attr.ah_attr.sgid_index, qp.attr.dest_qp_num.get()),
     };
     let bth = BthRepr {
         solicited: last && w.flags.contains(SendFlags::SOLICITED),

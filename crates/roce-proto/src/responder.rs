@@ -10,6 +10,7 @@ use roce_wire::{
     RnrTimer, Syndrome, Transport, packet::pad_for,
 };
 
+use crate::Qpn;
 use crate::ctx::{AsyncEvent, Ctx};
 use crate::mr::Grant;
 use crate::outgoing::Outgoing;
@@ -738,7 +739,7 @@ impl Qp {
         let mut wc = Wc::new(wr_id, status, WcOpcode::Recv, self.qpn);
         if status == WcStatus::Success {
             wc.byte_len = total as u32;
-            wc.src_qp = deth.src_qpn();
+            wc.src_qp = Qpn::from(deth.src_qpn());
             // RoCE has no SL. Like mlx5 (not rxe, which reports 0), report
             // the network header type there: 2 for IPv4. UCX 1.13's UD
             // transport finds the IPv4 header in the GRH area by it.
@@ -813,7 +814,7 @@ impl Qp {
     pub(crate) fn responder_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
         let mtu = self.mtu();
         let front = *self.resp.responses.front()?;
-        let dest_qpn = self.attr.dest_qp_num;
+        let dest_qpn = self.attr.dest_qp_num.get();
         let bth = |opcode, psn| BthRepr::new(opcode, dest_qpn, psn);
         let ack = Syndrome::Ack { credits: self.recv_credits() };
         let (repr, payload): (PacketRepr, Option<(Grant, usize)>) = match front {
@@ -916,7 +917,7 @@ impl Qp {
     /// Writes a CNP: a BTH for the peer QP with BECN set and PSN 0, then 16
     /// reserved bytes (Annex A17.9.3, as RoCE NICs send it).
     fn cnp_poll(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Outgoing> {
-        let bth = BthRepr { becn: true, ..BthRepr::new(Opcode::CNP, self.attr.dest_qp_num, Psn::ZERO) };
+        let bth = BthRepr { becn: true, ..BthRepr::new(Opcode::CNP, self.attr.dest_qp_num.get(), Psn::ZERO) };
         let repr = PacketRepr { bth, ext: ExtRepr::default() };
         let hlen = repr.emit_headers(buf, CNP_RESERVED).ok()?;
         let total = hlen + CNP_RESERVED;

@@ -1,5 +1,6 @@
 //! Work requests as posted, and work completions as polled.
 
+use crate::Qpn;
 use crate::verbs::{SendFlags, WcOpcode, WcStatus, WrOpcode};
 
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
@@ -19,7 +20,7 @@ pub struct UdDest {
     /// Address handle.
     pub ah: u32,
     /// Destination QP number.
-    pub remote_qpn: u32,
+    pub remote_qpn: Qpn,
     /// Q_Key to put in the DETH (if its top bit is set, the QP's own Q_Key is used).
     pub remote_qkey: u32,
 }
@@ -213,9 +214,9 @@ pub struct Wc {
     /// invalidated R_Key with [`WcFlags::WITH_INV`].
     pub imm_data: u32,
     /// The local QP.
-    pub qp_num: u32,
+    pub qp_num: Qpn,
     /// The remote QP (UD receives).
-    pub src_qp: u32,
+    pub src_qp: Qpn,
     /// Flags.
     pub wc_flags: WcFlags,
     /// P_Key index (0).
@@ -230,7 +231,7 @@ pub struct Wc {
 
 impl Wc {
     /// A completion with only the always-defined fields set.
-    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Wc {
+    pub fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: impl Into<Qpn>) -> Wc {
         Wc {
             wr_id,
             status,
@@ -238,8 +239,8 @@ impl Wc {
             vendor_err: 0,
             byte_len: 0,
             imm_data: 0,
-            qp_num,
-            src_qp: 0,
+            qp_num: qp_num.into(),
+            src_qp: Qpn::from(0),
             wc_flags: WcFlags::default(),
             pkey_index: 0,
             slid: 0,

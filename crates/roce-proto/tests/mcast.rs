@@ -30,7 +30,7 @@ fn send_to(p: &mut Pair, dest: IpAddr, qpn: u32, len: u32, qkey: u32) -> (Vec<u8
     let sge = [p.sge(A, 0, len)];
     let mut wr = SendWr::new(9, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.imm_data = 0x5555_0001;
-    wr.ud = Some(UdDest { ah, remote_qpn: MULTICAST_QPN, remote_qkey: qkey });
+    wr.ud = Some(UdDest { ah, remote_qpn: MULTICAST_QPN.into(), remote_qkey: qkey });
     let qpn = if qpn == A_QP { p.qpn[A] } else { qpn };
     p.dev[A].post_send(qpn.into(), &wr).unwrap();
     let mut buf = vec![0u8; 9000];
@@ -67,7 +67,7 @@ fn a_send_to_a_group_reaches_every_attached_qp_and_only_those() {
     let packet = roce_wire::Packet::new_checked(&pkt[..]).unwrap();
     assert_eq!(packet.bth().dest_qpn(), MULTICAST_QPN);
     p.dev[B].handle_datagram(p.now, p.addr[A], sport, dst, None, &pkt);
-    let mut got: Vec<(u64, u32)> = completions(&mut p, B).iter().map(|w| (w.wr_id, w.qp_num)).collect();
+    let mut got: Vec<(u64, u32)> = completions(&mut p, B).iter().map(|w| (w.wr_id, w.qp_num.get())).collect();
     got.sort();
     assert_eq!(got, [(100, b1), (101, b2)], "each attached QP takes its own receive");
     for w in 0..2 {
@@ -178,6 +178,6 @@ fn a_qp_that_blocks_self_loopback_misses_only_its_own_packets() {
     // The loopback copy (IP multicast loops back to the sending host).
     p.dev[A].handle_datagram(p.now, p.addr[A], sport, dst, None, &pkt);
     let recvs: Vec<u32> =
-        completions(&mut p, A).iter().filter(|w| w.opcode == WcOpcode::Recv).map(|w| w.qp_num).collect();
+        completions(&mut p, A).iter().filter(|w| w.opcode == WcOpcode::Recv).map(|w| w.qp_num.get()).collect();
     assert_eq!(recvs, [other]);
 }

@@ -484,7 +484,7 @@ fn flush_and_atomic_write_count_against_max_rd_atomic_and_fence() {
     p.run(|_| true);
     let wcs = p.completions(A);
     assert_eq!(
-        wcs.iter().filter(|w| w.qp_num == p.qpn[A]).map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
+        wcs.iter().filter(|w| w.qp_num.get() == p.qpn[A]).map(|w| (w.wr_id, w.status, w.opcode)).collect::<Vec<_>>(),
         [
             (1, WcStatus::Success, WcOpcode::AtomicWrite),
             (2, WcStatus::Success, WcOpcode::Flush),

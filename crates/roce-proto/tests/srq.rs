@@ -67,7 +67,7 @@ fn interleaved_multi_packet_sends_on_two_qps_take_separate_srq_buffers() {
         p.deliver(y[k]);
     }
     p.run(|_| true);
-    let mut b: Vec<_> = p.completions(B).iter().map(|w| (w.qp_num, w.wr_id, w.status, w.byte_len)).collect();
+    let mut b: Vec<_> = p.completions(B).iter().map(|w| (w.qp_num.get(), w.wr_id, w.status, w.byte_len)).collect();
     b.sort_by_key(|w| w.0);
     assert_eq!(b, [(p.qpn[B], 100, WcStatus::Success, 2500), (second[B], 101, WcStatus::Success, 2500)]);
     assert_eq!(p.mem[B].get(0, 2500), one);

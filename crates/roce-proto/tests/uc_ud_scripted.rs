@@ -20,7 +20,7 @@ fn ud_send(p: &mut Pair, wr_id: u64, off: usize, len: u32, qkey: u32) {
     let sge = [p.sge(A, off, len)];
     let mut wr = SendWr::new(wr_id, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
     wr.imm_data = 0xabcd_0001;
-    wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B], remote_qkey: qkey });
+    wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B].into(), remote_qkey: qkey });
     p.dev[A].post_send(p.qpn[A].into(), &wr).unwrap();
 }
 
@@ -44,7 +44,7 @@ fn ud_receive_has_the_grh_area_and_source_qp() {
     assert_eq!(b.len(), 1);
     let w = b[0];
     assert_eq!(
-        (w.wr_id, w.status, w.opcode, w.byte_len, w.src_qp),
+        (w.wr_id, w.status, w.opcode, w.byte_len, w.src_qp.get()),
         (3, WcStatus::Success, WcOpcode::Recv, 552, p.qpn[A])
     );
     assert!(w.wc_flags.contains(WcFlags::GRH) && w.wc_flags.contains(WcFlags::WITH_IMM));
@@ -79,7 +79,7 @@ fn ud_message_larger_than_mtu_is_refused_at_post() {
         .unwrap();
     let sge = [p.sge(A, 0, 1025)];
     let mut wr = SendWr::new(1, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge));
-    wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B], remote_qkey: 1 });
+    wr.ud = Some(UdDest { ah, remote_qpn: p.qpn[B].into(), remote_qkey: 1 });
     assert!(p.dev[A].post_send(p.qpn[A].into(), &wr).is_err());
     let mut rd = SendWr::new(2, WrOpcode::RdmaRead, SendFlags::SIGNALED, Payload::Sges(&sge[..0]));
     rd.ud = wr.ud;
@@ -186,7 +186,7 @@ fn the_qp_keeps_what_was_set_until_reset() {
         assert!(set.contains(m), "{set:?} lacks {m:?}");
     }
     assert!(!set.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY));
-    assert_eq!(held.dest_qp_num, p.qpn[A]);
+    assert_eq!(held.dest_qp_num.get(), p.qpn[A]);
     let reset = QpAttr { qp_state: QpState::Reset, ..QpAttr::default() };
     p.dev[B].modify_qp(q, &reset, QpAttrMask::STATE).unwrap();
     let qp = p.dev[B].qp(q).unwrap();

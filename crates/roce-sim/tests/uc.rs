@@ -107,7 +107,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         d.modify_qp(qpn[side].into(), &a, M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::ACCESS_FLAGS.0)).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = mtu;
-        a.dest_qp_num = qpn[1 - side];
+        a.dest_qp_num = qpn[1 - side].into();
         a.rq_psn = roce_proto::Psn::new(psn[1 - side]);
         a.ah_attr =
             AhAttr { dest: addr[1 - side], sgid_index: 0, hop_limit: 64, traffic_class: 0, sl: 0, flow_label: 0 };

@@ -123,7 +123,7 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         let sge = [Sge { addr: mem[0].addr() + m.off as u64, length: m.len, lkey: key[0] }];
         let mut wr = SendWr::new(k as u64, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
         wr.imm_data = k as u32;
-        wr.ud = Some(UdDest { ah, remote_qpn: qpn[m.qp][1], remote_qkey: QKEY });
+        wr.ud = Some(UdDest { ah, remote_qpn: qpn[m.qp][1].into(), remote_qkey: QKEY });
         sim.endpoint_mut(ids[0]).dev.post_send(qpn[m.qp][0].into(), &wr).unwrap();
     }
     sim.run_until_idle(Bound::new(1_000_000, Duration::from_secs(10))).map_err(|e| e.to_string())?;
@@ -139,8 +139,8 @@ fn run(seed: u64, lossy: bool) -> Result<(usize, usize), String> {
         let ok = w.status == WcStatus::Success
             && w.opcode == WcOpcode::Recv
             && w.byte_len == 40 + m.len
-            && w.src_qp == qpn[m.qp][0]
-            && w.qp_num == qpn[m.qp][1]
+            && w.src_qp.get() == qpn[m.qp][0]
+            && w.qp_num.get() == qpn[m.qp][1]
             && w.wc_flags.contains(WcFlags::GRH)
             && w.wc_flags.contains(WcFlags::WITH_IMM);
         if !ok {

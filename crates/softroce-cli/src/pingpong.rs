@@ -277,7 +277,7 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
             use std::hash::BuildHasher;
             let psn =
                 roce_wire::Psn::new(std::collections::hash_map::RandomState::new().hash_one(qp.qpn()) as u32).value();
-            Dest { lid: 0, qpn: qp.qpn(), psn, gid }
+            Dest { lid: 0, qpn: qp.qpn().get(), psn, gid }
         })
         .collect();
     let opts = ConnectOptions { mtu: Some(mtu), max_rd_atomic: 1, qkey: UD_QKEY, ..ConnectOptions::default() };
@@ -301,7 +301,7 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
     let rem = exchange(a, info.addr, &mine, |rem, tcp_peer| {
         for (i, qp) in qps.iter().enumerate() {
             let r = rem.get(i).ok_or("fewer remote QPs than local ones")?;
-            let peer = QpEndpoint { qpn: r.qpn, psn: r.psn, gid: peer_addr(r, tcp_peer) };
+            let peer = QpEndpoint { qpn: r.qpn.into(), psn: r.psn, gid: peer_addr(r, tcp_peer) };
             qp.connect_from_init(mine[i].psn, &peer, &opts)?;
         }
         if ud {
@@ -317,7 +317,7 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
     let send = |i: usize| {
         let mut wr = SendWr::new(SEND_WRID, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&ssge));
         if let Some(ah) = &ah {
-            wr.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: rem[0].qpn, remote_qkey: UD_QKEY });
+            wr.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: rem[0].qpn.into(), remote_qkey: UD_QKEY });
         }
         qps[i].post_send(&wr)
     };

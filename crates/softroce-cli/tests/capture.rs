@@ -9,10 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use softroce::config::{DeviceInfo, LoopbackLease};
-use softroce::{
-    AccessFlags, Context, Cq, Link, Mr, Options, Payload, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcOpcode,
-    WcStatus, WrOpcode,
-};
+use softroce::testing::{End, EndSpec, connect_pair};
+use softroce::{AccessFlags, Cq, Link, Options, Payload, RecvWr, SendFlags, SendWr, Wc, WcStatus, WrOpcode};
 
 /// A loopback address of this test's own, held until the lease is dropped:
 /// keep it for as long as a device binds the address.
@@ -28,27 +26,14 @@ fn device(lease: &LoopbackLease) -> DeviceInfo {
     d
 }
 
-struct End {
-    ctx: Context,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
 fn open(lease: &LoopbackLease, pcap: Option<PathBuf>, link: Link) -> End {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let ctx = Context::open_with(&device(lease), Options { pcap, link, ..Options::default() }).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let mr = pd.reg_mr(1 << 20, access).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 64)).unwrap();
-    End { ctx, cq, qp, mr }
+    let spec = EndSpec { cq_entries: 64, mr_len: 1 << 20, access, qp_depth: 64 };
+    End::open(&device(lease), Options { pcap, link, ..Options::default() }, spec)
 }
 
 fn wait_one(cq: &Cq) -> Wc {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    assert_eq!(cq.wait(&mut wc, Duration::from_secs(20)).unwrap(), 1);
-    wc[0]
+    softroce::testing::wait_one(cq, Duration::from_secs(20))
 }
 
 /// SENDs, a 256 KiB WRITE (MTU 1024: over the socket, runs of equal
@@ -59,8 +44,7 @@ fn traffic(a: &LoopbackLease, b: &LoopbackLease, pcap: [Option<PathBuf>; 2], lin
     let [pa, pb] = pcap;
     let x = open(a, pa, link);
     let y = open(b, pb, link);
-    x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
-    y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
+    connect_pair(&x, &y, (1, 2));
     for len in [0u32, 100, 3000] {
         let r = [y.mr.sge(0, len)];
         y.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &r }).unwrap();

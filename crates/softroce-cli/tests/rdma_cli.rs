@@ -225,7 +225,7 @@ fn resource_show_counts_what_other_processes_hold_and_names_their_pids() {
     let pid = u64::from(std::process::id());
     let qps = json_of(&lease, &["-j", "res", "show", "qp"]);
     let want_qp = json!([{
-        "ifindex": 0, "ifname": "softroce_lo", "lqpn": qp.qpn(), "rqpn": 0, "type": "RC", "state": "RESET",
+        "ifindex": 0, "ifname": "softroce_lo", "lqpn": qp.qpn().get(), "rqpn": 0, "type": "RC", "state": "RESET",
         "rq-psn": 0, "sq-psn": 0, "path-mig-state": "MIGRATED", "pdn": 0, "pid": pid, "comm": my_comm(),
     }]);
     assert_eq!(qps, want_qp);

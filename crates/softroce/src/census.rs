@@ -73,7 +73,7 @@ fn resources_of(dev: &Device, cm_ids: u64) -> Resources {
                 state: q.state() as u8,
                 // A QP gets its port at INIT (`IB_QP_PORT`); before, `/-`.
                 port: if q.state() == QpState::Reset { 0 } else { q.attr.port_num.min(1) },
-                remote: connected.then(|| (q.attr.dest_qp_num, q.expected_psn().value())),
+                remote: connected.then(|| (q.attr.dest_qp_num.get(), q.expected_psn().value())),
                 sq_psn: q.next_send_psn().value(),
                 // rxe has no path migration: always MIGRATED.
                 path_mig_state: connected.then_some(0),

@@ -79,6 +79,8 @@ mod sg;
 mod socket_link;
 mod sources;
 pub mod tap;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod thread;
 mod verbs;
 
@@ -98,7 +100,7 @@ pub use roce_proto::mr::{MwBindInfo, MwType};
 pub use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 pub use roce_proto::wr::{Flush, MwBind, placement, selectivity};
 pub use roce_proto::{
-    AhAttr, AsyncEvent, CqHandle, IbPath, Mtu, Payload, PdHandle, QpAttr, QpCap, RecvWr, SendWr, Sge, SrqHandle,
+    AhAttr, AsyncEvent, CqHandle, IbPath, Mtu, Payload, PdHandle, QpAttr, QpCap, Qpn, RecvWr, SendWr, Sge, SrqHandle,
     UdDest, Wc, WcFlags,
 };
 pub use sources::SrcPorts;

@@ -18,33 +18,37 @@ use roce_cm::wire::{AttributeId, CmMad, IpServiceId, PortSpace, RejReason};
 use roce_wire::{Opcode, Packet, Psn};
 use softroce::cm::CmService;
 use softroce::config::LoopbackLease;
+use softroce::testing::{End, EndSpec};
 use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
-    Wc, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, ConnectOptions, Cq, Options, Payload, QpEndpoint, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus,
+    WrOpcode,
 };
 
 const PORT: u16 = 7174;
 const WAIT: Duration = Duration::from_secs(10);
 
-struct End {
+/// A device on a leased address with its CM service, and a test's end on it.
+struct Side {
     _lease: LoopbackLease,
-    ctx: Context,
     cm: CmService,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
+    end: End,
 }
 
-fn end(pcap: Option<std::path::PathBuf>, seed: u64) -> End {
+impl std::ops::Deref for Side {
+    type Target = End;
+
+    fn deref(&self) -> &End {
+        &self.end
+    }
+}
+
+fn end(pcap: Option<std::path::PathBuf>, seed: u64) -> Side {
     let lease = LoopbackLease::take().unwrap();
-    let ctx = Context::open_with(&lease.device().unwrap(), Options { pcap, ..Options::default() }).unwrap();
-    let cm = CmService::open(&ctx, seed).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let mr =
-        pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 32)).unwrap();
-    End { _lease: lease, ctx, cm, cq, qp, mr }
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let spec = EndSpec { cq_entries: 64, mr_len: 1 << 16, access, qp_depth: 32 };
+    let end = End::open(&lease.device().unwrap(), Options { pcap, ..Options::default() }, spec);
+    let cm = CmService::open(&end.ctx, seed).unwrap();
+    Side { _lease: lease, cm, end }
 }
 
 fn local(e: &End, psn: u32) -> LocalEnd {
@@ -52,9 +56,7 @@ fn local(e: &End, psn: u32) -> LocalEnd {
 }
 
 fn wait_wc(cq: &Cq) -> Wc {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    assert_eq!(cq.wait(&mut wc, WAIT).unwrap(), 1, "a completion");
-    wc[0]
+    softroce::testing::wait_one(cq, WAIT)
 }
 
 /// The QP moves rdma_cm derives from the CM exchange (rdma_init_qp_attr):
@@ -69,7 +71,7 @@ fn connect_qp(e: &End, my_psn: u32, peer: IpAddr, peer_qpn: u32, peer_psn: u32) 
         max_rd_atomic: 1,
         ..ConnectOptions::default()
     };
-    e.qp.connect_with(my_psn, &QpEndpoint { qpn: peer_qpn, psn: peer_psn, gid: peer }, &o).unwrap();
+    e.qp.connect_with(my_psn, &QpEndpoint { qpn: peer_qpn.into(), psn: peer_psn, gid: peer }, &o).unwrap();
 }
 
 #[test]
@@ -98,14 +100,14 @@ fn two_devices_connect_by_cm_mads_move_data_and_disconnect() {
     };
     assert_eq!(
         (peer, got.local_qpn, got.starting_psn, got.service_id),
-        (c_addr, c.qp.qpn(), Psn::new(0xed57a9), service)
+        (c_addr, c.qp.qpn().get(), Psn::new(0xed57a9), service)
     );
     connect_qp(&s, 0x0eeec9, peer, got.local_qpn, got.starting_psn.value());
     s.cm.accept(id_s, cma::rc_rep(&local(&s, 0x0eeec9), &rping).unwrap()).unwrap();
 
     // The client: the REP names the server's QP and PSN; then the RTU.
     let Some(CmEvent::RepReceived { id, rep }) = c.cm.wait_event(WAIT) else { panic!("no REP at the client") };
-    assert_eq!((id, rep.local_qpn, rep.starting_psn), (id_c, s.qp.qpn(), Psn::new(0x0eeec9)));
+    assert_eq!((id, rep.local_qpn, rep.starting_psn), (id_c, s.qp.qpn().get(), Psn::new(0x0eeec9)));
     connect_qp(&c, 0xed57a9, s_addr, rep.local_qpn, rep.starting_psn.value());
     c.cm.establish(id_c).unwrap();
     assert_eq!(s.cm.wait_event(WAIT), Some(CmEvent::Established { id: id_s }));
@@ -192,8 +194,8 @@ fn a_req_to_a_port_nobody_listens_on_is_rejected_over_the_wire() {
 fn the_cms_thread_leaves_the_applications_packets_to_its_poller() {
     let (c, s) = (end(None, 31), end(None, 32));
     let (c_addr, s_addr) = (c.cm.local_addr(), s.cm.local_addr());
-    connect_qp(&c, 100, s_addr, s.qp.qpn(), 200);
-    connect_qp(&s, 200, c_addr, c.qp.qpn(), 100);
+    connect_qp(&c, 100, s_addr, s.qp.qpn().get(), 200);
+    connect_qp(&s, 200, c_addr, c.qp.qpn().get(), 100);
     let busy_wc = |cq: &Cq| -> Wc {
         let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
         let deadline = std::time::Instant::now() + WAIT;

@@ -21,9 +21,10 @@ use roce_cm::wire::{IpServiceId, PortSpace};
 use roce_wire::Psn;
 use softroce::cm::CmService;
 use softroce::config::DeviceInfo;
+use softroce::testing::{End, EndSpec};
 use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
-    Wc, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, ConnectOptions, Context, Cq, Options, Payload, QpEndpoint, RecvWr, SendFlags, SendWr, Wc, WcOpcode,
+    WcStatus, WrOpcode,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -32,20 +33,9 @@ fn device() -> DeviceInfo {
     DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
 }
 
-struct End {
-    ctx: Context,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
 fn end(ctx: &Context) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let mr =
-        pd.reg_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 32)).unwrap();
-    End { ctx: ctx.clone(), cq, qp, mr }
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    End::on(ctx, EndSpec { cq_entries: 64, mr_len: 1 << 16, access, qp_depth: 32 }, |_| {})
 }
 
 fn local(e: &End, psn: u32) -> LocalEnd {
@@ -59,14 +49,12 @@ fn connect_qp(e: &End, my_psn: u32, peer_qpn: u32, peer_psn: u32) {
         max_rd_atomic: 1,
         ..ConnectOptions::default()
     };
-    let peer = QpEndpoint { qpn: peer_qpn, psn: peer_psn, gid: IpAddr::V4(Ipv4Addr::LOCALHOST) };
+    let peer = QpEndpoint { qpn: peer_qpn.into(), psn: peer_psn, gid: IpAddr::V4(Ipv4Addr::LOCALHOST) };
     e.qp.connect_with(my_psn, &peer, &o).unwrap();
 }
 
 fn wait_wc(cq: &Cq) -> Wc {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    assert_eq!(cq.wait(&mut wc, WAIT).unwrap(), 1, "a completion");
-    wc[0]
+    softroce::testing::wait_one(cq, WAIT)
 }
 
 fn rdma_cm_values() -> WireConnParam<'static> {

@@ -8,9 +8,10 @@ use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use softroce::config::{DeviceInfo, LoopbackLease};
+use softroce::testing::{End, EndSpec, connect_pair};
 use softroce::{
-    AccessFlags, Context, Cq, Link, Mr, Options, Payload, Progress, Qp, QpInit, RecvWr, SendFlags, SendWr, Wc, WcFlags,
-    WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, Context, Link, Options, Payload, Progress, QpInit, RecvWr, SendFlags, SendWr, Wc, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
 };
 
 /// A loopback address of this test's own, held until the lease is dropped:
@@ -32,13 +33,6 @@ fn device(name: &str, lease: &LoopbackLease) -> DeviceInfo {
 /// The last byte of the leased address, to tell devices apart by name.
 fn last(lease: &LoopbackLease) -> u8 {
     lease.addr().octets()[3]
-}
-
-struct End {
-    ctx: Context,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
 }
 
 const MEM: usize = 4 << 20;
@@ -63,31 +57,15 @@ fn pair_with(a: &LoopbackLease, b: &LoopbackLease, progress: Progress, caps: imp
 }
 
 fn pair_opts(a: &LoopbackLease, b: &LoopbackLease, opts: Options, caps: impl Fn(&mut QpInit)) -> (End, End) {
-    let access =
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let mk = |l: &LoopbackLease| {
-        let opts = opts.clone();
-        let ctx = Context::open_with(&device(&format!("t{}", last(l)), l), opts).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(256, None).unwrap();
-        let mr = pd.reg_mr(MEM, access).unwrap();
-        let mut init = QpInit::rc(&cq, &cq, 128);
-        caps(&mut init);
-        let qp = pd.create_qp(init).unwrap();
-        End { ctx, cq, qp, mr }
-    };
+    let spec = EndSpec { mr_len: MEM, ..EndSpec::default() };
+    let mk = |l: &LoopbackLease| End::open_with(&device(&format!("t{}", last(l)), l), opts.clone(), spec, &caps);
     let (x, y) = (mk(a), mk(b));
-    let (ex, ey) = (x.qp.endpoint(100), y.qp.endpoint(0xff_fff0));
-    x.qp.connect(100, &ey).unwrap();
-    y.qp.connect(0xff_fff0, &ex).unwrap();
+    connect_pair(&x, &y, (100, 0xff_fff0));
     (x, y)
 }
 
 fn wait_one(e: &End) -> Wc {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    let n = e.cq.wait(&mut wc, Duration::from_secs(20)).unwrap();
-    assert_eq!(n, 1, "a completion within 20 s");
-    wc[0]
+    e.wait_one(Duration::from_secs(20))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -237,12 +215,7 @@ fn check_link(x: &End, y: &End, link: Link) {
 fn faulty_end(tag: &str, l: &LoopbackLease, faults: Option<softroce::FaultSpec>) -> End {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let opts = Options { faults, ..Options::default() };
-    let ctx = Context::open_with(&device(&format!("{tag}{}", last(l)), l), opts).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
-    let mr = pd.reg_mr(MEM, access).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 128)).unwrap();
-    End { ctx, cq, qp, mr }
+    End::open(&device(&format!("{tag}{}", last(l)), l), opts, EndSpec { mr_len: MEM, access, ..EndSpec::default() })
 }
 
 /// Half of x's region (`pattern(.., seed)`) written into y's by 8 WRITEs,
@@ -397,8 +370,7 @@ fn ipv6_on_one_device_between_two_of_its_qps() {
     let mut wr = SendWr::new(1, WrOpcode::RdmaWrite, SendFlags::SIGNALED, Payload::Sges(&s));
     (wr.remote_addr, wr.rkey) = (mr.addr() + 10_000, mr.rkey());
     a.post_send(&wr).unwrap();
-    let end = End { ctx: ctx.clone(), cq: cq.clone(), qp: a.clone(), mr: mr.clone() };
-    assert_eq!(wait_one(&end).status, WcStatus::Success);
+    assert_eq!(softroce::testing::wait_one(&cq, Duration::from_secs(20)).status, WcStatus::Success);
     assert_eq!(mr.to_vec(10_000, 5000).unwrap(), data);
     let c = ctx.counters();
     assert!(c.rcvd_pkts >= 5 && c.drop_icrc == 0, "IPv6 ICRCs verify: {c:?}");

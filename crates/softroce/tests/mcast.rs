@@ -85,7 +85,7 @@ fn send(a: &Dev, qp: &Qp, ah: u32, len: usize, seed: u8) {
     let s = [a.mr.sge(0, len as u32)];
     let mut wr = SendWr::new(u64::from(seed), WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&s));
     wr.imm_data = 0x00c0_ffee + u32::from(seed);
-    wr.ud = Some(softroce::UdDest { ah, remote_qpn: MULTICAST_QPN, remote_qkey: QKEY });
+    wr.ud = Some(softroce::UdDest { ah, remote_qpn: MULTICAST_QPN.into(), remote_qkey: QKEY });
     qp.post_send(&wr).unwrap();
     let w = collect(a, 1, Duration::from_secs(10));
     assert_eq!((w.len(), w[0].status, w[0].opcode), (1, WcStatus::Success, WcOpcode::Send));

@@ -196,7 +196,7 @@ fn udaddy_s_flow_resolves_a_ud_service_and_datagrams_go_both_ways() {
 
     let est = next(&ch_c, EventType::Established);
     let ud = est.ud.expect("ESTABLISHED of a UD id carries rdma_ud_param");
-    assert_eq!((ud.qp_num, ud.qkey), (qp_s.qpn(), 0x0123_4567));
+    assert_eq!((ud.qp_num, ud.qkey), (qp_s.qpn().get(), 0x0123_4567));
     let ah_attr = ud.ah.expect("an address handle to the server");
     assert_eq!((ah_attr.dest, ah_attr.hop_limit), (LO, 64));
 
@@ -205,12 +205,12 @@ fn udaddy_s_flow_resolves_a_ud_service_and_datagrams_go_both_ways() {
     mr_c.write(4096, b"ud over rdma_cm").unwrap();
     let sge = [mr_c.sge(4096, 15)];
     let mut w = SendWr::new(1, WrOpcode::SendWithImm, SendFlags::SIGNALED, Payload::Sges(&sge));
-    w.imm_data = qp_c.qpn().to_be();
-    w.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: ud.qp_num, remote_qkey: ud.qkey });
+    w.imm_data = qp_c.qpn().get().to_be();
+    w.ud = Some(softroce::UdDest { ah: ah.handle(), remote_qpn: ud.qp_num.into(), remote_qkey: ud.qkey });
     qp_c.post_send(&w).unwrap();
     wait_wc(&cq_c);
     let got = wait_wc(&cq_s);
-    assert_eq!((got.byte_len, got.src_qp, u32::from_be(got.imm_data)), (40 + 15, qp_c.qpn(), qp_c.qpn()));
+    assert_eq!((got.byte_len, got.src_qp, u32::from_be(got.imm_data)), (40 + 15, qp_c.qpn(), qp_c.qpn().get()));
     assert_eq!(mr_s.to_vec(40, 15).unwrap(), b"ud over rdma_cm");
 
     // The server answers the sender it saw, with rdma_cm's Q_Key (which the

@@ -57,9 +57,9 @@ fn ten_thousand_qps_in_one_process_each_deliver_their_message() {
     }
     let created = t0.elapsed();
     // Every QP number is its own.
-    let by_qpn: HashMap<u32, usize> = qps.iter().enumerate().map(|(i, (_, y))| (y.qpn(), i)).collect();
+    let by_qpn: HashMap<softroce::Qpn, usize> = qps.iter().enumerate().map(|(i, (_, y))| (y.qpn(), i)).collect();
     assert_eq!(by_qpn.len(), PAIRS);
-    let senders: HashMap<u32, usize> = qps.iter().enumerate().map(|(i, (x, _))| (x.qpn(), i)).collect();
+    let senders: HashMap<softroce::Qpn, usize> = qps.iter().enumerate().map(|(i, (x, _))| (x.qpn(), i)).collect();
     assert_eq!(senders.len(), PAIRS);
 
     let t1 = Instant::now();

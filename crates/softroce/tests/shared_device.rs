@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use common::pattern;
 use softroce::config::DeviceInfo;
+use softroce::testing::{End, EndSpec, try_wait_one as wait_one};
 use softroce::{
-    AccessFlags, AhAttr, ConnectOptions, Context, Cq, Link, Mr, Options, Payload, Pd, Qp, QpEndpoint, QpInit, QpType,
-    RecvWr, SendFlags, SendWr, UdDest, Wc, WcOpcode, WcStatus, WrOpcode,
+    AhAttr, ConnectOptions, Context, Link, Options, Payload, Pd, QpEndpoint, QpType, RecvWr, SendFlags, SendWr, UdDest,
+    Wc, WcOpcode, WcStatus, WrOpcode,
 };
 
 /// Bytes each RC iteration writes, then reads back.
@@ -55,33 +56,14 @@ fn monotonic_ms() -> u64 {
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
-fn wait_one(cq: &Cq, within: Duration) -> Option<Wc> {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    (cq.wait(&mut wc, within).unwrap() == 1).then_some(wc[0])
-}
-
-struct End {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
 fn open(qp_type: QpType, link: Link) -> End {
-    let access =
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let ctx = Context::open_with(&device(), Options { link, ..Options::default() }).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(1024, None).unwrap();
-    let mr = pd.reg_mr(4 * LEN, access).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 256).with_type(qp_type)).unwrap();
-    End { ctx, pd, cq, qp, mr }
+    let spec = EndSpec { cq_entries: 1024, mr_len: 4 * LEN, qp_depth: 256, ..EndSpec::default() };
+    End::open_with(&device(), Options { link, ..Options::default() }, spec, |i| i.qp_type = qp_type)
 }
 
 /// `qpn psn gid rkey addr`.
 fn hello(e: &End) -> String {
-    let ep = e.qp.endpoint(e.qp.qpn() & 0xff_ffff);
+    let ep = e.qp.endpoint(e.qp.qpn().get() & 0xff_ffff);
     format!("{} {} {} {} {}", ep.qpn, ep.psn, ep.gid, e.mr.rkey(), e.mr.addr())
 }
 
@@ -131,7 +113,7 @@ fn member_process() {
 
 fn connect(me: &End, peer: &QpEndpoint, timeout: u8) {
     let o = ConnectOptions { timeout, retry_cnt: 7, ..ConnectOptions::default() };
-    me.qp.connect_with(me.qp.qpn() & 0xff_ffff, peer, &o).unwrap();
+    me.qp.connect_with(me.qp.qpn().get() & 0xff_ffff, peer, &o).unwrap();
 }
 
 /// WRITE_WITH_IMM of a fresh pattern, the peer's verdict by SEND, then a

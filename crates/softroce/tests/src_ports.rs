@@ -113,8 +113,8 @@ fn each_qp_sends_from_rxes_port_for_it() {
     let stats = a.ctx.driver_stats();
     let counters = b.ctx.counters();
     let mut want: std::collections::BTreeSet<(u32, u16)> =
-        pairs.iter().map(|(x, y)| (y.qpn(), udp_src_port(x.qpn(), y.qpn()))).collect();
-    want.insert((ub.qpn(), rxe_init_sport(ua.qpn())));
+        pairs.iter().map(|(x, y)| (y.qpn().get(), udp_src_port(x.qpn().get(), y.qpn().get()))).collect();
+    want.insert((ub.qpn().get(), rxe_init_sport(ua.qpn().get())));
     // b's capture is whole once its context is gone.
     drop((pairs, ub, b));
 
@@ -135,7 +135,7 @@ fn src_ports_device_sends_everything_from_4791() {
     let (x, y) = rc_pair(&a, &b);
     write(&a, &b, &x);
     assert_eq!(a.ctx.driver_stats().src_port_sockets, 0);
-    let yq = y.qpn();
+    let yq = y.qpn().get();
     drop((y, b));
     let (seen, _) = arrivals(&pcap, a.addr);
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), [(yq, 4791)]);
@@ -150,14 +150,14 @@ fn a_port_held_by_another_program_leaves_the_qp_on_4791() {
     let (x, y) =
         (a.pd.create_qp(QpInit::rc(&a.cq, &a.cq, 64)).unwrap(), b.pd.create_qp(QpInit::rc(&b.cq, &b.cq, 64)).unwrap());
     // Another program (no SO_REUSEPORT) holds the port x's pair will use.
-    let port = udp_src_port(x.qpn(), y.qpn());
+    let port = udp_src_port(x.qpn().get(), y.qpn().get());
     let _holder = std::net::UdpSocket::bind((a.addr, port)).expect("the pair's port is free before the test");
     x.connect(1, &y.endpoint(2)).unwrap();
     y.connect(2, &x.endpoint(1)).unwrap();
     write(&a, &b, &x);
     let stats = a.ctx.driver_stats();
     assert_eq!(stats.src_port_fallbacks, 1, "{stats:?}");
-    let yq = y.qpn();
+    let yq = y.qpn().get();
     drop((y, b));
     let (seen, _) = arrivals(&pcap, a.addr);
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), [(yq, 4791)]);

@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::pattern;
 use softroce::config::{DeviceInfo, LoopbackLease};
-use softroce::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
-    Wc, WcOpcode, WcStatus, WrOpcode,
-};
+use softroce::testing::{End, EndSpec, wait_one};
+use softroce::{ConnectOptions, Options, Payload, QpEndpoint, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 
 const MEM: usize = 40 << 20;
 const SIZES: [usize; 9] = [0, 1, 63, 4095, 4096, 4097, 65_536, 1 << 20, 16 << 20];
@@ -33,22 +31,9 @@ fn lease() -> LoopbackLease {
     LoopbackLease::take().expect("a free loopback address")
 }
 
-struct End {
-    _ctx: Context,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
 fn open(addr: Ipv4Addr) -> End {
-    let access =
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let ctx = Context::open_with(&device(addr), Options::default()).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(1024, None).unwrap();
-    let mr = pd.reg_mr(MEM, access).unwrap();
-    let qp = pd.create_qp(QpInit::rc(&cq, &cq, 256)).unwrap();
-    End { _ctx: ctx, cq, qp, mr }
+    let spec = EndSpec { cq_entries: 1024, mr_len: MEM, qp_depth: 256, ..EndSpec::default() };
+    End::open(&device(addr), Options::default(), spec)
 }
 
 /// `qpn psn addr rkey vaddr` on one line.
@@ -64,13 +49,6 @@ fn recv_info(r: &mut impl BufRead) -> (QpEndpoint, u32, u64) {
     assert_eq!(f.len(), 5, "peer info line {line:?}");
     let ep = QpEndpoint { qpn: f[0].parse().unwrap(), psn: f[1].parse().unwrap(), gid: f[2].parse().unwrap() };
     (ep, f[3].parse().unwrap(), f[4].parse().unwrap())
-}
-
-fn wait_one(cq: &Cq, within: Duration) -> Wc {
-    let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, 0); 1];
-    let n = cq.wait(&mut wc, within).unwrap();
-    assert_eq!(n, 1, "a completion within {within:?}");
-    wc[0]
 }
 
 /// The peer, told the TCP port to connect to and the (leased) address its

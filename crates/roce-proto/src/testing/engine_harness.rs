@@ -30,7 +30,7 @@ use crate::qp::{InMessage, MAX_UNACKED_PSNS, Qp, Response, ack_timeout, wc_opcod
 use crate::verbs::{AccessFlags, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use crate::wr::{Flush, placement, selectivity};
 use crate::{
-    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, Region, SendWr, Sge, Wc,
+    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, Qpn, RecvWr, Region, SendWr, Sge, Wc,
 };
 use roce_wire::opcode::PayloadRule;
 use roce_wire::{
@@ -1205,7 +1205,7 @@ impl Harness {
             self.stats.completed += 1;
         }
         let side = &mut self.sides[s];
-        assert_eq!(wc.qp_num, side.qpn, "side {s}: a completion for another QP");
+        assert_eq!(wc.qp_num.get(), side.qpn, "side {s}: a completion for another QP");
         if wc.opcode.is_recv() {
             let p = side.rq.pop_front().unwrap_or_else(|| panic!("side {s}: receive completion {wc:?} for no receive"));
             assert_eq!(p.wr_id, wc.wr_id, "side {s}: receive completions in posting order, once each");
@@ -1642,7 +1642,7 @@ fn connect(dev: &mut Device, qpn: u32, peer: u32, i: usize, cfg: &Config) {
     dev.modify_qp(qpn.into(), &a, required_mask(QpState::Reset, QpState::Init, QpType::Rc).unwrap()).unwrap();
     a.qp_state = QpState::Rtr;
     a.path_mtu = cfg.mtu;
-    a.dest_qp_num = peer;
+    a.dest_qp_num = Qpn::from(peer);
     a.rq_psn = Psn::new(cfg.sq_psn[1 - i]);
     a.max_dest_rd_atomic = cfg.max_dest_rd_atomic[i];
     a.min_rnr_timer = cfg.min_rnr_timer;

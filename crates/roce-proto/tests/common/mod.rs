@@ -195,7 +195,7 @@ impl Pair {
         self.dev[i].modify_qp(qpn[i].into(), &a, init).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
-        a.dest_qp_num = qpn[j];
+        a.dest_qp_num = qpn[j].into();
         a.rq_psn = Psn::new(s.sq_psn[j]);
         a.max_dest_rd_atomic = s.max_dest_rd_atomic;
         a.min_rnr_timer = s.min_rnr_timer;

@@ -522,7 +522,7 @@ impl Scenario {
                     .unwrap();
                 a.qp_state = QpState::Rtr;
                 a.path_mtu = self.mtu;
-                a.dest_qp_num = pair[other];
+                a.dest_qp_num = pair[other].into();
                 a.rq_psn = roce_proto::Psn::new(psn[other]);
                 a.max_dest_rd_atomic = 16;
                 a.min_rnr_timer = 1;
@@ -848,12 +848,12 @@ fn run_seed(seed: u64) -> Result<Report, String> {
     if let Err(e) = res {
         let mut missing = Vec::new();
         for (q, qops) in sc.ops.iter().enumerate() {
-            let n = |side: usize| got[side].iter().filter(|w| w.qp_num == sc.qpn[q][side]).count();
+            let n = |side: usize| got[side].iter().filter(|w| w.qp_num.get() == sc.qpn[q][side]).count();
             if n(A) != qops.len() || n(B) != expected_recvs(qops) {
                 let st = |side: usize| {
                     got[side]
                         .iter()
-                        .filter(|w| w.qp_num == sc.qpn[q][side])
+                        .filter(|w| w.qp_num.get() == sc.qpn[q][side])
                         .map(|w| w.status as u32)
                         .collect::<Vec<_>>()
                 };
@@ -938,7 +938,7 @@ fn check(
     let mut per_qp: HashMap<(usize, u32), Vec<Wc>> = HashMap::new();
     for side in [A, B] {
         for w in &got[side] {
-            per_qp.entry((side, w.qp_num)).or_default().push(*w);
+            per_qp.entry((side, w.qp_num.get())).or_default().push(*w);
         }
     }
     let mut exhausted = 0;

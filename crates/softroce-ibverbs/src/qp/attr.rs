@@ -53,7 +53,7 @@ pub(crate) fn write_qp_attr(out: &mut IbvQpAttr, a: &QpAttr) {
     out.qkey = a.qkey;
     out.rq_psn = a.rq_psn.value();
     out.sq_psn = a.sq_psn.value();
-    out.dest_qp_num = a.dest_qp_num;
+    out.dest_qp_num = a.dest_qp_num.get();
     out.qp_access_flags = a.qp_access_flags.0;
     write_ah_attr(&mut out.ah_attr, &a.ah_attr);
     out.pkey_index = a.pkey_index;
@@ -81,7 +81,7 @@ fn to_qp_attr(local: IpAddr, local_gid_index: u8, a: &IbvQpAttr, mask: u32) -> R
     o.qkey = a.qkey;
     o.rq_psn = roce_proto::Psn::new(a.rq_psn);
     o.sq_psn = roce_proto::Psn::new(a.sq_psn);
-    o.dest_qp_num = a.dest_qp_num;
+    o.dest_qp_num = a.dest_qp_num.into();
     o.qp_access_flags = AccessFlags(a.qp_access_flags);
     if mask & IBV_QP_AV as u32 != 0 {
         let ah = &a.ah_attr;

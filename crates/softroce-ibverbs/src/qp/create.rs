@@ -75,8 +75,8 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     b.send_cq = m.attr.send_cq;
     b.recv_cq = m.attr.recv_cq;
     b.srq = m.attr.srq;
-    b.handle = qp.qpn();
-    b.qp_num = qp.qpn();
+    b.handle = qp.qpn().get();
+    b.qp_num = qp.qpn().get();
     b.state = IBV_QPS_RESET as _;
     b.qp_type = m.attr.qp_type as _;
     if let Some(ops) = m.send_ops {
@@ -96,8 +96,8 @@ fn make_qp(pd: *mut IbvPd, m: &Made) -> Result<*mut QpObj, c_int> {
     }));
     // SAFETY: the PD's context is live.
     if let Some(b) = unsafe { context::block(ctx) } {
-        b.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.insert(qpn, o as usize);
-        b.events.claim(softroce::EventSource::Qp(qpn.into()));
+        b.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.insert(qpn.get(), o as usize);
+        b.events.claim(softroce::EventSource::Qp(qpn));
     }
     Ok(o)
 }

@@ -181,7 +181,7 @@ unsafe fn read_send_wr(o: &QpObj, s: &mut Scratch, w: &IbvSendWr) -> Result<Pend
         if o.qp.qp_type() == QpType::Ud {
             p.wr.ud = Some(UdDest {
                 ah: ah_handle(w.wr.ud.ah)?,
-                remote_qpn: w.wr.ud.remote_qpn,
+                remote_qpn: w.wr.ud.remote_qpn.into(),
                 remote_qkey: w.wr.ud.remote_qkey,
             });
         }

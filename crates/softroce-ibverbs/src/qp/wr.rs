@@ -284,7 +284,7 @@ unsafe extern "C" fn wr_set_ud_addr(qp: *mut IbvQpEx, ah: *mut IbvAh, remote_qpn
     last(qp, |o, p, _| {
         // Other QP types have no use for an address (rxe ignores it too).
         if o.qp.qp_type() == QpType::Ud {
-            p.wr.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn, remote_qkey });
+            p.wr.ud = Some(UdDest { ah: ah_handle(ah)?, remote_qpn: remote_qpn.into(), remote_qkey });
         }
         Ok(())
     });

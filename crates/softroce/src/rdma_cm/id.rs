@@ -476,7 +476,7 @@ impl CmId {
                 let a = QpAttr {
                     qp_state: QpState::Rtr,
                     path_mtu,
-                    dest_qp_num,
+                    dest_qp_num: dest_qp_num.into(),
                     rq_psn: Psn::new(st.psn),
                     max_dest_rd_atomic,
                     min_rnr_timer: 0,
@@ -612,7 +612,7 @@ impl CmId {
             st.state = IdState::Connect;
             return Ok(());
         }
-        let qpn = st.qp.as_ref().map_or(p.qp_num, Qp::qpn);
+        let qpn = st.qp.as_ref().map_or(p.qp_num, |q| q.qpn().get());
         let local = LocalEnd {
             ca_guid: dev.info.node_guid(),
             ack_delay: dev.ctx.query_device().local_ca_ack_delay,
@@ -648,7 +648,7 @@ impl CmId {
                 return Err(bad("rdma_accept: not a connection request"));
             };
             st.resources = (p.responder_resources, p.initiator_depth);
-            (dev, req, comm, st.qp.as_ref().map_or(p.qp_num, Qp::qpn), st.psn)
+            (dev, req, comm, st.qp.as_ref().map_or(p.qp_num, |q| q.qpn().get()), st.psn)
         };
         self.move_qp_to_rts()?;
         let local = LocalEnd {
@@ -714,7 +714,7 @@ impl CmId {
             let (Some(dev), Some(comm)) = (st.dev.clone(), st.comm) else {
                 return Err(bad("rdma_accept: not a connection request"));
             };
-            (dev, comm, st.qp.as_ref().map_or(p.qp_num, Qp::qpn))
+            (dev, comm, st.qp.as_ref().map_or(p.qp_num, |q| q.qpn().get()))
         };
         let private_data =
             roce_cm::wire::private_data::<136>(&p.private_data).map_err(|_| bad("private data too long"))?;

@@ -359,7 +359,7 @@ impl Inner {
         }
         let sge = [self.mr.sge(off, MAD_LEN as u32)];
         let mut wr = SendWr::new((RECV_RING + slot) as u64, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge));
-        wr.ud = Some(UdDest { ah: ah.handle(), remote_qpn: GSI_QPN, remote_qkey: GSI_QKEY });
+        wr.ud = Some(UdDest { ah: ah.handle(), remote_qpn: GSI_QPN.into(), remote_qkey: GSI_QKEY });
         if self.qp.post_send(&wr).is_ok() {
             st.busy[slot] = true;
         } else {

@@ -68,7 +68,7 @@ impl<'a> QpInit<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpEndpoint {
     /// QP number.
-    pub qpn: u32,
+    pub qpn: Qpn,
     /// First PSN it will send.
     pub psn: u32,
     /// Its address (GID).
@@ -247,9 +247,9 @@ impl Qp {
         self.0.pd.ctx()
     }
 
-    /// QP number (the engine's [`Qpn`], as the C API carries it).
-    pub fn qpn(&self) -> u32 {
-        self.0.qpn.get()
+    /// QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.0.qpn
     }
 
     /// Transport.
@@ -331,7 +331,7 @@ impl Qp {
     /// What the peer needs to connect to this QP, with `psn` as the first
     /// PSN this QP will send.
     pub fn endpoint(&self, psn: u32) -> QpEndpoint {
-        QpEndpoint { qpn: self.0.qpn.get(), psn: Psn::new(psn).value(), gid: self.ctx().device().addr }
+        QpEndpoint { qpn: self.0.qpn, psn: Psn::new(psn).value(), gid: self.ctx().device().addr }
     }
 
     /// RESET -> INIT -> RTR -> RTS to `remote` with default settings; this

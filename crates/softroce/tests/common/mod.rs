@@ -22,7 +22,7 @@ pub fn local_end(ctx: &softroce::Context, qp: &softroce::Qp, psn: u32) -> roce_c
     roce_cm::cma::LocalEnd {
         ca_guid: ctx.device().node_guid(),
         ack_delay: 15,
-        qpn: qp.qpn(),
+        qpn: qp.qpn().get(),
         psn: roce_wire::Psn::new(psn),
         mtu: roce_cm::wire::PathMtu::Mtu1024,
         tos: 0,
