@@ -225,11 +225,17 @@ impl Inbox {
         self.map.word(at).expect("inside the file's layout")
     }
 
-    /// The sender slots whose lanes are in use.
+    /// The sender slots whose lanes are in use: the set bits of the
+    /// active words, found by their trailing zeros (every pass of the
+    /// member's driver asks, mostly of words with no bit set).
     fn active(&self) -> impl Iterator<Item = usize> + '_ {
         (0..MAX_MEMBERS / 64).flat_map(move |w| {
-            let bits = self.word(ACTIVE_AT + w * 8).load(Ordering::Acquire);
-            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w * 64 + b)
+            let mut bits = self.word(ACTIVE_AT + w * 8).load(Ordering::Acquire);
+            std::iter::from_fn(move || {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits.wrapping_sub(1);
+                (b < 64).then_some(w * 64 + b)
+            })
         })
     }
 
@@ -596,6 +602,26 @@ mod tests {
         assert_eq!(d, Drained { packets: 2, refused: 0 });
         assert!(!inbox.pending());
         assert_eq!(all(&inbox).0, vec![]);
+    }
+
+    /// Every active lane is read, whichever word of the active bitmap its
+    /// sender's slot falls in (the first and last bits of a word, the last
+    /// slot), in slot order; the lanes of senders that wrote nothing are not.
+    #[test]
+    fn the_lanes_of_senders_in_every_word_of_the_bitmap_are_read() {
+        let (_d, dev) = device();
+        let inbox = Inbox::create(&dev, 3, 77, false).unwrap();
+        let senders = [MAX_MEMBERS - 1, 64, 0, 63, 130];
+        let mut outs: Vec<Outbox> = senders.iter().map(|&s| Outbox::open(&dev, 3, 77, s).unwrap()).collect();
+        for (out, &s) in outs.iter_mut().zip(&senders) {
+            assert!(put(out, at(49152 + s as u16, false), &[b"from ", &[s as u8]]));
+            out.publish();
+        }
+        let ports: Vec<u16> = all(&inbox).0.iter().map(|(_, port, _)| *port).collect();
+        let mut want: Vec<u16> = senders.iter().map(|&s| 49152 + s as u16).collect();
+        want.sort_unstable();
+        assert_eq!(ports, want);
+        assert_eq!(inbox.active().count(), senders.len());
     }
 
     /// A lane holds LANE_BYTES: a sender that fills it gets false (and uses

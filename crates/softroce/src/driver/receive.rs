@@ -191,6 +191,10 @@ impl Peer for Shared {
         }
     }
 
+    fn owns_all(&self) -> bool {
+        self.sock.member().is_none()
+    }
+
     fn wake(&self) {
         self.wake_for_local();
     }
