@@ -10,15 +10,15 @@ use roce_udp::RecvBatch;
 
 /// Where a relay thread's datagrams go.
 pub(crate) trait Arrivals: Send + Sync {
-    /// A datagram from `src:src_port` to `dst`, from a multicast group's
-    /// socket (`multicast`) or another address of the device: to the
-    /// engine (or, on a shared device, to the member whose QP it is), its
-    /// completions to their waiters, as a pass of the driver would.
-    fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool);
+    /// A datagram from `src:src_port` to the multicast group `group`: to
+    /// the engine, its completions to their waiters, as a pass of the
+    /// driver would.
+    fn arrived_multicast(&self, src: IpAddr, src_port: u16, group: IpAddr, data: &[u8]);
 
-    /// Every datagram of `rx`, from one of the device's other addresses,
-    /// as [`Arrivals::arrived`] hands each: the engine's share of a burst in
-    /// one pass (one lock, one transmit of what they call for).
+    /// Every datagram of `rx`, received on one of the device's other
+    /// addresses: on a shared device, those for another member's QP to that
+    /// member, and the rest to the engine in one pass (one lock, one
+    /// transmit of what they call for).
     fn arrived_batch(&self, rx: &RecvBatch);
 
     /// A receive error on such a socket: counted (what was lost is

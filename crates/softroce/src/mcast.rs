@@ -88,7 +88,7 @@ fn relay(sock: GroupSocket, to: Weak<dyn Arrivals>, stop: Arc<AtomicBool>) {
         match sock.recv(&mut buf) {
             Ok(Some((n, from))) => {
                 let Some(s) = to.upgrade() else { return };
-                s.arrived(from.ip(), from.port(), sock.group(), &buf[..n], true);
+                s.arrived_multicast(from.ip(), from.port(), sock.group(), &buf[..n]);
             }
             Ok(None) => {
                 if to.strong_count() == 0 {

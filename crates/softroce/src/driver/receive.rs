@@ -88,8 +88,9 @@ impl Shared {
         }
     }
 
-    /// Datagrams that came another way than the device socket (see
-    /// [`Arrivals::arrived`]) for this process's engine, in one pass.
+    /// Datagrams that came another way than the device socket (a multicast
+    /// group's, or the device's other addresses', see [`Arrivals`]) for this
+    /// process's engine, in one pass.
     fn deliver_datagrams<'a>(&self, datagrams: impl Iterator<Item = Arrival<'a>>, multicast: bool) {
         let mut st = self.lock();
         let now = Instant::now();
@@ -249,21 +250,21 @@ pub(super) fn ingest(
 }
 
 impl Arrivals for Shared {
-    fn arrived(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8], multicast: bool) {
-        if multicast || self.mine_or_pass_on(src, src_port, dst, data) {
-            // A group's socket does not ask for the ECN field.
-            let a = Arrival { src, src_port, dst, ecn: Ecn::NotEct, data, local: false };
-            self.deliver_datagrams(std::iter::once(a), multicast);
-        }
+    fn arrived_multicast(&self, src: IpAddr, src_port: u16, group: IpAddr, data: &[u8]) {
+        // A group's socket does not ask for the ECN field.
+        let a = Arrival { src, src_port, dst: group, ecn: Ecn::NotEct, data, local: false };
+        self.deliver_datagrams(std::iter::once(a), true);
     }
 
     fn arrived_batch(&self, rx: &RecvBatch) {
-        let mine = rx.segments().filter(|s| self.mine_or_pass_on(s.src, s.src_port, s.dst, s.data));
-        let mut mine = mine
+        // Passed on before the device is locked: a pass-on is a send.
+        let mine: Vec<Arrival<'_>> = rx
+            .segments()
+            .filter(|s| self.mine_or_pass_on(s.src, s.src_port, s.dst, s.data))
             .map(|s| Arrival { src: s.src, src_port: s.src_port, dst: s.dst, ecn: s.ecn, data: s.data, local: false })
-            .peekable();
-        if mine.peek().is_some() {
-            self.deliver_datagrams(mine, false);
+            .collect();
+        if !mine.is_empty() {
+            self.deliver_datagrams(mine.into_iter(), false);
         }
     }
 
