@@ -346,6 +346,8 @@ pub struct Outbox {
     /// Bytes written (published or not) and published.
     head: u64,
     published: u64,
+    /// Packets written since the last publish.
+    unpublished_packets: usize,
     wants_icrc: bool,
 }
 
@@ -383,7 +385,7 @@ impl Outbox {
         let head = lane.word(HEAD_AT).expect("in the lane").load(Ordering::SeqCst);
         let wants_icrc = word(ICRC_AT).load(Ordering::Relaxed) != 0;
         word(ACTIVE_AT + from / 64 * 8).fetch_or(1 << (from % 64), Ordering::SeqCst);
-        Ok(Outbox { incarnation, header, lane, head, published: head, wants_icrc })
+        Ok(Outbox { incarnation, header, lane, head, published: head, unpublished_packets: 0, wants_icrc })
     }
 
     /// Whether the member wants every packet's ICRC computed (it records
@@ -395,6 +397,11 @@ impl Outbox {
     /// Bytes written and not yet published.
     pub fn unpublished(&self) -> usize {
         (self.head - self.published) as usize
+    }
+
+    /// Packets written and not yet published.
+    pub fn unpublished_packets(&self) -> usize {
+        self.unpublished_packets
     }
 
     /// Writes a packet (`parts` one after the other) as a record, not yet
@@ -450,6 +457,7 @@ impl Outbox {
             at += part.len();
         }
         self.head += rec as u64;
+        self.unpublished_packets += 1;
         true
     }
 
@@ -470,6 +478,7 @@ impl Outbox {
         }
         self.lane.word(HEAD_AT).expect("in the lane").store(self.head, Ordering::SeqCst);
         self.published = self.head;
+        self.unpublished_packets = 0;
         let word = |at| self.header.word(at).expect("in the header");
         word(SLEEPERS_AT).load(Ordering::SeqCst) > 0 && word(WAKE_AT).swap(1, Ordering::SeqCst) == 0
     }
@@ -602,6 +611,27 @@ mod tests {
         assert_eq!(d, Drained { packets: 2, refused: 0 });
         assert!(!inbox.pending());
         assert_eq!(all(&inbox).0, vec![]);
+    }
+
+    /// A lane counts the packets written since its last publish (what a
+    /// sender publishes by, besides bytes), and a publish starts it again.
+    #[test]
+    fn a_lane_counts_its_unpublished_packets() {
+        let (_d, dev) = device();
+        let inbox = Inbox::create(&dev, 3, 77, false).unwrap();
+        let mut out = Outbox::open(&dev, 3, 77, 5).unwrap();
+        assert_eq!((out.unpublished_packets(), out.unpublished()), (0, 0));
+        for n in 1..=3 {
+            assert!(put(&mut out, at(49152, false), &[b"pkt"]));
+            assert_eq!(out.unpublished_packets(), n);
+        }
+        assert!(out.unpublished() >= 3 * 3);
+        out.publish();
+        assert_eq!((out.unpublished_packets(), out.unpublished()), (0, 0));
+        assert_eq!(all(&inbox).1.packets, 3);
+        let big = vec![0u8; MAX_PACKET + 1];
+        assert!(!put(&mut out, at(49152, false), &[&big]), "too long: not written");
+        assert_eq!(out.unpublished_packets(), 0, "nor counted");
     }
 
     /// Every active lane is read, whichever word of the active bitmap its

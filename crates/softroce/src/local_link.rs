@@ -86,6 +86,11 @@ impl Chunk {
         self.metas.is_empty()
     }
 
+    /// Packets it holds.
+    pub(crate) fn packets_held(&self) -> usize {
+        self.metas.len()
+    }
+
     /// Appends a packet (`parts` one after the other).
     pub(crate) fn append<'p>(&mut self, at: Addressing, parts: impl IntoIterator<Item = &'p [u8]>) {
         let start = self.bytes.len();
@@ -102,6 +107,14 @@ impl Chunk {
 /// A chunk is handed over once it holds this much (a 64 KiB WRITE), so
 /// the receiver works on a long message while the sender writes the rest.
 pub(crate) const CHUNK_BYTES: usize = 64 << 10;
+/// ... or this many packets (the engine's burst, `TX_BURST` in roce-proto),
+/// so the receiver works on a stream of small messages while the sender
+/// builds the rest: a batch of 100 8-byte WRITEs (`perf write-bw -s 8`,
+/// about 10 KiB) was handed over whole at the end of its transmit, and the
+/// receiver idled while the sender built it, then the sender while the
+/// receiver placed it (10 alternating runs, medians: 2.02 Mpps handed over
+/// whole; 2.64, 2.79 and 2.38 after 16, 32 and 64 packets).
+pub(crate) const CHUNK_PACKETS: usize = 16;
 /// Emptied chunks a device keeps for its senders to fill again.
 const SPARE_CHUNKS: usize = 64;
 
@@ -414,7 +427,7 @@ impl LocalLink {
             return Sent::Full;
         }
         s.chunk.append(p.addressing(with_icrc), p.parts(&trailer));
-        if s.chunk.len() >= CHUNK_BYTES {
+        if s.chunk.len() >= CHUNK_BYTES || s.chunk.packets_held() >= CHUNK_PACKETS {
             // The receiver starts on it while the rest is written.
             let end = s.peer.end();
             let full = std::mem::replace(&mut s.chunk, end.chunk());
@@ -448,7 +461,7 @@ impl LocalLink {
             return Sent::Full;
         }
         // The receiver starts on a long message while the rest is written.
-        if lane.unpublished() >= CHUNK_BYTES {
+        if lane.unpublished() >= CHUNK_BYTES || lane.unpublished_packets() >= CHUNK_PACKETS {
             lane.publish_and_wake(|| wake_member(m, sock, stats, slot, inc));
         }
         Sent::Local(trailer)
@@ -530,5 +543,76 @@ mod tests {
         assert!(end.take(&mut got));
         assert_eq!(got.len(), 4);
         assert!(end.has_room(0, INBOX_BYTES), "room again once taken");
+    }
+
+    /// A device of this process as the link sees it: every packet is its
+    /// own, wake-ups counted.
+    struct TestPeer {
+        end: LocalEnd,
+        wakes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Peer for TestPeer {
+        fn end(&self) -> &LocalEnd {
+            &self.end
+        }
+        fn owns(&self, _: &[u8]) -> bool {
+            true
+        }
+        fn owns_all(&self) -> bool {
+            true
+        }
+        fn wake(&self) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A transmit of many small packets hands them over every
+    /// CHUNK_PACKETS, before it ends (the receiver starts on the first
+    /// while the sender builds the rest), and the rest at its end; the
+    /// receiver gets every packet once, in order.
+    #[test]
+    fn small_packets_are_handed_over_every_chunk_packets_while_the_transmit_runs() {
+        // An address no other test registers (the registry is the process's).
+        let to: SocketAddr = "192.0.2.77:4791".parse().unwrap();
+        let peer = Arc::new(TestPeer { end: LocalEnd::new(false), wakes: Default::default() });
+        let weak: Weak<dyn Peer> = Arc::downgrade(&(peer.clone() as Arc<dyn Peer>));
+        register(to, weak);
+        let mut link = LocalLink::new(true, None, Vec::new());
+        assert!(link.begin());
+        let mut stats = DriverStats::default();
+        let now = Instant::now();
+        let total = 2 * CHUNK_PACKETS + 5;
+        let mut taken = Vec::new();
+        let mut seen = Vec::new();
+        for i in 0..total {
+            let head = [i as u8; 28];
+            let payload: [&[u8]; 1] = [&[0xab; 8]];
+            let p = Packet {
+                src: to.ip(),
+                src_port: 49152,
+                dst: to.ip(),
+                to,
+                dest_qpn: roce_proto::Qpn::new(0x11),
+                head: &head,
+                payload: &payload,
+                trailer_len: 4,
+            };
+            assert!(matches!(link.send(&p, None, now, false, || [0; 8], &mut stats), Sent::Local(_)));
+            // What the receiver can take while the transmit runs.
+            let handed = (i + 1) / CHUNK_PACKETS * CHUNK_PACKETS;
+            if peer.end.take(&mut taken) {
+                seen.extend(taken.iter().flat_map(|c| c.packets().map(|(_, b)| b[0])));
+                peer.end.recycle(taken.drain(..));
+            }
+            assert_eq!(seen.len(), handed, "after packet {i}");
+        }
+        assert_eq!(peer.wakes.load(Ordering::Relaxed), 2, "a wake-up per chunk handed over");
+        link.finish(None, &mut stats);
+        assert!(peer.end.take(&mut taken));
+        seen.extend(taken.iter().flat_map(|c| c.packets().map(|(_, b)| b[0])));
+        assert_eq!(seen, (0..total).map(|i| i as u8).collect::<Vec<_>>());
+        assert!(taken.iter().flat_map(Chunk::packets).all(|(_, b)| b.len() == 28 + 8 + 4));
+        assert_eq!((stats.tx_local, stats.tx_packets), (total as u64, total as u64));
     }
 }
