@@ -50,7 +50,8 @@ enum Command {
     Perf(perf::PerfArgs),
     /// What sharing one device costs: two `softroce perf` processes on one
     /// shared device against the same two on two addresses (8-byte
-    /// send-lat, 64 KiB write-bw, 8-byte write message rate), and four
+    /// send-lat, 64 KiB write-bw, 8-byte write message rate), the shared
+    /// device's 64 KiB write-bw against raw UDP with GSO/GRO, and four
     /// pairs on one device against one pair alone; ratios and targets.
     PerfSharing(perf::sharing::SharingArgs),
     /// Goodput on a lossy path: `softroce perf write-bw` against a TCP

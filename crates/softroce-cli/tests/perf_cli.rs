@@ -238,23 +238,26 @@ fn send_bw_for_a_time_between_two_processes_ends_with_the_clients_count() {
 
 /// `softroce perf-sharing --quick`: eight `softroce perf` processes in all
 /// (a pair on two addresses, a pair on one shared device, four pairs on
-/// it); every figure is measured, and each ratio is the shared figure over
-/// the other one.
+/// it) and raw UDP; every figure is measured, and each ratio is the shared
+/// figure over the other one. The one pair's bandwidth is set against
+/// raw UDP's.
 #[test]
 fn perf_sharing_measures_both_modes_and_prints_each_ratio() {
     let (ok, out, err) = softroce(&["perf-sharing", "--quick", "--rounds", "1"]);
     assert!(ok, "{err}\n{out}");
-    let figures: Vec<Vec<&str>> =
-        ["send-lat 8 B [usec]", "write-bw 64 KiB [MiB/sec]", "write 8 B msg rate [Mpps]", "aggregate [MiB/sec]"]
-            .iter()
-            .map(|label| {
-                let l = out
-                    .lines()
-                    .find(|l| l.trim_start().starts_with(label))
-                    .unwrap_or_else(|| panic!("{label}:\n{out}"));
-                l[l.find(']').unwrap() + 1..].split_whitespace().collect()
-            })
-            .collect();
+    let figures: Vec<Vec<&str>> = [
+        "send-lat 8 B [usec]",
+        "write-bw 64 KiB [MiB/sec]",
+        "write 8 B msg rate [Mpps]",
+        "bandwidth [MiB/sec]",
+        "aggregate [MiB/sec]",
+    ]
+    .iter()
+    .map(|label| {
+        let l = out.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("{label}:\n{out}"));
+        l[l.find(']').unwrap() + 1..].split_whitespace().collect()
+    })
+    .collect();
     for f in &figures {
         let (a, b): (f64, f64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
         let ratio: f64 = f[2].strip_suffix('x').unwrap().parse().unwrap();
@@ -263,4 +266,5 @@ fn perf_sharing_measures_both_modes_and_prints_each_ratio() {
         assert!(f[3] == "<=" || f[3] == ">=", "{f:?}");
         assert!(f[5] == "met" || f[5] == "MISSED", "{f:?}");
     }
+    assert_eq!(figures[3][1], figures[4][0], "raw UDP is set against the one pair's bandwidth");
 }

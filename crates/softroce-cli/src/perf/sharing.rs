@@ -80,6 +80,10 @@ impl Figure {
     }
 }
 
+/// The loopback devices' active MTU (a 65,536-byte interface MTU), which
+/// the raw UDP baseline's datagrams follow.
+const LOOPBACK_MTU: usize = 4096;
+
 /// Runs `softroce perf-sharing`.
 pub fn run(args: &SharingArgs) -> ExitCode {
     match run_inner(args) {
@@ -137,6 +141,9 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
     println!("{RULE}");
     let mut got: Vec<[Vec<f64>; 2]> = cases.iter().map(|_| [Vec::new(), Vec::new()]).collect();
     let mut pairs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    // Raw UDP with GSO/GRO (the baseline `perf write-bw --loopback
+    // --baseline` prints) moving 64 KiB messages, MiB/s.
+    let mut udp: Vec<f64> = Vec::new();
     for r in 0..args.rounds {
         for (c, case) in cases.iter().enumerate() {
             // Alternate which mode goes first, so a drift in the machine's
@@ -156,7 +163,12 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
         // Four pairs on the shared device, and one pair alone on it.
         let extra = ["-s".to_string(), "65536".into(), "-D".into(), secs.to_string()];
         let one = run_pairs(&exe, "write-bw", &extra, &[(addr(2), addr(2))])?;
-        pairs[0].push(figure(&one[0], Figure::Bandwidth)?);
+        let one_bw = figure(&one[0], Figure::Bandwidth)?;
+        pairs[0].push(one_bw);
+        // Raw UDP moves as many messages as the pair did (both figures
+        // grow with a run's length: compare like with like).
+        let msgs = (one_bw * secs as f64 * 16.0).clamp(1000.0, 400_000.0) as usize;
+        udp.push(super::baseline::bw(65536, LOOPBACK_MTU, msgs, 128, true)?.rate() / f64::from(1 << 20));
         let four = run_pairs(&exe, "write-bw", &extra, &vec![(addr(2), addr(2)); 4])?;
         let mut sum = 0.0;
         for row in &four {
@@ -185,6 +197,16 @@ fn run_inner(args: &SharingArgs) -> Result<(), PerfError> {
             verdict(ratio, case.target, at_most)
         );
     }
+    // Two processes on one device (the pair's -D run) against the kernel's
+    // best UDP path.
+    let (a, b) = (median(&udp), median(&pairs[0]));
+    let ratio = judged_ratio(b, a, false);
+    println!("{RULE}");
+    println!(
+        " {:<36} {:>16} {:>16} {:>8}   target",
+        "write-bw 64 KiB, shared device", "raw UDP GSO/GRO", "one pair", "ratio"
+    );
+    println!(" {:<36} {:>16.3} {:>16.3} {:>7.3}x   {}", "bandwidth [MiB/sec]", a, b, ratio, verdict(ratio, 2.0, false));
     let (a, b) = (median(&pairs[0]), median(&pairs[1]));
     let ratio = judged_ratio(b, a, false);
     println!("{RULE}");
