@@ -65,11 +65,15 @@ fn rows(out: &str) -> Vec<Row> {
 }
 
 /// Whether R saw what the ends sent, one by one, and dropped about `loss`
-/// percent of it ([sent, seen, dropped]).
+/// percent of it ([sent, seen, dropped]): within 40% of the rate, or four
+/// standard deviations of the share of a binomial draw over what R saw
+/// (a few hundred packets when TCP backs off, thousands otherwise).
 fn per_wire_packet(c: [u64; 3], loss: f64) -> bool {
     let [sent, seen, dropped] = c.map(|v| v as f64);
     let share = if seen > 0.0 { dropped / seen * 100.0 } else { -1.0 };
-    seen >= 0.95 * sent && seen <= 1.05 * sent + 50.0 && (share - loss).abs() <= loss * 0.4 + 0.05
+    let p = loss / 100.0;
+    let sigma = if seen > 0.0 { (p * (1.0 - p) / seen).sqrt() * 100.0 } else { 0.0 };
+    seen >= 0.95 * sent && seen <= 1.05 * sent + 50.0 && (share - loss).abs() <= (loss * 0.4 + 0.05).max(4.0 * sigma)
 }
 
 #[test]
@@ -88,9 +92,11 @@ fn perf_lossy_quick_drops_wire_packets_and_measures_softroce_and_tcp_at_every_lo
     for r in &rows {
         assert!(!r.verdict.contains("FAILED"), "softroce failed at {}% loss, {}% reordered:\n{out}", r.loss, r.reorder);
         assert!(r.ours > 0.0 && r.tcp > 0.0, "no goodput at {}% loss:\n{out}", r.loss);
-        // Thousands of packets a second each way: the counts are large
-        // enough for the share dropped to be near the rate asked for.
-        assert!(r.roce[0] > 5000 && r.tcp_segs[0] > 5000, "{r:?}\n{out}");
+        // Thousands of RoCE packets a second each way. TCP may back off to a
+        // few hundred segments in a second at 5% loss (CI: 615, its
+        // retransmission timer doubling): the share's tolerance follows the
+        // count (`per_wire_packet`).
+        assert!(r.roce[0] > 5000 && r.tcp_segs[0] > 100, "{r:?}\n{out}");
         assert!(per_wire_packet(r.roce, r.loss), "RoCE packets not dropped one by one: {r:?}\n{out}");
         assert!(per_wire_packet(r.tcp_segs, r.loss), "TCP segments not dropped one by one: {r:?}\n{out}");
     }
@@ -149,4 +155,8 @@ fn per_wire_packet_loss_is_told_from_batches() {
     assert!(!per_wire_packet([40000, 40000, 0], 5.0));
     assert!(!per_wire_packet([40000, 40000, 4000], 1.0));
     assert!(per_wire_packet([40000, 40000, 0], 0.0));
+    // A TCP stream that backed off at 5% (CI): 18 of 613 is within four
+    // standard deviations of 5%; none dropped of 613 is not.
+    assert!(per_wire_packet([615, 613, 18], 5.0));
+    assert!(!per_wire_packet([615, 613, 0], 5.0));
 }
