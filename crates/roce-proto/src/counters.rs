@@ -73,15 +73,15 @@ crate::counter_struct! {
         /// counts these in the port's `bad_pkey_cntr`).
         pub drop_bad_pkey,
         /// CNPs received for a QP of this device (mlx5's name): each one cuts
-        /// that QP's congestion window ([`crate::cc`]).
+        /// that QP's congestion window (`crate::cc`).
         pub rp_cnp_handled,
         /// Tail loss probes sent: the last packet again, a while before
-        /// the retransmission timeout ([`crate::cc`]).
+        /// the retransmission timeout (`crate::cc`).
         pub tail_probes,
         /// RC packets that arrived with ECN CE in their IP header (mlx5's
         /// name: the DCQCN notification point saw congestion).
         pub np_ecn_marked_roce_packets,
-        /// CNPs sent for them, at most one per QP per [`crate::cc::CNP_INTERVAL`].
+        /// CNPs sent for them, at most one per QP per `crate::cc::CNP_INTERVAL`.
         pub np_cnp_sent,
         /// Times a SEND or WRITE with immediate waited for the responder's
         /// end-to-end credits (IBTA 9.7.7.2) instead of meeting an empty
@@ -91,13 +91,13 @@ crate::counter_struct! {
         /// posted after the last ACK or NAK left the requester none.
         pub credit_updates,
         /// RC requests that arrived ahead of a gap and were kept, to be
-        /// executed once it is filled ([`crate::reorder`]).
+        /// executed once it is filled (`crate::reorder`).
         pub reorder_kept,
         /// RC requests ahead of a gap dropped: too far ahead, or the
         /// device's reorder budget spent (rxe drops every one).
         pub reorder_full,
         /// Single packets resent for a hole a keeping responder named,
-        /// instead of going back N ([`crate::reorder`]).
+        /// instead of going back N (`crate::reorder`).
         pub hole_resends,
         /// Times an ACK overtook a go-back-N rewind (the responder had kept
         /// what followed the gap): the requester skipped ahead.

@@ -380,7 +380,7 @@ impl Device {
 
     /// `ibv_rereg_mr`: region `key` moves to `pd`, to `translation` (its
     /// I/O virtual address and memory) and to `access`, each if given; the
-    /// key stays (see [`MrTable::reregister`]). Refused, changing nothing,
+    /// key stays (see `MrTable::reregister`). Refused, changing nothing,
     /// for an unknown PD or key, invalid access, or windows bound (`Busy`
     /// in the C API: EBUSY). Grants already checked against the old memory
     /// (a READ being answered) still use it: see [`Device::memory_in_use`].
@@ -879,7 +879,7 @@ impl Device {
 
     /// Posts a receive WR. `true`: the post made a packet to send, the
     /// credit update of a responder that had reported none
-    /// ([`Qp::announce_credits`]); the caller should transmit.
+    /// (`Qp::announce_credits`); the caller should transmit.
     pub fn post_recv(&mut self, handle: Qpn, wr: &RecvWr<'_>) -> Result<bool, VerbError> {
         let qpn = handle.get();
         let now = self.verb_time();
@@ -981,7 +981,7 @@ impl Device {
 
     /// [`Device::handle_datagram`] with the ECN field of the datagram's IP
     /// header: a CE mark on an RC packet makes its QP send a CNP
-    /// ([`crate::cc`]).
+    /// (`crate::cc`).
     #[allow(clippy::too_many_arguments)]
     pub fn handle_datagram_ecn(
         &mut self,
@@ -1352,7 +1352,7 @@ impl Device {
     }
 
     /// The earliest instant at which [`Device::handle_timeout`] has work:
-    /// the first of the timer index (see [`crate::timers`]).
+    /// the first of the timer index (see `crate::timers`).
     pub fn poll_timeout(&self) -> Option<Instant> {
         debug_assert_eq!(self.timers.earliest(), self.earliest_timer(), "timer index out of step with the QPs");
         self.timers.earliest()

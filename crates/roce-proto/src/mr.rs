@@ -3,7 +3,7 @@
 //! remote request passes before memory is touched.
 //!
 //! Keys are `index << 8 | key byte` as in rxe. Regions take indices from 1 up
-//! to [`MW_FIRST_INDEX`], windows from there on, so the index tells which table
+//! to `MW_FIRST_INDEX`, windows from there on, so the index tells which table
 //! a key names (rxe's `rkey_is_mw`). A region's key byte is random and never
 //! repeats for a slot on re-registration, so a stale or guessed key misses; a
 //! window's key byte is chosen by each bind (`ibv_inc_rkey`). A region's L_Key

@@ -306,7 +306,7 @@ pub struct Qp {
     /// Responder role.
     pub(crate) resp: Responder,
     /// UDP source port, as rxe picks it: [`rxe_init_sport`] at creation,
-    /// [`rdma_get_udp_sport`] once an address vector is set.
+    /// `rdma_get_udp_sport` once an address vector is set.
     pub src_port: u16,
     /// The SQ_DRAINED event for the current SQD period was raised.
     pub(crate) sqd_notified: bool,

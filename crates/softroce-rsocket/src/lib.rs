@@ -32,26 +32,26 @@
 //!   always, `RS_CONN_FLAG_NET` on big-endian hosts; credits, the scaled
 //!   iomap size, the target SGL and the first receive buffer), flow control
 //!   on, retry and RNR retry 7; the passive side accepts with the request's
-//!   parameters ([`wire`]);
+//!   parameters (`wire`);
 //! - the data: RDMA WRITE WITH IMMEDIATE into the peer's receive ring,
 //!   immediate data `op << 29 | data` (DATA, SGL, IOMAP_SGL, CTRL with
 //!   DISCONNECT and SHUTDOWN), zero-length writes for credits and control;
 //!   writes of 2 KiB doubling to 64 KiB per send, inline up to the inline
-//!   size, the rest from a registered send ring ([`stream`]);
+//!   size, the rest from a registered send ring (`stream`);
 //! - flow control: a receive WQE per message, credits as a 16-bit message
 //!   sequence number, granted again after half the receives are consumed;
 //!   the ring granted half at a time by writing a 16-byte SGE into the
 //!   sender's two-entry target SGL, in the sender's byte order
 //!   (`RS_OPT_SWAP_SGL`); 4 send entries kept for control messages;
 //! - shutdown: SHUTDOWN for one direction, DISCONNECT for both, then
-//!   `rdma_disconnect` ([`state`]);
+//!   `rdma_disconnect` (`state`);
 //! - riomap / riowrite: a PROT_WRITE mapping is announced by writing a
 //!   24-byte `struct rs_iomap` into the peer's iomap table (IOMAP_SGL
 //!   immediate) before the next send; riowrite is a plain RDMA WRITE into
 //!   the peer's mapping, ordered with the stream;
 //! - rsockets' defaults (send and receive queues 384, inline 64, buffers
 //!   128 KiB, iomap size 0, polling time 10 us, wake-up interval 500 ms) and
-//!   the files of `/etc/rdma/rsocket` that change them ([`config`]);
+//!   the files of `/etc/rdma/rsocket` that change them (`config`);
 //! - the options rstream, riostream and common servers set (`SO_RCVBUF`,
 //!   `SO_SNDBUF` (doubled, as rsockets does), `SO_REUSEADDR`, `SO_LINGER`,
 //!   `SO_KEEPALIVE`, `SO_OOBINLINE`, `SO_ERROR`, `TCP_NODELAY`,
@@ -63,7 +63,7 @@
 //! As in rdma-core, an rsocket's number is the file descriptor of its
 //! rdma_cm event channel, so it never collides with another descriptor of
 //! the process. `rpoll` and `rselect` take rsockets and ordinary
-//! descriptors together ([`poll`]), and so does rdma-core 65's epoll for
+//! descriptors together (`poll`), and so does rdma-core 65's epoll for
 //! rsockets, `repoll_create`, `repoll_ctl` and `repoll_wait` ([`repoll`]).
 //! A listener accepts in a thread of its own, as rsockets' listen service
 //! does: a client's connect completes before the server calls `raccept`.
@@ -72,7 +72,7 @@
 //! socket may block in two threads at once, and one of them sleeps on the
 //! descriptors while the other waits for it.
 //!
-//! What the peer sends is checked ([`stream::ProtoError`]): lengths against
+//! What the peer sends is checked (`stream::ProtoError`): lengths against
 //! the bytes written and the ring space granted, messages against the
 //! credits, reserved ops, iomap indexes, the connection data. A violation
 //! fails the socket with EPROTO and disconnects it. The peer's RDMA

@@ -46,7 +46,7 @@ pub const CTRL_SLOTS: u32 = 4;
 pub const SGL_SIZE: usize = 2;
 /// `RS_QP_MIN_SIZE`, `RS_QP_MAX_SIZE`: the queue sizes' bounds.
 pub const QP_MIN: u16 = 16;
-/// See [`QP_MIN`].
+/// See `QP_MIN`.
 pub const QP_MAX: u16 = 0xfffe;
 
 /// The sizes of one connection (rsockets' `sq_size`, `rq_size`,

@@ -39,7 +39,7 @@
 //! # Ok::<(), softroce::Error>(())
 //! ```
 //!
-//! Environment: every variable is in [`env`]. `SOFTROCE_DEVICES` / config
+//! Environment: every variable is in [`env`](mod@env). `SOFTROCE_DEVICES` / config
 //! files name devices ([`config`]); `SOFTROCE_PROGRESS=inline` drives
 //! progress from the application's calls instead of a thread;
 //! `SOFTROCE_PCAP=FILE` records every packet ([`tap`]);

@@ -125,7 +125,7 @@ impl EventType {
 /// `rdma_conn_param` as the application passes it to connect and accept
 /// and as events carry it to the application: it owns its private data
 /// (an event outlives the message it came in) and has the `qp_num` of an
-/// id without a QP of its own. [`ConnParam::wire`] makes roce-cm's
+/// id without a QP of its own. `ConnParam::wire` makes roce-cm's
 /// [`WireConnParam`], the borrowed view the CM's message builders take.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnParam {
