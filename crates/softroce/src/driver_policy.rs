@@ -59,10 +59,11 @@ pub(crate) const SOCKET_QUIET: Duration = Duration::from_millis(1);
 /// the application polls.
 pub(crate) const QUIET_LOOK_EVERY: Duration = Duration::from_micros(20);
 /// The longest interval between their looks, reached after a silence of
-/// 10 ms. A look is a `recvmmsg` of about a microsecond: every 20 us it
-/// was 5-7% of a busy poller's time in an 8-byte WRITE stream over the
-/// local link (perf write-bw -s 8, 10 alternating runs, medians: 3.01
-/// Mpps looking every 20 us, 3.41 every 200 us).
+/// 10 ms. A look is a `recvmmsg` of about a microsecond: every 20 us they
+/// were 3-6% of a busy poller's samples in an 8-byte WRITE stream over the
+/// local link, whose 2 M messages made 64,154 looks before and 8,406 now
+/// (the stream's rate moved within this VM's noise: medians of 3.01 and
+/// 3.41 Mpps in one sitting, 3.60 and 3.60 in another).
 pub(crate) const QUIET_LOOK_MAX: Duration = Duration::from_micros(200);
 /// The look interval is this fraction of the silence: a remote peer's
 /// first packet after a silence waits at most 2% of it (in the bounds above).

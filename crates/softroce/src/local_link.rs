@@ -87,7 +87,7 @@ impl Chunk {
     }
 
     /// Packets it holds.
-    pub(crate) fn packets_held(&self) -> usize {
+    fn packets_held(&self) -> usize {
         self.metas.len()
     }
 
