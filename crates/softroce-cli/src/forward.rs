@@ -28,37 +28,53 @@ fn forwardable(si_code: i32) -> bool {
     si_code != SI_KERNEL
 }
 
-/// Waits for `child`, passing the [`FORWARDED`] signals on to it meanwhile.
-pub fn wait(child: &mut Child) -> std::io::Result<ExitStatus> {
-    let pid = rustix::process::Pid::from_child(child);
-    let mut signals = SignalsInfo::<WithRawSiginfo>::new(FORWARDED)?;
-    let handle = signals.handle();
-    let relay = std::thread::spawn(move || {
-        for info in &mut signals {
-            if !forwardable(info.si_code) {
-                continue;
+/// The [`FORWARDED`] signals, caught from its making on.
+pub struct Forwarder {
+    signals: SignalsInfo<WithRawSiginfo>,
+}
+
+impl Forwarder {
+    /// Catches the [`FORWARDED`] signals from now on. Made before the
+    /// program is spawned: one sent to `softroce run` between the spawn and
+    /// [`Forwarder::wait`] is passed on then, instead of killing `softroce
+    /// run` by its default action and leaving the program orphaned (CI: a
+    /// SIGUSR2 sent once the program had printed that it was ready).
+    pub fn catch() -> std::io::Result<Forwarder> {
+        Ok(Forwarder { signals: SignalsInfo::<WithRawSiginfo>::new(FORWARDED)? })
+    }
+
+    /// Waits for `child`, passing the signals on to it meanwhile.
+    pub fn wait(self, child: &mut Child) -> std::io::Result<ExitStatus> {
+        let mut signals = self.signals;
+        let pid = rustix::process::Pid::from_child(child);
+        let handle = signals.handle();
+        let relay = std::thread::spawn(move || {
+            for info in &mut signals {
+                if !forwardable(info.si_code) {
+                    continue;
+                }
+                if let Some(sig) = rustix::process::Signal::from_named_raw(info.si_signo) {
+                    // The program may be gone already: nothing to pass on then.
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
             }
-            if let Some(sig) = rustix::process::Signal::from_named_raw(info.si_signo) {
-                // The program may be gone already: nothing to pass on then.
-                let _ = rustix::process::kill_process(pid, sig);
+        });
+        // Waits until the program has ended without reaping it, so that its pid
+        // cannot be another process's while the relay may still signal it.
+        let ended = loop {
+            match rustix::process::waitid(
+                rustix::process::WaitId::Pid(pid),
+                rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
+            ) {
+                Err(rustix::io::Errno::INTR) => continue,
+                r => break r,
             }
-        }
-    });
-    // Waits until the program has ended without reaping it, so that its pid
-    // cannot be another process's while the relay may still signal it.
-    let ended = loop {
-        match rustix::process::waitid(
-            rustix::process::WaitId::Pid(pid),
-            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => break r,
-        }
-    };
-    handle.close();
-    let _ = relay.join();
-    ended?;
-    child.wait()
+        };
+        handle.close();
+        let _ = relay.join();
+        ended?;
+        child.wait()
+    }
 }
 
 /// Ends this process as `status` ended the program: the same exit code,

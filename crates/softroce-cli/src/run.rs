@@ -182,8 +182,9 @@ fn run_inner(args: &RunArgs) -> Result<ExitCode, String> {
             eprintln!("{w}");
         }
     }
+    let forwarder = crate::forward::Forwarder::catch().map_err(|e| format!("catching signals for {prog}: {e}"))?;
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {prog}: {e}"))?;
-    let status = crate::forward::wait(&mut child).map_err(|e| format!("waiting for {prog}: {e}"))?;
+    let status = forwarder.wait(&mut child).map_err(|e| format!("waiting for {prog}: {e}"))?;
     Ok(crate::forward::exit_like(status))
 }
 

@@ -178,6 +178,36 @@ fn a_signal_sent_to_softroce_run_reaches_the_program() {
     assert_eq!((status.code(), status.signal()), (Some(3), None));
 }
 
+/// A signal that reaches `softroce run` the moment its program starts
+/// (here the program sends it to its parent at once) is passed on too:
+/// `softroce run` catches the signals before it spawns the program. It
+/// caught them after, so a SIGUSR2 in between killed it by its default
+/// action and left the program running, orphaned (CI, in the test above).
+#[test]
+fn a_signal_sent_while_the_program_starts_is_passed_on() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    if !have_library() {
+        return;
+    }
+    for _ in 0..20 {
+        let mut c = softroce()
+            .args(["run", "--device", "a=127.0.0.9", "--", "sh", "-c"])
+            .arg("trap 'echo got USR2; exit 4' USR2; kill -USR2 $PPID; while :; do sleep 0.01; done")
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        let status = ended(&mut c);
+        // Whatever happened, nothing of the run is left behind.
+        let _ =
+            rustix::process::kill_process_group(rustix::process::Pid::from_child(&c), rustix::process::Signal::KILL);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut c.stdout.take().unwrap(), &mut out).unwrap();
+        assert_eq!((status.code(), status.signal()), (Some(4), None), "the program's exit, not softroce run's death");
+        assert_eq!(out, "got USR2\n");
+    }
+}
+
 /// A program that dies of a signal makes `softroce run` die of the same
 /// one: its caller sees what it would have seen of the program.
 #[test]
