@@ -339,8 +339,9 @@ fn server_client(server: &[&str], client: &[&str], end: ServerEnd, retry_on: &[&
             // The port was free when chosen, but a connection elsewhere (this
             // binary's other tests, other test binaries) may take it meanwhile:
             // rdma-core and perftest then say "Couldn't listen to port", qperf
-            // "unable to bind to listen port". Try another.
-            let taken = says(&d, &["listen to port", "bind to listen port"]);
+            // "unable to bind to listen port", fabtests "bind(): ... Address
+            // already in use". Try another.
+            let taken = says(&d, &["listen to port", "bind to listen port", "Address already in use"]);
             assert!(taken && !last, "the server never listened on port {port}\n{}", d.report());
             continue;
         }
