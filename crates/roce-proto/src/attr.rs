@@ -42,6 +42,49 @@ impl Mtu {
     }
 }
 
+/// softroce's wide MTU, not IBTA's: the payload bytes of a FIRST or MIDDLE
+/// packet in place of the path MTU's, for an RC or UC path whose two ends
+/// are softroce and agreed on it out of band (as perftest agrees on `-m`).
+/// IBTA's largest path MTU, 4096, leaves most of a jumbo frame empty and
+/// puts 1,024 bytes in a 1500-byte frame that carries TCP's 1,448: on a
+/// path whose cost is per packet that caps goodput at 0.71x TCP's
+/// (docs/engine.md). A kernel rxe or a NIC refuses such packets (rxe's
+/// `check_length`), so the engine never sends them unless the QP was given
+/// one, and the verbs ABI cannot give one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WideMtu(u16);
+
+impl WideMtu {
+    /// The smallest: IBTA's smallest path MTU.
+    pub const MIN: usize = 256;
+    /// The largest: what a 9000-byte jumbo frame carries over IPv4.
+    pub const MAX: usize = 9000 - Self::OVERHEAD_V4;
+    /// Bytes of an IPv4 packet around the payload: IP 20, UDP 8, BTH 12,
+    /// RETH 16 and ImmDt 4 (an RDMA WRITE ONLY with immediate, RC's most),
+    /// ICRC 4.
+    const OVERHEAD_V4: usize = 20 + 8 + 12 + 16 + 4 + 4;
+    /// IPv6's header is 20 bytes longer.
+    const OVERHEAD_V6: usize = Self::OVERHEAD_V4 + 20;
+
+    /// `bytes` as a wide MTU: a multiple of 4 (FIRST and MIDDLE packets
+    /// carry no pad) in `MIN..=MAX`.
+    pub fn new(bytes: usize) -> Option<WideMtu> {
+        ((Self::MIN..=Self::MAX).contains(&bytes) && bytes.is_multiple_of(4)).then_some(WideMtu(bytes as u16))
+    }
+
+    /// The largest wide MTU a link of `link_mtu` bytes carries, for IPv6 or
+    /// IPv4 packets (at most [`WideMtu::MAX`]).
+    pub fn for_link_mtu(link_mtu: usize, ipv6: bool) -> Option<WideMtu> {
+        let room = link_mtu.checked_sub(if ipv6 { Self::OVERHEAD_V6 } else { Self::OVERHEAD_V4 })?;
+        WideMtu::new((room.min(Self::MAX)) & !3)
+    }
+
+    /// Payload bytes.
+    pub const fn bytes(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// Where packets of a QP or a UD send go (`struct ibv_ah_attr` with its GRH).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AhAttr {
@@ -131,6 +174,10 @@ pub struct QpAttr {
     pub cur_qp_state: QpState,
     /// Path MTU.
     pub path_mtu: Mtu,
+    /// softroce's wide MTU ([`WideMtu`]), set with `path_mtu` (the
+    /// `PATH_MTU` bit of the mask): when `Some`, the packets' payload
+    /// instead of `path_mtu`'s, both ways. Never set by the verbs ABI.
+    pub wide_mtu: Option<WideMtu>,
     /// Q_Key (UD).
     pub qkey: u32,
     /// First expected request PSN.
@@ -171,6 +218,7 @@ impl Default for QpAttr {
             qp_state: QpState::Reset,
             cur_qp_state: QpState::Reset,
             path_mtu: Mtu::Mtu1024,
+            wide_mtu: None,
             qkey: 0,
             rq_psn: Psn::ZERO,
             sq_psn: Psn::ZERO,
@@ -213,5 +261,22 @@ mod tests {
         assert_eq!(Mtu::for_link_mtu(9000), Some(Mtu::Mtu4096));
         assert_eq!(Mtu::for_link_mtu(65536), Some(Mtu::Mtu4096));
         assert_eq!(Mtu::for_link_mtu(200), None);
+    }
+
+    #[test]
+    fn wide_mtus() {
+        // 1500 - IP 20 - UDP 8 - BTH 12 - RETH 16 - ImmDt 4 - ICRC 4.
+        assert_eq!(WideMtu::for_link_mtu(1500, false).map(WideMtu::bytes), Some(1436));
+        assert_eq!(WideMtu::for_link_mtu(1500, true).map(WideMtu::bytes), Some(1416));
+        assert_eq!(WideMtu::for_link_mtu(9000, false).map(WideMtu::bytes), Some(8936));
+        assert_eq!(WideMtu::for_link_mtu(9000, true).map(WideMtu::bytes), Some(8916));
+        // Loopback's 65,536 is capped; an odd room is rounded down to a multiple of 4.
+        assert_eq!(WideMtu::for_link_mtu(65536, false).map(WideMtu::bytes), Some(WideMtu::MAX));
+        assert_eq!(WideMtu::for_link_mtu(1501, false).map(WideMtu::bytes), Some(1436));
+        assert_eq!(WideMtu::for_link_mtu(300, false), None);
+        assert_eq!(WideMtu::new(1437), None, "FIRST and MIDDLE packets carry no pad");
+        assert_eq!(WideMtu::new(252), None);
+        assert_eq!(WideMtu::new(WideMtu::MAX + 4), None);
+        assert_eq!(WideMtu::new(2000).map(WideMtu::bytes), Some(2000));
     }
 }

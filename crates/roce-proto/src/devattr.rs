@@ -369,6 +369,9 @@ pub struct Limits {
     pub max_msg_sz: u64,
     /// Memory windows.
     pub max_mw: u32,
+    /// The largest [`WideMtu`](crate::WideMtu) a QP may be given: what the
+    /// device's link carries. `None`: IBTA's path MTUs only.
+    pub max_wide_mtu: Option<crate::WideMtu>,
 }
 
 impl Default for Limits {
@@ -394,6 +397,7 @@ impl Default for Limits {
             max_inline_data: 512,
             max_msg_sz: 1 << 31,
             max_mw: 524_287,
+            max_wide_mtu: None,
         }
     }
 }

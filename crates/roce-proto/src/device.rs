@@ -821,6 +821,11 @@ impl Device {
         }
         let now = self.verb_time();
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::UnknownHandle(qpn))?;
+        if let (true, Some(w)) = (mask.contains(QpAttrMask::PATH_MTU), attr.wide_mtu)
+            && (qp.qp_type() == QpType::Ud || l.max_wide_mtu.is_none_or(|max| w > max))
+        {
+            return Err(VerbError::Invalid("wide_mtu: RC or UC, and no more than the link carries"));
+        }
         let mut ctx = ctx!(self, now);
         let r = qp.modify(&mut ctx, attr, mask);
         self.after_call();

@@ -36,7 +36,7 @@ mod timers;
 pub mod verbs;
 pub mod wr;
 
-pub use attr::{AhAttr, IbPath, Mtu, QpAttr, QpCap, QpInitAttr};
+pub use attr::{AhAttr, IbPath, Mtu, QpAttr, QpCap, QpInitAttr, WideMtu};
 pub use ctx::AsyncEvent;
 pub use ctx::Piece;
 pub use device::{Device, DeviceConfig, Limits, Transmit, TransmitGather, VerbError};

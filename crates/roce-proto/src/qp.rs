@@ -426,9 +426,10 @@ impl Qp {
         self.attr.qp_state
     }
 
-    /// Path MTU in bytes.
+    /// Payload bytes of a FIRST or MIDDLE packet: the wide MTU if the QP
+    /// has one, else the path MTU.
     pub fn mtu(&self) -> u64 {
-        self.attr.path_mtu.bytes() as u64
+        self.attr.wide_mtu.map_or(self.attr.path_mtu.bytes(), |w| w.bytes()) as u64
     }
 
     /// The next PSN the requester sends.
@@ -509,6 +510,7 @@ impl Qp {
         }
         if mask.contains(M::PATH_MTU) {
             a.path_mtu = attr.path_mtu;
+            a.wide_mtu = attr.wide_mtu;
         }
         if mask.contains(M::TIMEOUT) {
             a.timeout = attr.timeout;

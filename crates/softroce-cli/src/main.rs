@@ -41,6 +41,10 @@ enum Command {
         /// this much payload (default: any of 256, 512, 1024, 2048, 4096).
         #[arg(long, value_parser = parse_mtu)]
         mtu: Option<usize>,
+        /// softroce's wide MTU of the traffic (`perf --wide-mtu`), checked
+        /// as `--mtu` is.
+        #[arg(long, value_parser = parse_wide_mtu, conflicts_with = "mtu")]
+        wide_mtu: Option<usize>,
     },
     /// perftest's bandwidth and latency tests over softroce
     /// (`ib_{send,write,read,atomic}_{bw,lat}` options and tables).
@@ -117,7 +121,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Decode { file, quiet, mtu } => decode::run(&file, quiet, mtu),
+        Command::Decode { file, quiet, mtu, wide_mtu } => decode::run(&file, quiet, mtu.or(wide_mtu)),
         Command::Perf(args) => perf::run(&args),
         Command::PerfSharing(args) => perf::sharing::run(&args),
         Command::PerfLossy(args) => perf::lossy::run(&args),
@@ -137,5 +141,16 @@ fn parse_mtu(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(m) if roce_wire::PATH_MTUS.contains(&m) => Ok(m),
         _ => Err(format!("{s} is not a RoCE path MTU (256, 512, 1024, 2048 or 4096)")),
+    }
+}
+
+fn parse_wide_mtu(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>().ok().and_then(roce_proto::WideMtu::new) {
+        Some(m) => Ok(m.bytes()),
+        None => Err(format!(
+            "{s} is not a softroce wide MTU (a multiple of 4, {}..={})",
+            roce_proto::WideMtu::MIN,
+            roce_proto::WideMtu::MAX
+        )),
     }
 }

@@ -105,3 +105,34 @@ fn unreadable_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("1000 is not a RoCE path MTU"));
 }
+
+/// A capture of softroce's wide MTU (`perf --wide-mtu` on loopback, whose
+/// 65,536-byte link gives the largest, 8,936): its FIRST and MIDDLE packets
+/// are whole under `--wide-mtu 8936` and break IBTA's rule without it.
+#[test]
+fn a_capture_of_the_wide_mtu_decodes_under_wide_mtu() {
+    let dir = std::env::temp_dir().join(format!("softroce-decode-wide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("wide.pcap");
+    let perf = Command::new(env!("CARGO_BIN_EXE_softroce"))
+        .args(["perf", "write-bw", "--loopback", "--wide-mtu", "-s", "20000", "-n", "3"])
+        .env("SOFTROCE_PCAP", &pcap)
+        .output()
+        .unwrap();
+    let perf_out = String::from_utf8_lossy(&perf.stdout);
+    assert!(perf.status.success(), "{perf_out}{}", String::from_utf8_lossy(&perf.stderr));
+    assert!(perf_out.contains(" Mtu             : 8936[B]"), "{perf_out}");
+    let (out, stdout) = decode(&["--wide-mtu", "8936"], &pcap);
+    assert!(out.status.success(), "{stdout}");
+    // 20,000 bytes: 8,936 + 8,936 + 2,128.
+    let firsts = stdout.lines().filter(|l| l.contains("RC_RDMA_WRITE_FIRST") && l.contains(" len=8936 ")).count();
+    let lasts = stdout.lines().filter(|l| l.contains("RC_RDMA_WRITE_LAST") && l.contains(" len=2128 ")).count();
+    assert!(firsts >= 3 && firsts == lasts, "{stdout}");
+    assert!(stdout.trim_end().ends_with(" 0 icrc bad, 0 malformed"), "{stdout}");
+    let (out, stdout) = decode(&[], &pcap);
+    assert_eq!(out.status.code(), Some(1), "IBTA's path MTUs refuse them:\n{stdout}");
+    assert!(stdout.contains("MALFORMED"), "{stdout}");
+    let (out, _) = decode(&["--wide-mtu", "1437"], &pcap);
+    assert_eq!(out.status.code(), Some(2), "a wide MTU is a multiple of 4");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -81,8 +81,30 @@ fn perf_lossy_quick_drops_wire_packets_and_measures_softroce_and_tcp_at_every_lo
     if !can_impair() {
         return;
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_softroce")).args(["perf-lossy", "--quick"]).output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = quick(&[]);
+    assert!(out.contains("softroce's packets carry up to 1024 bytes"), "IBTA's MTU for a 1500 link:\n{out}");
+}
+
+/// The same with softroce's wide MTU, which both perf ends offer: the
+/// packets carry what the 1500-byte link holds, and the loss is still per
+/// wire packet (a packet over the link's MTU would not pass the veths).
+#[test]
+fn perf_lossy_quick_with_the_wide_mtu_sends_packets_as_large_as_the_link_carries() {
+    if !can_impair() {
+        return;
+    }
+    let out = quick(&["--wide-mtu"]);
+    assert!(out.contains("softroce's packets carry up to 1436 bytes"), "the wide MTU of a 1500 link:\n{out}");
+}
+
+/// Runs `perf-lossy --quick` with `extra` and checks every row: both
+/// figures, and loss per wire packet; returns the output.
+fn quick(extra: &[&str]) -> String {
+    // One at a time: two would share the CPUs and halve each other's figures.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let o = Command::new(env!("CARGO_BIN_EXE_softroce")).args(["perf-lossy", "--quick"]).args(extra).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr);
     eprintln!("{out}");
     assert!(o.status.success(), "{out}\n{err}");
@@ -110,6 +132,7 @@ fn perf_lossy_quick_drops_wire_packets_and_measures_softroce_and_tcp_at_every_lo
     // The namespaces are gone again.
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&ns.stdout).contains("srlossy"), "a namespace was left behind");
+    out
 }
 
 /// The ECN table's rows: marked %, softroce MiB/s, TCP MiB/s, RoCE packets

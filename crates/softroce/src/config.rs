@@ -39,7 +39,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use roce_proto::Mtu;
+use roce_proto::{Mtu, WideMtu};
 
 /// The longest name a device found from the interfaces gets. UCX (1.13 and
 /// since) keeps RDMA device names in 16-byte buffers (`UCT_MD_NAME_MAX`): it
@@ -109,6 +109,13 @@ impl DeviceInfo {
     /// The GID index of the device's own address (1 for IPv4, as in rxe).
     pub fn addr_gid_index(&self) -> usize {
         self.gids.iter().position(|g| *g == self.addr).unwrap_or(0)
+    }
+
+    /// The largest [`WideMtu`] the device's link carries from its address
+    /// (the interface's MTU, 1500 when it is not known, as for the active MTU).
+    pub fn wide_mtu(&self) -> Option<WideMtu> {
+        let mtu = self.interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
+        WideMtu::for_link_mtu(mtu as usize, self.addr.is_ipv6())
     }
 
     /// The node GUID (from the GID table, as `ibv_devinfo` shows it).

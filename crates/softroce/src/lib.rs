@@ -101,7 +101,7 @@ pub use roce_proto::verbs::{AccessFlags, QpAttrMask, QpState, QpType, SendFlags,
 pub use roce_proto::wr::{Flush, MwBind, placement, selectivity};
 pub use roce_proto::{
     AhAttr, AsyncEvent, CqHandle, IbPath, Mtu, Payload, PdHandle, QpAttr, QpCap, Qpn, RecvWr, SendWr, Sge, SrqHandle,
-    UdDest, Wc, WcFlags,
+    UdDest, Wc, WcFlags, WideMtu,
 };
 pub use sources::SrcPorts;
 pub use verbs::{Ah, CompChannel, ConnectOptions, Cq, Mr, Mw, Pd, Qp, QpEndpoint, QpInit, Srq, ToInit, ToRtr, ToRts};

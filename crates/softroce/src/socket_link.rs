@@ -31,8 +31,8 @@ use crate::sources::Sources;
 
 /// Packets per `sendmmsg` batch.
 pub(crate) const BATCH: usize = 64;
-/// Room for one packet: 4096 bytes of payload plus headers and ICRC.
-pub(crate) const MAX_PACKET: usize = 4096 + 128;
+/// Room for one packet: the largest payload (a wide MTU's) plus headers and ICRC.
+pub(crate) const MAX_PACKET: usize = roce_proto::WideMtu::MAX + 128;
 /// How long a full socket is waited for before its packets are dropped.
 const FULL_PATIENCE: Duration = Duration::from_millis(100);
 

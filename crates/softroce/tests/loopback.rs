@@ -325,6 +325,7 @@ fn typed_transitions_go_in_order_and_refuse_skips() {
         remote,
         sgid_index: 1,
         mtu: softroce::Mtu::Mtu1024,
+        wide_mtu: None,
         max_dest_rd_atomic: 1,
         min_rnr_timer: 12,
     };

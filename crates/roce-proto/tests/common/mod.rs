@@ -54,6 +54,8 @@ pub struct Setup {
     pub srq_on_b: bool,
     /// `DeviceConfig::udp_src_port` of both devices.
     pub udp_src_port: Option<u16>,
+    /// Each QP's wide MTU (both devices take up to `WideMtu::MAX`).
+    pub wide_mtu: [Option<WideMtu>; 2],
 }
 
 impl Default for Setup {
@@ -72,6 +74,7 @@ impl Default for Setup {
             sq_sig_all: false,
             srq_on_b: false,
             udp_src_port: None,
+            wide_mtu: [None; 2],
         }
     }
 }
@@ -118,7 +121,7 @@ impl Pair {
                 seed: 7 + i as u64,
                 icrc_policy: roce_wire::IcrcPolicy::Full,
                 active_mtu: s.mtu,
-                limits: Limits::default(),
+                limits: Limits { max_wide_mtu: WideMtu::new(WideMtu::MAX), ..Limits::default() },
                 udp_src_port: s.udp_src_port,
             })
         };
@@ -195,6 +198,7 @@ impl Pair {
         self.dev[i].modify_qp(qpn[i].into(), &a, init).unwrap();
         a.qp_state = QpState::Rtr;
         a.path_mtu = s.mtu;
+        a.wide_mtu = s.wide_mtu[i];
         a.dest_qp_num = qpn[j].into();
         a.rq_psn = Psn::new(s.sq_psn[j]);
         a.max_dest_rd_atomic = s.max_dest_rd_atomic;

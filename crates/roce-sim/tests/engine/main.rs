@@ -27,7 +27,7 @@ use roce_proto::mr::{MwBindInfo, MwType};
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use roce_proto::wr::{Flush, MwBind, WcFlags, placement, selectivity};
 use roce_proto::{
-    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc,
+    AhAttr, Device, DeviceConfig, Limits, Mtu, Payload, QpAttr, QpCap, QpInitAttr, RecvWr, SendWr, Sge, Wc, WideMtu,
 };
 use roce_sim::{Bound, Endpoint, FaultConfig, Sim, SimDevice, Transmit};
 
@@ -162,6 +162,9 @@ struct Scenario {
     cells: Vec<(usize, u64)>,
     faults: FaultConfig,
     mtu: Mtu,
+    /// softroce's wide MTU on both ends, in a quarter of the seeds (from
+    /// a stream of its own, so the other choices of a seed stay as they were).
+    wide: Option<WideMtu>,
     /// Receives not posted yet (a slow receiver: RNR NAKs until they are).
     pending_recvs: Vec<std::collections::VecDeque<(u64, Option<Sge>)>>,
     /// How often the slow receiver posts one more receive per QP.
@@ -195,6 +198,12 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let nqp = rng.random_range(1..=8usize);
     let mtu = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096][rng.random_range(0..5)];
+    let wide = (seed % 4 == 3)
+        .then(|| {
+            let mut own = ChaCha8Rng::seed_from_u64(seed ^ 0x5749_4445);
+            WideMtu::new(own.random_range(WideMtu::MIN / 4..=WideMtu::MAX / 4) * 4)
+        })
+        .flatten();
     let faults = FaultConfig::default()
         .with_drop(rng.random_range(0.0..max_drop))
         .with_duplicate(rng.random_range(0.0..0.05))
@@ -389,6 +398,7 @@ fn build(seed: u64, max_drop: f64) -> Scenario {
         cells,
         faults,
         mtu,
+        wide,
         pending_recvs: Vec::new(),
         recv_interval: None,
         windows,
@@ -456,7 +466,7 @@ impl Scenario {
                 seed: seed ^ side as u64,
                 icrc_policy: roce_wire::IcrcPolicy::Full,
                 active_mtu: self.mtu,
-                limits: Limits::default(),
+                limits: Limits { max_wide_mtu: self.wide, ..Limits::default() },
                 udp_src_port: None,
             });
             pd[side] = dev.alloc_pd().unwrap();
@@ -522,6 +532,7 @@ impl Scenario {
                     .unwrap();
                 a.qp_state = QpState::Rtr;
                 a.path_mtu = self.mtu;
+                a.wide_mtu = self.wide;
                 a.dest_qp_num = pair[other].into();
                 a.rq_psn = roce_proto::Psn::new(psn[other]);
                 a.max_dest_rd_atomic = 16;
@@ -669,6 +680,7 @@ struct Report {
     invalidated: u64,
     /// Seeds that received through an SRQ.
     srq_seeds: u64,
+    wide_seeds: u64,
     /// FETCH_ADDs on a shared cell checked for linearisability.
     shared_atomics: u64,
     /// ATOMIC WRITEs and FLUSHes that succeeded and were checked.
@@ -900,6 +912,7 @@ fn run_seed(seed: u64) -> Result<Report, String> {
         windows: sc.windows.len() as u64,
         invalidated,
         srq_seeds: u64::from(srq),
+        wide_seeds: u64::from(sc.wide.is_some()),
         shared_atomics,
         atomic_writes,
         flushes,
@@ -1180,6 +1193,7 @@ fn run_range(first: u64) {
                 total.windows += r.windows;
                 total.invalidated += r.invalidated;
                 total.srq_seeds += r.srq_seeds;
+                total.wide_seeds += r.wide_seeds;
                 total.shared_atomics += r.shared_atomics;
                 total.atomic_writes += r.atomic_writes;
                 total.flushes += r.flushes;
@@ -1190,7 +1204,7 @@ fn run_range(first: u64) {
     println!(
         "seeds {first}..{} (drop up to {:.0}%): {} WRs, {} completions checked, {} bytes, {} faults injected, \
          {} retransmission rounds, {} RNR NAKs, {} QPs gave up after retry_cnt rounds without progress; \
-         {} windows bound, {} invalidated by SEND_WITH_INV; {} seeds on an SRQ; {} shared-cell FETCH_ADDs linearised; \
+         {} windows bound, {} invalidated by SEND_WITH_INV; {} seeds on an SRQ, {} with a wide MTU; {} shared-cell FETCH_ADDs linearised; \
          {} ATOMIC WRITEs and {} FLUSHes checked",
         first + n,
         max_drop_of(first) * 100.0,
@@ -1204,6 +1218,7 @@ fn run_range(first: u64) {
         total.windows,
         total.invalidated,
         total.srq_seeds,
+        total.wide_seeds,
         total.shared_atomics,
         total.atomic_writes,
         total.flushes
@@ -1237,9 +1252,10 @@ fn replay() {
     let Some(seed) = std::env::var("SOFTROCE_SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     let sc = build(seed, max_drop_of(seed));
     println!(
-        "seed {seed}: {} QPs, MTU {:?}, SRQ {:?}, shared cell {:?}, {} windows, faults {:?}",
+        "seed {seed}: {} QPs, MTU {:?}, wide MTU {:?}, SRQ {:?}, shared cell {:?}, {} windows, faults {:?}",
         sc.ops.len(),
         sc.mtu,
+        sc.wide,
         sc.srq,
         sc.shared_cell,
         sc.windows.len(),

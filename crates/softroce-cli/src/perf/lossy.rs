@@ -64,6 +64,11 @@ pub struct LossyArgs {
     /// Rounds; the table gives each figure's median.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// softroce's ends offer each other the wide MTU (`perf --wide-mtu`:
+    /// packets as large as the link carries, 1,436 bytes at MTU 1500, not
+    /// IBTA's 1,024) instead of the largest IBTA path MTU.
+    #[arg(long)]
+    wide_mtu: bool,
     /// One-second runs at MTU 1500 and 0, 1 and 5% loss (a quick check, as CI runs it).
     #[arg(long)]
     quick: bool,
@@ -107,7 +112,7 @@ pub fn run(args: &LossyArgs) -> ExitCode {
 }
 
 /// One path setting.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Impairment {
     loss_pct: f64,
     reorder_pct: f64,
@@ -118,6 +123,8 @@ struct Impairment {
 /// sent, and the CNPs the server sent and the client handled.
 struct SoftroceRun {
     mib_s: f64,
+    /// The payload of a packet (the banner's `Mtu`).
+    mtu: usize,
     sent_pkts: u64,
     cnps: (u64, u64),
     /// How the ends recovered: A's (requester's) and B's (responder's)
@@ -223,7 +230,7 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
             for first in [r % 2 == 0, r % 2 != 0] {
                 hosts.reset_counters()?;
                 if first {
-                    match hosts.softroce(&measured, args.size, secs) {
+                    match hosts.softroce(&measured, args.size, secs, args.wide_mtu) {
                         Ok(v) => ours.push(v),
                         Err(e) => failure = Some(e),
                     }
@@ -253,6 +260,9 @@ fn run_bench(args: &LossyArgs) -> Result<(), PerfError> {
                 " {mtu:>5} {:>5}% {:>6}% {a:>16.1} {b:>11.1} {ratio:>6.3}x  {sent:>9} {:>9} {:>7}  {tcp_sent:>9} {:>9} {:>7}   {verdict}",
                 imp.loss_pct, imp.reorder_pct, udp.seen, udp.dropped, tcpc.seen, tcpc.dropped
             );
+            if let Some(m) = ours.first().map(|r| r.mtu).filter(|_| imp == settings[0]) {
+                println!("   (softroce's packets carry up to {m} bytes of payload)");
+            }
             if imp.reorder_pct > 0.0 {
                 println!("   (held back: {} RoCE packets, {} TCP segments)", udp.held, tcpc.held);
             }
@@ -460,11 +470,12 @@ impl Hosts {
     /// `softroce perf write-bw --stats` from A to B: the client's BW
     /// average (MiB/s), the RoCE packets both sent, the CNPs B sent and A
     /// handled.
-    fn softroce(&self, exe: &Path, size: usize, secs: u64) -> Result<SoftroceRun, String> {
+    fn softroce(&self, exe: &Path, size: usize, secs: u64, wide: bool) -> Result<SoftroceRun, String> {
         let common = |c: &mut Command| {
             c.args(["perf", "write-bw", "-s", &size.to_string(), "-D", &secs.to_string(), "-p"])
                 .arg(PERF_PORT.to_string())
                 .arg("--stats")
+                .args(wide.then_some("--wide-mtu"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -492,6 +503,9 @@ impl Hosts {
             text.lines().find_map(|l| l.trim().strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap_or(0)
         };
         let sent_pkts = counter(&text, "sent_pkts ") + counter(&srv_text, "sent_pkts ");
+        let mtu = text.lines().find_map(|l| {
+            l.trim().strip_prefix("Mtu")?.trim().strip_prefix(':')?.trim().strip_suffix("[B]")?.parse().ok()
+        });
         let cnps = (counter(&srv_text, "np_cnp_sent"), counter(&text, "rp_cnp_handled"));
         let recovery = RECOVERY_A
             .iter()
@@ -499,7 +513,7 @@ impl Hosts {
             .chain(RECOVERY_B.iter().map(|(n, _)| counter(&srv_text, &format!("{n} "))))
             .collect();
         match (out.status.success(), row.and_then(|r| r.get(3).and_then(|v| v.parse::<f64>().ok()))) {
-            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, sent_pkts, cnps, recovery }),
+            (true, Some(mib_s)) => Ok(SoftroceRun { mib_s, mtu: mtu.unwrap_or(0), sent_pkts, cnps, recovery }),
             _ => Err(format!(
                 "client {}: {}; server {}: {}",
                 out.status,

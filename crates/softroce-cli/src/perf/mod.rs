@@ -134,6 +134,10 @@ pub struct PerfArgs {
     /// Path MTU (256..4096; default: the port's active MTU).
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<usize>,
+    /// Offer softroce's wide MTU (not IBTA's: the payload the link carries,
+    /// up to 8,936 bytes); used when the peer offers it too, else -m's.
+    #[arg(long = "wide-mtu")]
+    wide_mtu: bool,
     /// Send messages up to this size inline.
     #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
     inline_size: usize,
@@ -177,6 +181,8 @@ pub struct Settings {
     pub inline_size: usize,
     pub qp_timeout: u8,
     pub mtu: Option<softroce::Mtu>,
+    /// Offer a wide MTU to the peer (`--wide-mtu`).
+    pub wide_mtu: bool,
     pub duration: Option<Duration>,
     /// Tests sleep for completions (`-e`) instead of polling.
     pub events: bool,
@@ -246,6 +252,7 @@ impl PerfArgs {
             inline_size: self.inline_size.min(256),
             qp_timeout: self.qp_timeout,
             mtu,
+            wide_mtu: self.wide_mtu,
             duration: self.duration.map(Duration::from_secs),
             events: self.events,
         })
@@ -321,10 +328,9 @@ fn run_inner(args: &PerfArgs) -> Result<(), PerfError> {
     let mut lat_rows: Vec<(LatRow, Option<f64>)> = Vec::new();
     if args.loopback {
         let ((a, b), _leases) = open_loopback_pair(&s, region)?;
-        let (ra, rb) = (a.remote(0x1234), b.remote(0x5678));
-        a.connect(&s, 0x1234, &rb)?;
+        let (ra, rb) = (a.remote(&s, 0x1234), b.remote(&s, 0x5678));
+        let mtu = a.connect(&s, 0x1234, &rb)?;
         b.connect(&s, 0x5678, &ra)?;
-        let mtu = s.mtu.unwrap_or(a.ctx.device().active_mtu).bytes();
         banner(args, &s, &a.ctx.device().name, mtu, args.gid_index.unwrap_or(1));
         addresses("local", &ra);
         addresses("remote", &rb);
@@ -498,14 +504,13 @@ fn two_hosts(args: &PerfArgs, s: &Settings, sizes: &[usize], region: usize) -> R
     }
     .ok_or_else(|| PerfError::Usage("no softroce device: name one with -d or SOFTROCE_DEVICES".into()))?;
     let me = rdma::End::open(&info, s, region)?;
-    let mine = me.remote(rand_psn());
+    let mine = me.remote(s, rand_psn());
     let mut stream = match &args.host {
         None => rdma::accept(args.port)?,
         Some(h) => connect(h, args.port)?,
     };
     let peer = rdma::exchange(&mut stream, &mine)?;
-    me.connect(s, mine.qps[0].psn, &peer)?;
-    let mtu = s.mtu.unwrap_or(info.active_mtu).bytes();
+    let mtu = me.connect(s, mine.qps[0].psn, &peer)?;
     banner(args, s, &info.name, mtu, args.gid_index.unwrap_or(info.addr_gid_index()));
     addresses("local", &mine);
     addresses("remote", &peer);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use softroce::config::DeviceInfo;
 use softroce::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Options, Payload, Qp, QpEndpoint, QpInit, RecvWr, SendFlags, SendWr,
-    Sge, Wc, WcOpcode, WcStatus, WrOpcode,
+    Sge, Wc, WcOpcode, WcStatus, WideMtu, WrOpcode,
 };
 
 use super::report::BwRow;
@@ -33,6 +33,9 @@ pub struct Remote {
     pub qps: Vec<QpEndpoint>,
     pub rkey: u32,
     pub addr: u64,
+    /// The largest wide MTU this end takes, when it was asked to offer one
+    /// (`--wide-mtu`): both ends use the smaller if both offer.
+    pub wide: Option<WideMtu>,
 }
 
 impl End {
@@ -55,13 +58,26 @@ impl End {
         Ok(End { ctx, cq, qps, mr })
     }
 
-    pub fn remote(&self, psn: u32) -> Remote {
-        Remote { qps: self.qps.iter().map(|q| q.endpoint(psn)).collect(), rkey: self.mr.rkey(), addr: self.mr.addr() }
+    pub fn remote(&self, s: &Settings, psn: u32) -> Remote {
+        Remote {
+            qps: self.qps.iter().map(|q| q.endpoint(psn)).collect(),
+            rkey: self.mr.rkey(),
+            addr: self.mr.addr(),
+            wide: if s.wide_mtu { self.ctx.device().wide_mtu() } else { None },
+        }
     }
 
-    pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<(), PerfError> {
-        let o =
-            ConnectOptions { mtu: s.mtu, timeout: s.qp_timeout, max_rd_atomic: RD_ATOMIC, ..ConnectOptions::default() };
+    /// Connects every QP to the peer's; returns the payload bytes of a
+    /// packet: the wide MTU both ends offered (the smaller), else the path MTU.
+    pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<usize, PerfError> {
+        let wide = if s.wide_mtu { self.ctx.device().wide_mtu().zip(peer.wide).map(|(a, b)| a.min(b)) } else { None };
+        let o = ConnectOptions {
+            mtu: s.mtu,
+            wide_mtu: wide,
+            timeout: s.qp_timeout,
+            max_rd_atomic: RD_ATOMIC,
+            ..ConnectOptions::default()
+        };
         if peer.qps.len() != self.qps.len() {
             return Err(PerfError::Usage(format!(
                 "the peer has {} QPs, this side {}: use the same -q",
@@ -72,7 +88,7 @@ impl End {
         for (qp, theirs) in self.qps.iter().zip(&peer.qps) {
             qp.connect_with(psn, theirs, &o)?;
         }
-        Ok(())
+        Ok(wide.map_or(s.mtu.unwrap_or(self.ctx.device().active_mtu).bytes(), WideMtu::bytes))
     }
 }
 
@@ -83,10 +99,21 @@ pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfErr
     for q in &mine.qps {
         out.push_str(&format!(" {} {} {}", q.qpn, q.psn, q.gid));
     }
+    if let Some(w) = mine.wide {
+        out.push_str(&format!(" {WIDE}{}", w.bytes()));
+    }
     writeln!(stream, "{out}")?;
     let line = read_line(stream)?;
-    let f: Vec<&str> = line.split_whitespace().collect();
+    let mut f: Vec<&str> = line.split_whitespace().collect();
     let bad = || PerfError::Exchange(line.trim().to_string());
+    let wide = match f.last().and_then(|l| l.strip_prefix(WIDE)) {
+        Some(w) => {
+            let w = w.parse().ok().and_then(WideMtu::new).ok_or_else(bad)?;
+            f.pop();
+            Some(w)
+        }
+        None => None,
+    };
     if f.len() < 5 || !(f.len() - 2).is_multiple_of(3) {
         return Err(bad());
     }
@@ -98,8 +125,11 @@ pub fn exchange(stream: &mut TcpStream, mine: &Remote) -> Result<Remote, PerfErr
             gid: q[2].parse().map_err(|_| bad())?,
         });
     }
-    Ok(Remote { qps, rkey: f[0].parse().map_err(|_| bad())?, addr: f[1].parse().map_err(|_| bad())? })
+    Ok(Remote { qps, rkey: f[0].parse().map_err(|_| bad())?, addr: f[1].parse().map_err(|_| bad())?, wide })
 }
+
+/// The exchange's last field when an end offers a wide MTU: `wide=BYTES`.
+const WIDE: &str = "wide=";
 
 /// The longest exchange line read (1,024 QPs of about 60 bytes each).
 const MAX_LINE: usize = 1 << 17;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use roce_proto::qp_state::required_mask;
 use roce_proto::verbs::{AccessFlags, QpAttrMask as M, QpState, QpType};
-use roce_proto::{AhAttr, Mtu, Psn, QpAttr, QpCap, QpInitAttr, Qpn, RecvWr, SendWr};
+use roce_proto::{AhAttr, Mtu, Psn, QpAttr, QpCap, QpInitAttr, Qpn, RecvWr, SendWr, WideMtu};
 
 use super::{Cq, Pd, Srq};
 use crate::context::Context;
@@ -81,6 +81,9 @@ pub struct QpEndpoint {
 pub struct ConnectOptions {
     /// Path MTU (default: the port's active MTU).
     pub mtu: Option<Mtu>,
+    /// softroce's wide MTU ([`WideMtu`]): only toward a peer that is
+    /// softroce and set the same (default: none, IBTA's path MTU).
+    pub wide_mtu: Option<WideMtu>,
     /// Remote access the QP grants (default: READ, WRITE and atomics).
     pub access: AccessFlags,
     /// Retransmit timeout exponent (4.096 us x 2^timeout; 14 = 67 ms).
@@ -101,6 +104,7 @@ impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
         ConnectOptions {
             mtu: None,
+            wide_mtu: None,
             access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
             timeout: 14,
             retry_cnt: 7,
@@ -130,6 +134,8 @@ pub struct ToRtr {
     pub sgid_index: u8,
     /// Path MTU.
     pub mtu: Mtu,
+    /// softroce's wide MTU, in place of `mtu` (see [`ConnectOptions::wide_mtu`]).
+    pub wide_mtu: Option<WideMtu>,
     /// READ/atomic requests this QP answers at once.
     pub max_dest_rd_atomic: u8,
     /// RNR timer code sent in RNR NAKs.
@@ -356,6 +362,7 @@ impl Qp {
             remote: *remote,
             sgid_index: info.addr_gid_index() as u8,
             mtu: o.mtu.unwrap_or(info.active_mtu),
+            wide_mtu: o.wide_mtu,
             max_dest_rd_atomic: o.max_rd_atomic,
             min_rnr_timer: o.min_rnr_timer,
         })?;
@@ -388,6 +395,7 @@ impl Qp {
         let a = QpAttr {
             qp_state: QpState::Rtr,
             path_mtu: t.mtu,
+            wide_mtu: t.wide_mtu,
             dest_qp_num: t.remote.qpn,
             rq_psn: Psn::new(t.remote.psn),
             max_dest_rd_atomic: t.max_dest_rd_atomic,
