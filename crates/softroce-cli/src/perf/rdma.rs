@@ -590,4 +590,27 @@ mod tests {
         assert!(matches!(read_line(&mut b), Err(PerfError::Exchange(_))));
         w.join().unwrap().unwrap();
     }
+
+    /// A wide MTU offer rides at the end of the line and is read back; a
+    /// line without one has none, and a bad one is refused, not guessed at.
+    #[test]
+    fn the_exchange_carries_a_wide_mtu_offer() {
+        let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = l.accept().unwrap().0;
+        let qp = QpEndpoint { qpn: 0x11.into(), psn: 5, gid: "10.0.0.1".parse().unwrap() };
+        let mine = Remote { qps: vec![qp], rkey: 7, addr: 4096, wide: WideMtu::new(1436) };
+        let plain = Remote { wide: None, ..mine.clone() };
+        let t = std::thread::spawn(move || exchange(&mut a, &mine).map(|r| (r.wide, a)));
+        let got = exchange(&mut b, &plain).unwrap();
+        let (theirs, mut a) = t.join().unwrap().unwrap();
+        assert_eq!((got.wide, got.qps, got.rkey, got.addr), (WideMtu::new(1436), vec![qp], 7, 4096));
+        assert_eq!(theirs, None, "a line without the offer has none");
+        for bad in ["7 4096 17 5 10.0.0.1 wide=1437", "7 4096 17 5 10.0.0.1 wide=x", "7 4096 wide=1436"] {
+            a.write_all(format!("{bad}\n").as_bytes()).unwrap();
+            assert!(matches!(exchange(&mut b, &plain), Err(PerfError::Exchange(_))), "{bad}");
+            // Take the line `exchange` sent back.
+            read_line(&mut a).unwrap();
+        }
+    }
 }
