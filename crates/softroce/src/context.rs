@@ -417,6 +417,12 @@ impl Context {
         &self.shared().info
     }
 
+    /// The largest [`WideMtu`](roce_proto::WideMtu) this device gives a QP:
+    /// what its link carried when it was opened (`None`: IBTA's MTUs only).
+    pub fn wide_mtu(&self) -> Option<roce_proto::WideMtu> {
+        self.shared().with_dev(false, |d| d.config().limits.max_wide_mtu)
+    }
+
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
         self.shared().with_dev(false, |d| d.query_device())

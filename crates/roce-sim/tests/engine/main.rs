@@ -680,6 +680,7 @@ struct Report {
     invalidated: u64,
     /// Seeds that received through an SRQ.
     srq_seeds: u64,
+    /// Seeds whose QPs had a wide MTU.
     wide_seeds: u64,
     /// FETCH_ADDs on a shared cell checked for linearisability.
     shared_atomics: u64,

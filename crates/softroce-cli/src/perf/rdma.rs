@@ -63,14 +63,14 @@ impl End {
             qps: self.qps.iter().map(|q| q.endpoint(psn)).collect(),
             rkey: self.mr.rkey(),
             addr: self.mr.addr(),
-            wide: if s.wide_mtu { self.ctx.device().wide_mtu() } else { None },
+            wide: if s.wide_mtu { self.ctx.wide_mtu() } else { None },
         }
     }
 
     /// Connects every QP to the peer's; returns the payload bytes of a
     /// packet: the wide MTU both ends offered (the smaller), else the path MTU.
     pub fn connect(&self, s: &Settings, psn: u32, peer: &Remote) -> Result<usize, PerfError> {
-        let wide = if s.wide_mtu { self.ctx.device().wide_mtu().zip(peer.wide).map(|(a, b)| a.min(b)) } else { None };
+        let wide = if s.wide_mtu { self.ctx.wide_mtu().zip(peer.wide).map(|(a, b)| a.min(b)) } else { None };
         let o = ConnectOptions {
             mtu: s.mtu,
             wide_mtu: wide,
