@@ -1184,9 +1184,19 @@ impl Device {
                         // No such source GID: the packet is lost, as on a wire.
                         return true;
                     };
-                    let hasher = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
-                    let (sgid_index, dst, len) = (out.sgid_index, out.dst, out.len);
-                    seed.insert(Seed { sgid_index, dst, src_port, len, src, to, hasher })
+                    let pseudo = IcrcHasher::new(&icrc_ctx, out.len + roce_wire::ICRC_LEN).absorbed();
+                    let t = TransmitGather {
+                        info: &roce_wire::opcode::ALL[0],
+                        dest_qpn: crate::Qpn::from(0),
+                        src,
+                        dst: to,
+                        src_port,
+                        head_len: 0,
+                        pad_len: 0,
+                        len: out.len + roce_wire::ICRC_LEN,
+                        pseudo,
+                    };
+                    seed.insert(Seed { sgid_index: out.sgid_index, dst: out.dst, src_port, len: out.len, t })
                 }
             };
             let Some((bth, _)) = buf[..out.head_len].split_first_chunk::<{ roce_wire::bth::LEN }>() else {
@@ -1197,20 +1207,15 @@ impl Device {
             else {
                 return true;
             };
-            let dest_qpn = crate::Qpn::from(dest_qpn);
             let in_pieces: usize = pieces.iter().map(|p| p.len).sum();
-            let t = TransmitGather {
-                info,
-                dest_qpn,
-                src: s.src,
-                dst: s.to,
-                src_port,
-                head_len: out.head_len,
-                pad_len: out.len - out.head_len - in_pieces,
-                len: out.len + roce_wire::ICRC_LEN,
-                pseudo: s.hasher.clone(),
-            };
-            emit(&t, &buf[..out.head_len], pieces)
+            // What differs between packets of one seed; the rest (and the
+            // pseudo header's ICRC) is the seed's, never copied per packet.
+            let t = &mut s.t;
+            t.info = info;
+            t.dest_qpn = crate::Qpn::from(dest_qpn);
+            t.head_len = out.head_len;
+            t.pad_len = out.len - out.head_len - in_pieces;
+            emit(t, &buf[..out.head_len], pieces)
         });
     }
 
@@ -1442,16 +1447,14 @@ fn addressing(cfg: &DeviceConfig, out: &Outgoing, src_port: u16) -> Option<(IpAd
 }
 
 /// What packets of one length from one source GID and port to one peer
-/// share: the source address and the ICRC over the pseudo header.
+/// share: the addresses and the ICRC over the pseudo header, in the
+/// [`TransmitGather`] handed out for each of them.
 struct Seed {
     sgid_index: u8,
     dst: IpAddr,
     src_port: u16,
     len: usize,
-    src: IpAddr,
-    /// Where they go (`dst`, routed by [`addressing`]).
-    to: IpAddr,
-    hasher: IcrcHasher,
+    t: TransmitGather,
 }
 
 impl Seed {
