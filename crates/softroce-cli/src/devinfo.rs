@@ -37,7 +37,7 @@ fn gid_text(a: std::net::IpAddr) -> String {
 pub fn devinfo_text(d: &DeviceInfo, verbose: bool) -> String {
     let limits = Limits::default();
     let a = DeviceAttr::new(&limits, &d.gids);
-    let p = PortAttr::new(&limits, d.active_mtu);
+    let p = PortAttr::new(&limits, d.active_mtu());
     let mut s = String::new();
     let _ = writeln!(s, "hca_id:\t{}", d.name);
     let _ = writeln!(s, "\ttransport:\t\t\tInfiniBand (0)");
@@ -194,7 +194,7 @@ mod tests {
             interface: Some("eth0".into()),
             gids: vec!["fe80::5054:ff:fe77:2".parse().unwrap(), "10.77.0.2".parse().unwrap()],
             bindable: vec![false, true],
-            active_mtu: roce_proto::Mtu::Mtu1024,
+            link_mtu: 1500,
         }
     }
 

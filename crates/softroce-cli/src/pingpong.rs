@@ -235,8 +235,8 @@ fn run_inner(a: &PingpongArgs, kind: Kind) -> Result<(), Box<dyn std::error::Err
     };
     let ud = kind == Kind::Ud;
     let size = a.size.unwrap_or(if ud { 2048 } else { 4096 });
-    if ud && size > info.active_mtu.bytes() {
-        return Err(format!("Requested size larger than port MTU ({})", info.active_mtu.bytes()).into());
+    if ud && size > info.active_mtu().bytes() {
+        return Err(format!("Requested size larger than port MTU ({})", info.active_mtu().bytes()).into());
     }
     let nqp = match kind {
         Kind::Srq(n) => n.max(1),

@@ -21,8 +21,9 @@ fn lease() -> LoopbackLease {
 fn device(lease: &LoopbackLease) -> DeviceInfo {
     let addr = lease.addr();
     let mut d = DeviceInfo::on_address(format!("c{}", addr.octets()[3]), IpAddr::V4(addr)).unwrap();
-    // MTU 1024: the WRITE leaves as runs of equal packets, in GSO sends.
-    d.active_mtu = softroce::Mtu::Mtu1024;
+    // A 1500-byte link's active MTU, 1024: the WRITE leaves as runs of
+    // equal packets, in GSO sends.
+    d.link_mtu = 1500;
     d
 }
 

@@ -566,7 +566,7 @@ fn plain_softroce_run_shares_one_device_ibv_ud_pingpong() {
     }
     let g = gid_index();
     // Within the default device's MTU (1024 on a 1500-byte NIC).
-    let size = default_device().active_mtu.bytes().min(2048);
+    let size = default_device().active_mtu().bytes().min(2048);
     let s = size.to_string();
     let cmd = ["ibv_ud_pingpong", "-g", &g, "-s", &s];
     shared(|| pingpong(&cmd, &cmd, 1, 2 * size as u64 * 1000));
@@ -1640,7 +1640,7 @@ fn libfabric_fi_pingpong_over_verbs_msg_rxm_dgram_and_rxd() {
 /// (a datagram is one packet).
 fn check_fi_pingpong(d: &Done, prov: &str, ep: &str) {
     let all = [("64", 64), ("256", 256), ("1k", 1024), ("4k", 4096), ("64k", 65536), ("1m", 1 << 20)];
-    let max = if (prov, ep) == ("verbs", "dgram") { default_device().active_mtu.bytes() } else { 1 << 20 };
+    let max = if (prov, ep) == ("verbs", "dgram") { default_device().active_mtu().bytes() } else { 1 << 20 };
     let want: Vec<&str> = all.iter().filter(|(_, n)| *n <= max).map(|(s, _)| *s).collect();
     let rows: Vec<Vec<&str>> = d
         .stdout

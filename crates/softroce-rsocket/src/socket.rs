@@ -182,7 +182,7 @@ impl Conn {
         for _ in 0..sizes.rq {
             qp.post_recv(&RecvWr { wr_id: RECV_TAG, sg_list: &[] })?;
         }
-        let mtu = ctx.device().active_mtu.bytes() as u32;
+        let mtu = ctx.device().active_mtu().bytes() as u32;
         Ok(Conn { pd, comp, cq, qp, smr, rmr, tmr, stream, cq_armed: true, maps: Vec::new(), mtu })
     }
 

@@ -87,8 +87,10 @@ pub struct DeviceInfo {
     /// receives on and sends from (others, like a link-local address made
     /// up for loopback, are listed but cannot be reached).
     pub bindable: Vec<bool>,
-    /// The port's active MTU.
-    pub active_mtu: Mtu,
+    /// The MTU of the link that holds `addr` (the interface's, read once
+    /// when the device was made; 1500 when it is not known): the port's
+    /// active MTU and the widest [`WideMtu`] follow from it.
+    pub link_mtu: u32,
 }
 
 impl DeviceInfo {
@@ -111,11 +113,15 @@ impl DeviceInfo {
         self.gids.iter().position(|g| *g == self.addr).unwrap_or(0)
     }
 
-    /// The largest [`WideMtu`] the device's link carries from its address
-    /// (the interface's MTU, 1500 when it is not known, as for the active MTU).
+    /// The port's active MTU, as rxe derives it from the link's
+    /// ([`active_mtu_for`]).
+    pub fn active_mtu(&self) -> Mtu {
+        active_mtu_for(self.link_mtu)
+    }
+
+    /// The largest [`WideMtu`] the device's link carries from its address.
     pub fn wide_mtu(&self) -> Option<WideMtu> {
-        let mtu = self.interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
-        WideMtu::for_link_mtu(mtu as usize, self.addr.is_ipv6())
+        WideMtu::for_link_mtu(self.link_mtu as usize, self.addr.is_ipv6())
     }
 
     /// The node GUID (from the GID table, as `ibv_devinfo` shows it).
@@ -279,8 +285,8 @@ fn device_for(name: String, addr: IpAddr, ifaddrs: &[IfAddr]) -> DeviceInfo {
             bindable.push(true);
         }
     }
-    let mtu = interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
-    DeviceInfo { name, addr, interface, gids, bindable, active_mtu: active_mtu_for(mtu) }
+    let link_mtu = interface.as_deref().and_then(interface_mtu).unwrap_or(1500);
+    DeviceInfo { name, addr, interface, gids, bindable, link_mtu }
 }
 
 fn parse_entries(origin: &str, entries: impl Iterator<Item = String>) -> Result<Vec<(String, IpAddr)>, ConfigError> {
@@ -596,6 +602,26 @@ mod tests {
     }
 
     #[test]
+    fn a_devices_active_and_wide_mtus_follow_its_link() {
+        let dev = |link_mtu: u32, addr: &str| DeviceInfo {
+            name: "d".into(),
+            addr: addr.parse().unwrap(),
+            interface: None,
+            gids: vec![addr.parse().unwrap()],
+            bindable: vec![true],
+            link_mtu,
+        };
+        let (a, b) = (dev(1500, "192.0.2.1"), dev(9000, "192.0.2.1"));
+        assert_eq!((a.active_mtu(), a.wide_mtu().map(WideMtu::bytes)), (Mtu::Mtu1024, Some(1436)));
+        assert_eq!((b.active_mtu(), b.wide_mtu().map(WideMtu::bytes)), (Mtu::Mtu4096, Some(8936)));
+        assert_eq!(
+            dev(1500, "2001:db8::1").wide_mtu().map(WideMtu::bytes),
+            Some(1416),
+            "IPv6's header is 20 bytes longer"
+        );
+    }
+
+    #[test]
     fn device_lists_parse_and_reject_with_reasons() {
         let l = parse_device_list("env", "a=127.0.0.2, b = 127.0.0.3 ,").unwrap();
         assert_eq!(l, [("a".into(), "127.0.0.2".parse().unwrap()), ("b".into(), "127.0.0.3".parse().unwrap())]);
@@ -701,7 +727,7 @@ mod tests {
         let lo = d.iter().find(|d| d.addr == IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a loopback device");
         assert_eq!(lo.name, format!("softroce_{}", lo.interface.as_deref().unwrap()));
         assert!(d.iter().all(|d| d.name.len() <= MAX_NAME_LEN), "{d:?}");
-        assert_eq!(lo.active_mtu, Mtu::Mtu4096, "loopback MTU 65536");
+        assert_eq!(lo.active_mtu(), Mtu::Mtu4096, "loopback MTU 65536");
         assert_eq!(lo.addr_gid_index(), 1);
         // Loopback last: the default device is one another host can reach.
         let at = d.iter().position(|d| d.addr.is_loopback()).expect("listed");

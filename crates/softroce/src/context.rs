@@ -292,7 +292,7 @@ impl Context {
             seed,
             // A socket cannot see the IPv4 ID: solve it from the ICRC (docs/icrc.md).
             icrc_policy: IcrcPolicy::Ipv6OrKnownId,
-            active_mtu: info.active_mtu,
+            active_mtu: info.active_mtu(),
             limits: Limits { max_wide_mtu: info.wide_mtu(), ..Limits::default() },
             udp_src_port: (opts.src_ports == SrcPorts::Device || sock.local_port() != roce_udp::ROCE_PORT)
                 .then(|| sock.local_port()),

@@ -129,7 +129,7 @@ mod tests {
             interface: Some("eth1".into()),
             gids: gids.iter().map(|(g, _)| g.parse().unwrap()).collect(),
             bindable: gids.iter().map(|(_, b)| *b).collect(),
-            active_mtu: roce_proto::Mtu::Mtu1024,
+            link_mtu: 1500,
         }
     }
 

@@ -348,7 +348,7 @@ fn ipv6_on_one_device_between_two_of_its_qps() {
         interface: Some("lo".into()),
         gids: vec!["fe80::1".parse().unwrap(), addr],
         bindable: vec![false, true],
-        active_mtu: softroce::Mtu::Mtu1024,
+        link_mtu: 1500,
     };
     let ctx = match Context::open_with(&info, Options::default()) {
         Ok(c) => c,

@@ -88,7 +88,7 @@ impl End {
         for (qp, theirs) in self.qps.iter().zip(&peer.qps) {
             qp.connect_with(psn, theirs, &o)?;
         }
-        Ok(wide.map_or(s.mtu.unwrap_or(self.ctx.device().active_mtu).bytes(), WideMtu::bytes))
+        Ok(wide.map_or(s.mtu.unwrap_or(self.ctx.device().active_mtu()).bytes(), WideMtu::bytes))
     }
 }
 

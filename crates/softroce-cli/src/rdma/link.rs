@@ -84,7 +84,7 @@ pub fn port_line(o: &mut Out, opts: &Opts, d: &Dev) {
         o.uint(Some("netdev_index"), opts.details.then_some(text.as_str()), u64::from(idx));
     }
     if opts.details {
-        let flags = PortAttr::new(&Limits::default(), d.info.active_mtu).port_cap_flags;
+        let flags = PortAttr::new(&Limits::default(), d.info.active_mtu()).port_cap_flags;
         let names: Vec<&str> = (0..32).filter(|b| flags & (1 << b) != 0).map(|b| CAPS[b]).collect();
         o.caps(&names);
     }

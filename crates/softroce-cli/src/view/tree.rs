@@ -112,7 +112,7 @@ mod tests {
             interface: Some("eth0".into()),
             gids: vec!["fe80::5054:ff:fe77:2".parse().unwrap(), "10.77.0.2".parse().unwrap()],
             bindable: vec![false, true],
-            active_mtu: roce_proto::Mtu::Mtu1024,
+            link_mtu: 1500,
         }
     }
 

@@ -469,7 +469,7 @@ impl CmId {
                             (Some(s), Some(d)) => cma::flow_label(s.port(), d.port()),
                             _ => 0,
                         };
-                        (rep.local_qpn, dev.info.active_mtu, rep.initiator_depth, st.tos, fl)
+                        (rep.local_qpn, dev.info.active_mtu(), rep.initiator_depth, st.tos, fl)
                     }
                     (None, None) => return Err(bad("rdma_init_qp_attr: no peer yet")),
                 };
@@ -618,7 +618,7 @@ impl CmId {
             ack_delay: dev.ctx.query_device().local_ca_ack_delay,
             qpn,
             psn: Psn::new(st.psn),
-            mtu: path_mtu(dev.info.active_mtu),
+            mtu: path_mtu(dev.info.active_mtu()),
             tos: st.tos,
         };
         let mut req = cma::rc_req(self.0.ps, src, dst, &local, &p.wire()).map_err(|_| bad("private data too long"))?;

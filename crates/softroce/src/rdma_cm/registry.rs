@@ -352,7 +352,7 @@ mod tests {
             interface: None,
             gids: vec![a.parse().unwrap()],
             bindable: vec![true],
-            active_mtu: roce_proto::Mtu::Mtu1024,
+            link_mtu: 1500,
         };
         let devs = [dev("softroce_eth0", "192.0.2.2"), dev("softroce_lo", "127.0.0.1")];
         let src = |dst: &str| super::source_among(&devs, dst.parse().unwrap()).ok().map(|a| a.to_string());

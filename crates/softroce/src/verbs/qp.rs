@@ -361,7 +361,7 @@ impl Qp {
         self.to_rtr(&ToRtr {
             remote: *remote,
             sgid_index: info.addr_gid_index() as u8,
-            mtu: o.mtu.unwrap_or(info.active_mtu),
+            mtu: o.mtu.unwrap_or(info.active_mtu()),
             wide_mtu: o.wide_mtu,
             max_dest_rd_atomic: o.max_rd_atomic,
             min_rnr_timer: o.min_rnr_timer,
