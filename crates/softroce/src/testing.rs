@@ -6,6 +6,7 @@
 //! none of it is softroce's API. A harness call that fails panics with what
 //! failed, as a test would.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::config::DeviceInfo;
@@ -103,4 +104,23 @@ pub fn try_wait_one(cq: &Cq, within: Duration) -> Option<Wc> {
 /// The next completion of `cq`; panics if none comes within `within`.
 pub fn wait_one(cq: &Cq, within: Duration) -> Wc {
     try_wait_one(cq, within).unwrap_or_else(|| panic!("no completion within {within:?}"))
+}
+
+/// Microseconds [`crate::cm::CmService::listen`] of this process sleeps
+/// between its two steps (the CM's listener, then the shared device's table
+/// that routes REQs here), so a test can send a REQ between them.
+static LISTEN_GAP_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every later [`crate::cm::CmService::listen`] of this process take
+/// `gap` between its two steps.
+pub fn set_listen_gap(gap: Duration) {
+    LISTEN_GAP_US.store(gap.as_micros() as u64, Ordering::Relaxed);
+}
+
+/// The gap [`set_listen_gap`] asked for, slept.
+pub(crate) fn listen_gap() {
+    let us = LISTEN_GAP_US.load(Ordering::Relaxed);
+    if us > 0 {
+        std::thread::sleep(Duration::from_micros(us));
+    }
 }

@@ -28,6 +28,9 @@ use softroce::{
 };
 
 const WAIT: Duration = Duration::from_secs(20);
+/// How long a late server's listen takes between its two steps: well
+/// within the time a REQ waits for its listener (`roce_host::LISTEN_GRACE`).
+const LISTEN_GAP: Duration = Duration::from_millis(150);
 
 fn device() -> DeviceInfo {
     DeviceInfo::on_address("softroce_lo", IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap()
@@ -78,10 +81,23 @@ fn cm_member_process() {
         writeln!(out, "DONE {}", host.join(" ")).unwrap();
         return;
     }
-    let port: u16 = role.strip_prefix("server:").unwrap().parse().unwrap();
+    // A late server says READY first, then listens, taking LISTEN_GAP
+    // between its CM's listener and the device's route to it.
+    let (port, late) = match role.strip_prefix("late-server:") {
+        Some(p) => (p, true),
+        None => (role.strip_prefix("server:").unwrap(), false),
+    };
+    let port: u16 = port.parse().unwrap();
+    if late {
+        softroce::testing::set_listen_gap(LISTEN_GAP);
+        writeln!(out, "\nREADY").unwrap();
+        out.flush().unwrap();
+    }
     cm.listen(IpServiceId::new(PortSpace::Tcp, port).service_id()).unwrap();
-    writeln!(out, "\nREADY").unwrap();
-    out.flush().unwrap();
+    if !late {
+        writeln!(out, "\nREADY").unwrap();
+        out.flush().unwrap();
+    }
     let Some(CmEvent::ReqReceived { id, req, .. }) = cm.wait_event(WAIT) else { panic!("{role}: no REQ") };
     assert_eq!(req.service_id, IpServiceId::new(PortSpace::Tcp, port).service_id(), "the REQ for this port came here");
     let psn = 0x1000 + u32::from(port);
@@ -134,6 +150,40 @@ fn counter(line: &str, name: &str) -> u64 {
     line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
 }
 
+/// Connects to the server of `port` (the `k`th) by the CM, has a SEND
+/// echoed upper-cased, and disconnects; returns the connection's id.
+fn echo_through(ctx: &Context, cm: &CmService, port: u16, k: usize, ended: &[CommId]) -> CommId {
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let e = end(ctx);
+    let psn = 0x2000 + k as u32;
+    let src = SocketAddr::new(lo, 40000 + k as u16);
+    let req = cma::rc_req(PortSpace::Tcp, src, SocketAddr::new(lo, port), &local(&e, psn), &rdma_cm_values()).unwrap();
+    let id = cm.connect(ConnectParams { local: lo, peer: lo, req, packet_life_time: 18 });
+    let ev = next_event(cm, ended);
+    let Some(CmEvent::RepReceived { id: got, rep }) = ev else { panic!("no REP from port {port}: {ev:?}") };
+    assert_eq!((got, rep.starting_psn), (id, Psn::new(0x1000 + u32::from(port))), "the server of port {port} answered");
+    connect_qp(&e, psn, rep.local_qpn, rep.starting_psn.value());
+    e.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[e.mr.sge(0, 256)] }).unwrap();
+    cm.establish(id).unwrap();
+    let text = format!("hello server {k}");
+    e.mr.write(1024, text.as_bytes()).unwrap();
+    let sge = [e.mr.sge(1024, text.len() as u32)];
+    e.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
+    let mut got_reply = false;
+    for _ in 0..2 {
+        let w = wait_wc(&e.cq);
+        assert_eq!(w.status, WcStatus::Success);
+        if w.opcode == WcOpcode::Recv {
+            assert_eq!(e.mr.to_vec(0, w.byte_len as usize).unwrap(), text.to_ascii_uppercase().as_bytes());
+            got_reply = true;
+        }
+    }
+    assert!(got_reply, "server {k} echoed");
+    cm.disconnect(id).unwrap();
+    assert_eq!(next_event(cm, ended), Some(CmEvent::DrepReceived { id }));
+    id
+}
+
 /// The CM's next event but the end of time wait of a connection in `ended`
 /// (2,048 ms after its disconnect: on a slow run it may come first).
 fn next_event(cm: &CmService, ended: &[CommId]) -> Option<CmEvent> {
@@ -152,43 +202,10 @@ fn two_servers_in_two_processes_and_a_bystander_share_qp1_of_one_device() {
 
     let ctx = Context::open_with(&device(), Options::default()).unwrap();
     let cm = CmService::open(&ctx, 99).unwrap();
-    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
     // Connections disconnected so far.
     let mut ended = Vec::new();
     for (k, &port) in ports.iter().enumerate() {
-        let e = end(&ctx);
-        let psn = 0x2000 + k as u32;
-        let src = SocketAddr::new(lo, 40000 + k as u16);
-        let req =
-            cma::rc_req(PortSpace::Tcp, src, SocketAddr::new(lo, port), &local(&e, psn), &rdma_cm_values()).unwrap();
-        let id = cm.connect(ConnectParams { local: lo, peer: lo, req, packet_life_time: 18 });
-        let ev = next_event(&cm, &ended);
-        let Some(CmEvent::RepReceived { id: got, rep }) = ev else { panic!("no REP from port {port}: {ev:?}") };
-        assert_eq!(
-            (got, rep.starting_psn),
-            (id, Psn::new(0x1000 + u32::from(port))),
-            "the server of port {port} answered"
-        );
-        connect_qp(&e, psn, rep.local_qpn, rep.starting_psn.value());
-        e.qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[e.mr.sge(0, 256)] }).unwrap();
-        cm.establish(id).unwrap();
-        let text = format!("hello server {k}");
-        e.mr.write(1024, text.as_bytes()).unwrap();
-        let sge = [e.mr.sge(1024, text.len() as u32)];
-        e.qp.post_send(&SendWr::new(2, WrOpcode::Send, SendFlags::SIGNALED, Payload::Sges(&sge))).unwrap();
-        let mut got_reply = false;
-        for _ in 0..2 {
-            let w = wait_wc(&e.cq);
-            assert_eq!(w.status, WcStatus::Success);
-            if w.opcode == WcOpcode::Recv {
-                assert_eq!(e.mr.to_vec(0, w.byte_len as usize).unwrap(), text.to_ascii_uppercase().as_bytes());
-                got_reply = true;
-            }
-        }
-        assert!(got_reply, "server {k} echoed");
-        cm.disconnect(id).unwrap();
-        assert_eq!(next_event(&cm, &ended), Some(CmEvent::DrepReceived { id }));
-        ended.push(id);
+        ended.push(echo_through(&ctx, &cm, port, k, &ended));
     }
     let lines: Vec<String> = servers.iter_mut().map(done).chain([done(&mut bystander)]).collect();
     eprintln!("{lines:#?}\nclient: {:?}", ctx.host_stats());
@@ -200,4 +217,29 @@ fn two_servers_in_two_processes_and_a_bystander_share_qp1_of_one_device() {
         + ctx.host_stats().iter().find(|(k, _)| *k == "received_forwarded").map_or(0, |x| x.1);
     assert!(forwarded > 0 && forwarded == received, "forwarded {forwarded}, received {received}");
     assert_eq!(cm.stats().0.retransmitted, 0, "no MAD was lost on the way");
+}
+
+/// A REQ that comes while a server is half-way through `listen` (its CM
+/// listens, the device's table does not route the port to it yet) waits
+/// for the listener and is accepted: before, the table named the server
+/// first and the CM came after, and a REQ between the two was rejected
+/// (REJ 8, "invalid service ID"), which broke perftest 4.5-0.17's `-R`
+/// (its client's retry after a REJ uses freed memory) in CI.
+#[test]
+fn a_req_while_the_server_is_half_way_through_listen_is_accepted() {
+    assert!(LISTEN_GAP < roce_host::LISTEN_GRACE);
+    let port = 20000 + ((std::process::id() + 7) % 20000) as u16;
+    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let cm = CmService::open(&ctx, 98).unwrap();
+    let mut server = start(&format!("late-server:{port}"));
+    // Well inside the server's gap.
+    std::thread::sleep(LISTEN_GAP / 5);
+    let t = std::time::Instant::now();
+    echo_through(&ctx, &cm, port, 0, &[]);
+    let line = done(&mut server);
+    eprintln!("{line}\nclient: {:?}, connected after {:?}", ctx.host_stats(), t.elapsed());
+    assert_eq!(cm.stats().0.retransmitted, 0, "the REQ was answered, not resent");
+    let waited: u64 = counter(&line, "waited_for_listener")
+        + ctx.host_stats().iter().find(|(k, _)| *k == "waited_for_listener").map_or(0, |x| x.1);
+    assert_eq!(waited, 1, "the REQ waited for the listener");
 }

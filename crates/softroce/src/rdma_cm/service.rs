@@ -166,11 +166,21 @@ impl CmService {
     /// Listens on `service_id`, for the whole shared device: a REQ for it
     /// reaching another process of the host is handed to this one. Fails
     /// when another process listens on it already.
+    ///
+    /// The CM listens before the device's table names this process: a REQ
+    /// the table routes here must find the listener (one that came between
+    /// the two was rejected, REJ 8, while a REQ the table routes nowhere
+    /// waits for the listener, `roce_host::LISTEN_GRACE`).
     pub fn listen(&self, service_id: u64) -> Result<(), Error> {
-        if let Some(m) = self.inner.ctx.shared().sock.member() {
-            m.listen(service_id)?;
-        }
         self.inner.with(|cm| cm.listen(service_id))?;
+        #[cfg(any(test, feature = "testing"))]
+        crate::testing::listen_gap();
+        if let Some(m) = self.inner.ctx.shared().sock.member()
+            && let Err(e) = m.listen(service_id)
+        {
+            self.inner.with(|cm| cm.unlisten(service_id));
+            return Err(e.into());
+        }
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).listening.push(service_id);
         Ok(())
     }
