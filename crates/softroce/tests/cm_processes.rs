@@ -243,3 +243,25 @@ fn a_req_while_the_server_is_half_way_through_listen_is_accepted() {
         + ctx.host_stats().iter().find(|(k, _)| *k == "waited_for_listener").map_or(0, |x| x.1);
     assert_eq!(waited, 1, "the REQ waited for the listener");
 }
+
+/// A listen refused because another process listens on the port already
+/// (`ServiceTaken`, EADDRINUSE to librdmacm) leaves nothing behind: REQs
+/// still go to that process, and once it is gone this one may listen.
+#[test]
+fn a_listen_on_a_port_another_process_holds_is_refused_and_leaves_nothing_behind() {
+    let port = 20000 + ((std::process::id() + 11) % 20000) as u16;
+    let sid = IpServiceId::new(PortSpace::Tcp, port).service_id();
+    let mut server = start(&format!("server:{port}"));
+    let ctx = Context::open_with(&device(), Options::default()).unwrap();
+    let cm = CmService::open(&ctx, 97).unwrap();
+    let refused = cm.listen(sid).expect_err("the port is another process's");
+    assert!(
+        matches!(&refused, softroce::Error::Host(roce_host::HostError::ServiceTaken { service_id, .. }) if *service_id == sid),
+        "{refused:?}"
+    );
+    assert_eq!(refused.errno(), libc::EADDRINUSE);
+    // The REQ reaches the process that listens (its REP's PSN says so).
+    echo_through(&ctx, &cm, port, 0, &[]);
+    done(&mut server);
+    cm.listen(sid).expect("the port is free once its listener is gone");
+}
