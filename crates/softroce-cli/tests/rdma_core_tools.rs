@@ -979,10 +979,20 @@ fn qperf_rc_tests_over_rdma_cm() {
     shared(|| qperf_to(&server, &["-cm1"]));
 }
 
-/// The rdma_cm port of this run's test `k` (0..10): one per test and run
-/// (a listener holds its port on the device while its process lives).
+/// The rdma_cm port of this run's test `k` (0..10): one per test, run and
+/// release the test's programs come from (a listener holds its port on the
+/// device while its process lives, and `distros` runs the same tests with
+/// trixie's and sid's programs beside this machine's: ib_send_bw -R on the
+/// host and in trixie, listening on one port at once, failed one another's
+/// `rdma_listen`).
 fn cm_port(k: u16) -> u16 {
-    20000 + (std::process::id() % 4000) as u16 * 10 + k
+    assert!(k < 10);
+    let release = RELEASE.with_borrow(|r| match r.as_deref().and_then(Path::file_name) {
+        None => 0,
+        Some(n) if n == "trixie" => 1,
+        Some(_) => 2,
+    });
+    20000 + (std::process::id() % 1500) as u16 * 30 + release * 10 + k
 }
 
 /// The 64-byte payload rping sends in ping `n` (its `-S` default): the
