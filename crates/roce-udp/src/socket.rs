@@ -303,6 +303,17 @@ impl Socket {
         self.inner.shutdown(std::net::Shutdown::Read)
     }
 
+    /// Stops drawing new datagrams from its `SO_REUSEPORT` group while
+    /// what is queued stays readable: connected to a peer that never sends
+    /// to it (its own address's discard port), the kernel's flow-hash
+    /// choice of a group member skips it. A member about to close hands
+    /// its queue on after this, where closing at once would lose it.
+    pub fn stop_drawing(&self) -> io::Result<()> {
+        let mut discard = self.local;
+        discard.set_port(9);
+        self.inner.connect(&SockAddr::from(discard))
+    }
+
     /// Sends one datagram with one `sendto`, without blocking.
     pub fn send_to(&self, data: &[u8], dst: SocketAddr) -> io::Result<usize> {
         self.inner.send_to_with_flags(data, &SockAddr::from(dst), libc::MSG_DONTWAIT)

@@ -341,3 +341,37 @@ fn datagrams_carry_their_ecn_field() {
         assert_eq!(seen, all[..want], "on {ip}");
     }
 }
+
+/// A member of a `SO_REUSEPORT` group that stops drawing datagrams
+/// (`Socket::stop_drawing`, before it closes) keeps what it drew, readable,
+/// and the kernel gives every later datagram to the others: a closing
+/// member hands its queue on instead of losing it, and loses none that
+/// come meanwhile.
+#[test]
+fn a_group_member_that_stops_drawing_keeps_its_queue_and_gets_nothing_new() {
+    let a = roce_udp::Socket::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+    let b = roce_udp::Socket::bind_shared(a.local_addr()).unwrap();
+    let send = |tag: u8, n: u8| {
+        for i in 0..n {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.send_to(&[tag, i], a.local_addr()).unwrap();
+        }
+    };
+    let drain = |s: &roce_udp::Socket| {
+        let mut rx = RecvBatch::new(64);
+        let mut got = Vec::new();
+        while s.recv(&mut rx).unwrap() > 0 {
+            got.extend(rx.segments().map(|g| g.data.to_vec()));
+        }
+        got
+    };
+    // 64 flows: the kernel's hash spreads them over both members.
+    send(1, 64);
+    b.stop_drawing().unwrap();
+    send(2, 64);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (got_a, got_b) = (drain(&a), drain(&b));
+    assert!(!got_b.is_empty() && got_b.iter().all(|d| d[0] == 1), "b keeps what it drew before, only: {got_b:?}");
+    assert_eq!(got_a.iter().filter(|d| d[0] == 2).count(), 64, "a gets every later datagram");
+    assert_eq!(got_a.len() + got_b.len(), 128, "none lost");
+}

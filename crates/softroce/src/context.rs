@@ -127,13 +127,12 @@ fn stats_wanted() -> bool {
     env::on(env::STATS)
 }
 
-/// The contexts still open, for their `SOFTROCE_STATS` lines at `exit()`:
-/// MPI ranks and rdma_cm programs exit with their devices open (rdma_cm's
-/// stay open for the process's life), and those lines are the ones with
-/// the traffic.
+/// The contexts still open, for what [`report_live`] does at `exit()`:
+/// MPI ranks, rdma_cm programs and libfabric's verbs provider exit with
+/// their devices open (rdma_cm's stay open for the process's life).
 static LIVE: Mutex<Vec<std::sync::Weak<Owner>>> = Mutex::new(Vec::new());
 
-fn report_at_exit(owner: &Arc<Owner>) {
+fn at_exit(owner: &Arc<Owner>) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: an `extern "C"` function that never unwinds; libc runs it
@@ -148,8 +147,10 @@ fn report_at_exit(owner: &Arc<Owner>) {
     live.push(Arc::downgrade(owner));
 }
 
-/// At `exit()`: the `SOFTROCE_STATS` line of every context of this process
-/// still open (a thread holding a device's lock for long is passed over).
+/// At `exit()`, for every context of this process still open: its
+/// `SOFTROCE_STATS` line (a thread holding a device's lock for long is
+/// passed over), and what its other addresses' sockets hold for other
+/// members, handed on.
 extern "C" fn report_live() {
     let _ = std::panic::catch_unwind(|| {
         let live: Vec<Arc<Owner>> = match LIVE.try_lock() {
@@ -158,18 +159,25 @@ extern "C" fn report_live() {
         };
         for o in live.iter().filter(|o| o.pid == std::process::id()) {
             let deadline = std::time::Instant::now() + Duration::from_millis(100);
-            let st = loop {
-                match o.shared.state.try_lock() {
-                    Ok(st) => break Some(st),
-                    Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-                    Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(1))
+            let st = stats_wanted().then(|| {
+                loop {
+                    match o.shared.state.try_lock() {
+                        Ok(st) => break Some(st),
+                        Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                        Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(1))
+                        }
+                        Err(std::sync::TryLockError::WouldBlock) => break None,
                     }
-                    Err(std::sync::TryLockError::WouldBlock) => break None,
                 }
-            };
-            if let Some(st) = st {
+            });
+            if let Some(st) = st.flatten() {
                 o.report(&st, "at exit");
+            }
+            // Other members' datagrams its other addresses' sockets drew
+            // go on (a pass-on is a send: no lock of the device).
+            if let Ok(mut r) = o.shared.receivers.try_lock() {
+                std::mem::take(&mut *r).hand_on_and_close(|rx| o.shared.pass_on_others(rx));
             }
         }
     });
@@ -193,6 +201,11 @@ impl Drop for Owner {
         let mut st = self.shared.lock();
         // Deferred packets (a last ACK) leave before the socket closes.
         let _ = self.shared.flush(&mut st);
+        drop(st);
+        // What the other addresses' sockets drew goes on before they close.
+        let mut receivers = std::mem::take(&mut *self.shared.receivers.lock().unwrap_or_else(|e| e.into_inner()));
+        receivers.hand_on_and_close(|rx| crate::arrivals::Arrivals::arrived_batch(&*self.shared, rx));
+        let mut st = self.shared.lock();
         if let Some(t) = st.tap.as_mut() {
             let _ = t.flush();
         }
@@ -396,9 +409,9 @@ impl Context {
         };
         let reported = AtomicBool::new(false);
         let owner = Arc::new(Owner { shared, thread: Mutex::new(thread), pid: std::process::id(), reported });
-        if stats_wanted() {
-            report_at_exit(&owner);
-        }
+        // Programs that exit with the context open (rdma_cm's, libfabric's
+        // verbs provider) still hand their other addresses' datagrams on.
+        at_exit(&owner);
         Ok(Context { owner })
     }
 

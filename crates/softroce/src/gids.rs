@@ -35,6 +35,8 @@ use crate::config::DeviceInfo;
 
 /// How often a receiving thread looks whether its context is gone.
 const POLL: Duration = Duration::from_millis(100);
+/// How long a closing socket waits for a datagram already on its way to it.
+const SETTLE: Duration = Duration::from_millis(1);
 
 /// The addresses of `info` to receive on besides its own, each with the
 /// scope it binds with: its interface's addresses among its GIDs, but
@@ -81,6 +83,31 @@ impl Drop for Receivers {
 }
 
 impl Receivers {
+    /// Closes every socket without losing what the kernel gave it: each
+    /// first stops drawing datagrams from its address's group (the others
+    /// of the group get them from then on), then what it holds goes to
+    /// `to` (this context's engine, or at `exit()` only the other members'
+    /// datagrams, passed on), then it closes. A sender whose own socket drew its last datagram to another
+    /// process's QP, and which then exited, lost that datagram before
+    /// (libfabric's UD pingpong to GID 0, over `SOFTROCE_LINK=udp`, hung).
+    pub(crate) fn hand_on_and_close(&mut self, mut to: impl FnMut(&RecvBatch)) {
+        let mut rx = RecvBatch::new(64);
+        for (stop, sock) in std::mem::take(&mut self.0) {
+            stop.store(true, Ordering::Release);
+            if sock.stop_drawing().is_ok() {
+                // A datagram the kernel picked this socket for just before
+                // lands within this wait.
+                for _ in 0..2 {
+                    while sock.recv(&mut rx).is_ok_and(|n| n > 0) {
+                        to(&rx);
+                    }
+                    std::thread::sleep(SETTLE);
+                }
+            }
+            let _ = sock.shutdown_read();
+        }
+    }
+
     /// Binds `at` and starts its thread; the socket is returned for sending.
     pub(crate) fn start(&mut self, to: Weak<dyn Arrivals>, at: SocketAddr) -> std::io::Result<Arc<Socket>> {
         let sock = Arc::new(Socket::bind_shared(at).map_err(std::io::Error::other)?);
