@@ -28,6 +28,10 @@ use softroce::{
 };
 
 const WAIT: Duration = Duration::from_secs(20);
+/// The tests of this binary run one at a time: each counts the MADs its
+/// own processes forwarded and received on the shared device, which
+/// another test's processes beside them would take part in.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// How long a late server's listen takes between its two steps: well
 /// within the time a REQ waits for its listener (`roce_host::LISTEN_GRACE`).
 const LISTEN_GAP: Duration = Duration::from_millis(150);
@@ -194,6 +198,7 @@ fn next_event(cm: &CmService, ended: &[CommId]) -> Option<CmEvent> {
 
 #[test]
 fn two_servers_in_two_processes_and_a_bystander_share_qp1_of_one_device() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Ports of this run's own (the service IDs are host-wide on the device).
     let base = 20000 + (std::process::id() % 20000) as u16;
     let ports = [base, base + 1];
@@ -227,6 +232,7 @@ fn two_servers_in_two_processes_and_a_bystander_share_qp1_of_one_device() {
 /// (its client's retry after a REJ uses freed memory) in CI.
 #[test]
 fn a_req_while_the_server_is_half_way_through_listen_is_accepted() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     assert!(LISTEN_GAP < roce_host::LISTEN_GRACE);
     let port = 20000 + ((std::process::id() + 7) % 20000) as u16;
     let ctx = Context::open_with(&device(), Options::default()).unwrap();
@@ -249,6 +255,7 @@ fn a_req_while_the_server_is_half_way_through_listen_is_accepted() {
 /// still go to that process, and once it is gone this one may listen.
 #[test]
 fn a_listen_on_a_port_another_process_holds_is_refused_and_leaves_nothing_behind() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let port = 20000 + ((std::process::id() + 11) % 20000) as u16;
     let sid = IpServiceId::new(PortSpace::Tcp, port).service_id();
     let mut server = start(&format!("server:{port}"));
