@@ -87,22 +87,25 @@ impl Receivers {
     /// first stops drawing datagrams from its address's group (the others
     /// of the group get them from then on), then what it holds goes to
     /// `to` (this context's engine, or at `exit()` only the other members'
-    /// datagrams, passed on), then it closes. A sender whose own socket drew its last datagram to another
-    /// process's QP, and which then exited, lost that datagram before
-    /// (libfabric's UD pingpong to GID 0, over `SOFTROCE_LINK=udp`, hung).
+    /// datagrams, passed on), then it closes. A sender whose own socket
+    /// drew its last datagram to another process's QP, and which then
+    /// exited, lost that datagram before (libfabric's UD pingpong to GID 0,
+    /// over `SOFTROCE_LINK=udp`, hung).
     pub(crate) fn hand_on_and_close(&mut self, mut to: impl FnMut(&RecvBatch)) {
         let mut rx = RecvBatch::new(64);
         for (stop, sock) in std::mem::take(&mut self.0) {
             stop.store(true, Ordering::Release);
             if sock.stop_drawing().is_ok() {
-                // A datagram the kernel picked this socket for just before
-                // lands within this wait.
-                for _ in 0..2 {
+                let mut drain = || {
                     while sock.recv(&mut rx).is_ok_and(|n| n > 0) {
                         to(&rx);
                     }
-                    std::thread::sleep(SETTLE);
-                }
+                };
+                drain();
+                // A datagram the kernel picked this socket for just before
+                // lands within this wait.
+                std::thread::sleep(SETTLE);
+                drain();
             }
             let _ = sock.shutdown_read();
         }

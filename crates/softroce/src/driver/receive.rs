@@ -108,9 +108,6 @@ impl Shared {
         self.send_and_let_go(st, now, made, false);
     }
 
-    /// Whether `data` is for this process's engine; if not, it is passed on
-    /// through the device's group to the member whose QP it is (or who
-    /// should see a MAD).
     /// Passes on the datagrams of `rx` that are other members' (the rest,
     /// this context's own, are left: at `exit()` nothing will take them).
     pub(crate) fn pass_on_others(&self, rx: &RecvBatch) {
@@ -119,6 +116,9 @@ impl Shared {
         }
     }
 
+    /// Whether `data` is for this process's engine; if not, it is passed on
+    /// through the device's group to the member whose QP it is (or who
+    /// should see a MAD).
     fn mine_or_pass_on(&self, src: IpAddr, src_port: u16, dst: IpAddr, data: &[u8]) -> bool {
         if let Some(m) = self.sock.member()
             && let Some(r) = m.route_packet(data)
