@@ -151,6 +151,52 @@ fn destroying_an_id_that_got_a_dreq_answers_it() {
     assert!(t.elapsed() < Duration::from_secs(1), "the DREP came after {:?}: no DREQ retry", t.elapsed());
 }
 
+/// librpma's order: the server accepts the child on the listener's channel
+/// and only then migrates it to a channel of its own. Events queued in
+/// between (ESTABLISHED, here also the client's DISCONNECTED) move with the
+/// id, in order, as the kernel's ucma moves them; none stays behind.
+#[test]
+fn migrating_an_id_takes_its_queued_events_along() {
+    let (ch_s, ch_c, ch_conn) =
+        (EventChannel::new().unwrap(), EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listen = CmId::new(&ch_s, PortSpace::Tcp);
+    listen.bind_addr(SocketAddr::new(LO, 0)).unwrap();
+    listen.listen().unwrap();
+    let port = listen.local_addr().expect("bound").port();
+    let id = CmId::new(&ch_c, PortSpace::Tcp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    let _res_c = resources(&id);
+    id.connect(&rping()).unwrap();
+    let child = next(&ch_s, EventType::ConnectRequest).id;
+    let _res_s = resources(&child);
+    child.accept(&rping()).unwrap();
+    next(&ch_c, EventType::Established);
+    id.disconnect().unwrap();
+    let t = std::time::Instant::now();
+    while child.state() != IdState::Disconnect {
+        assert!(t.elapsed() < Duration::from_secs(10), "the server's id never saw the DREQ");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    child.migrate(&ch_conn);
+    next(&ch_conn, EventType::Established);
+    next(&ch_conn, EventType::Disconnected);
+    assert!(ch_s.get_event(Some(Duration::from_millis(50))).is_none(), "an event stayed on the listener's channel");
+    // The listener's own events stay where they were.
+    let other = CmId::new(&ch_c, PortSpace::Tcp);
+    other.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(&ch_c, EventType::AddrResolved);
+    other.resolve_route().unwrap();
+    next(&ch_c, EventType::RouteResolved);
+    let _res_o = resources(&other);
+    other.connect(&rping()).unwrap();
+    let req = next(&ch_s, EventType::ConnectRequest);
+    assert!(req.listen_id.as_ref() == Some(&listen));
+}
+
 /// A UD id's PD, CQ, MR and QP, with two receives posted (40 bytes of GRH
 /// area, then the datagram).
 fn ud_resources(id: &CmId) -> (softroce::Pd, Cq, Mr, softroce::Qp) {

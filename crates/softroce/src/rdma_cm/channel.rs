@@ -257,6 +257,30 @@ impl EventChannel {
         }
     }
 
+    /// Moves the queued events of `id` (a `ConnectRequest` belongs to its
+    /// listener), in order, behind `to`'s: `rdma_migrate_id` takes an id's
+    /// pending events along, as the kernel's ucma does, so an event queued
+    /// between `rdma_accept` and the migration (librpma's ESTABLISHED) is
+    /// not left on the old channel.
+    pub(super) fn move_events(&self, id: &CmId, to: &EventChannel) {
+        if Arc::ptr_eq(&self.0, &to.0) {
+            return;
+        }
+        let moved: VecDeque<Event> = {
+            let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let (moved, kept) = q.drain(..).partition(|e: &Event| e.listen_id.as_ref().unwrap_or(&e.id) == id);
+            *q = kept;
+            // One count off the eventfd per event taken: each push added one.
+            for _ in &moved {
+                let _ = rustix::io::read(&self.0.fd, &mut [0u8; 8]);
+            }
+            moved
+        };
+        for e in moved {
+            to.push(e);
+        }
+    }
+
     pub(super) fn push(&self, e: Event) {
         self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
         let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());

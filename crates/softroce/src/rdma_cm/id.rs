@@ -196,7 +196,7 @@ impl CmId {
 
     /// [`CmId::event`] with a UD id's `rdma_ud_param`.
     fn event_ud(&self, event: EventType, status: i32, conn: ConnParam, ud: Option<UdParam>) {
-        self.channel().push(Event { id: self.clone(), listen_id: None, event, status, conn, ud, context: 0, arg: 0 });
+        self.push_event(Event { id: self.clone(), listen_id: None, event, status, conn, ud, context: 0, arg: 0 });
     }
 
     /// Queues an event the id's consumer or librdmacm writes itself, as
@@ -208,7 +208,7 @@ impl CmId {
             return Err(bad("write_event: only USER and ADDRINFO events are written"));
         }
         let arg = if event == EventType::User { arg } else { 0 };
-        self.channel().push(Event {
+        self.push_event(Event {
             id: self.clone(),
             listen_id: None,
             event,
@@ -243,9 +243,18 @@ impl CmId {
         self.0.channel.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// `rdma_migrate_id`: the id's future events go to `channel`.
+    /// `rdma_migrate_id`: the id's queued and future events go to
+    /// `channel`, in order (the kernel's ucma moves the queued ones along).
     pub fn migrate(&self, channel: &EventChannel) {
-        *self.0.channel.lock().unwrap_or_else(|e| e.into_inner()) = channel.clone();
+        let mut ch = self.0.channel.lock().unwrap_or_else(|e| e.into_inner());
+        ch.move_events(self, channel);
+        *ch = channel.clone();
+    }
+
+    /// Queues `e`, which this id owns, on the id's channel; under the
+    /// channel's lock, so that no event passes a migration.
+    pub(super) fn push_event(&self, e: Event) {
+        self.0.channel.lock().unwrap_or_else(|e| e.into_inner()).push(e);
     }
 
     /// `RDMA_OPTION_ID_TOS`: the IP type of service of the connection's path
@@ -776,7 +785,7 @@ impl CmId {
             flow_label: 0,
         };
         let ud = UdParam { ah: Some(ah), flow_label: 0, qp_num: roce_proto::mcast::MULTICAST_QPN, qkey: cma::UDP_QKEY };
-        self.channel().push(Event {
+        self.push_event(Event {
             id: self.clone(),
             listen_id: None,
             event: EventType::MulticastJoin,

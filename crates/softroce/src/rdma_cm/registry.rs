@@ -295,7 +295,7 @@ impl Dev {
         };
         let ud = Some(UdParam { ah: None, flow_label: 0, qp_num: 0, qkey: 0 });
         let event = EventType::ConnectRequest;
-        listener.channel().push(Event {
+        listener.push_event(Event {
             id: child,
             listen_id: Some(listener.clone()),
             event,
@@ -329,7 +329,7 @@ impl Dev {
             srq: req.srq,
             qp_num: req.local_qpn,
         };
-        listener.channel().push(Event {
+        listener.push_event(Event {
             id: child,
             listen_id: Some(listener.clone()),
             event: EventType::ConnectRequest,
