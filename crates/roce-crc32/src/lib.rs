@@ -32,20 +32,14 @@ mod consts;
 mod x86;
 
 /// Inputs at least this long use the SIMD kernel when it is available;
-/// shorter ones go to `crc32fast`.
-///
-/// Measured on an AMD EPYC (Zen 3): the kernel beats `crc32fast` from 16
-/// bytes on (e.g. 29 vs 33 cycles at 16 bytes, 40 vs 48 at 64, 78 vs 91 at
-/// 512), and below 16 bytes it has no whole 128-bit lane to fold.
+/// shorter ones go to `crc32fast`: below 16 bytes it has no whole 128-bit
+/// lane to fold, and from 16 on it is the faster (`docs/icrc.md`).
 #[cfg(target_arch = "x86_64")]
 const SIMD_THRESHOLD: usize = 16;
 
 /// Inputs at least this long go to `crc32fast` on CPUs with AVX-512, whose
 /// 512-bit kernel then beats the 256-bit one here (both fold the same way,
-/// with twice the width).
-///
-/// Measured on an Intel Xeon (Sapphire Rapids), ns: 1,500 bytes 27.9 here
-/// against 31.1, 4,096 bytes 68 against 44, 9,000 bytes 143 against 89.
+/// with twice the width; `docs/icrc.md` has the measurements).
 #[cfg(target_arch = "x86_64")]
 pub const WIDE_THRESHOLD: usize = 2048;
 

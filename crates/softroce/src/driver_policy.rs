@@ -42,10 +42,10 @@ pub(crate) const APP_GRACE_MAX: Duration = Duration::from_millis(1);
 pub(crate) const APP_GRACE_MIN: Duration = Duration::from_micros(5);
 /// An application that has not called a verb for this long is passive: its
 /// peer's requests are the driver thread's alone, which then spins a while
-/// after each (`Options::driver_spin`). Far above any busy poller's pause,
-/// so that the driver thread never spins beside one (measured: beside
-/// `ib_write_lat`'s, whose calls can be 2-4 ms apart when a thread waits for
-/// a CPU, a 1 ms bound made its average 280-350 us instead of 70).
+/// after each (`Options::driver_spin`). Far above any busy poller's pause
+/// (`ib_write_lat`'s calls can be 2-4 ms apart when a thread waits for a
+/// CPU), so that the driver thread never spins beside one
+/// (`docs/data-path.md`, step 6).
 pub(crate) const PASSIVE_AFTER: Duration = Duration::from_millis(100);
 /// How long deferred packets may wait for a post to take them along before
 /// the driver thread sends them (a ping-pong replies within microseconds).
@@ -59,11 +59,8 @@ pub(crate) const SOCKET_QUIET: Duration = Duration::from_millis(1);
 /// the application polls.
 pub(crate) const QUIET_LOOK_EVERY: Duration = Duration::from_micros(20);
 /// The longest interval between their looks, reached after a silence of
-/// 10 ms. A look is a `recvmmsg` of about a microsecond: every 20 us they
-/// were 3-6% of a busy poller's samples in an 8-byte WRITE stream over the
-/// local link, whose 2 M messages made 64,154 looks before and 8,406 now
-/// (the stream's rate moved within this VM's noise: medians of 3.01 and
-/// 3.41 Mpps in one sitting, 3.60 and 3.60 in another).
+/// 10 ms. A look is a `recvmmsg` of about a microsecond, a few percent of
+/// a busy poller's time if made every 20 us (`docs/data-path.md`, step 6).
 pub(crate) const QUIET_LOOK_MAX: Duration = Duration::from_micros(200);
 /// The look interval is this fraction of the silence: a remote peer's
 /// first packet after a silence waits at most 2% of it (in the bounds above).

@@ -329,9 +329,8 @@ pub(crate) enum Sent {
 /// sender needs of the device read once per transmit, not once per packet:
 /// the device's `Arc` and its end are written by its own threads, and a
 /// reference count taken and dropped per packet (or a flag read there)
-/// moved their cache line between the CPUs at every packet (measured: two
-/// thirds of `LocalLink::send` in an 8-byte WRITE stream stalled on the
-/// `Arc`'s decrement).
+/// moved their cache line between the CPUs at every packet
+/// (`docs/data-path.md`, step 8).
 struct Staged {
     /// The address its packets are sent to.
     to: SocketAddr,

@@ -244,10 +244,8 @@ thread_local! {
 /// there). What the poller waits for may need another thread queued on its
 /// CPU: a peer's driver thread that must place the poller's WRITE and send
 /// its ACK while the peer's application spins on memory (`ib_write_lat`),
-/// and this VM's kernel lets a spinner run out its tick (4 ms) before a
-/// woken thread gets the CPU. Measured (`ib_write_lat`, two processes on
-/// two CPUs): average 280-370 us and p99 2.0-3.5 ms without, 60-72 us and
-/// 1.7 ms with; bandwidth and ping-pong latency unchanged.
+/// and a kernel may let a spinner run out its tick (4 ms) before a woken
+/// thread gets the CPU (`docs/data-path.md`, step 6, has what it changed).
 fn spun_empty(empty: bool, now: Option<std::time::Instant>) {
     EMPTY_SINCE.with(|c| {
         if !empty {
