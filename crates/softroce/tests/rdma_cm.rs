@@ -43,6 +43,19 @@ fn resources(id: &CmId) -> (Cq, Mr) {
     (cq, mr)
 }
 
+/// A client id on `ch` that resolved `port` of 127.0.0.1, made its QP
+/// and sent its REQ with rping's parameters (its CQ and MR with it).
+fn connecting(ch: &EventChannel, port: u16) -> (CmId, (Cq, Mr)) {
+    let id = CmId::new(ch, PortSpace::Tcp);
+    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
+    next(ch, EventType::AddrResolved);
+    id.resolve_route().unwrap();
+    next(ch, EventType::RouteResolved);
+    let res = resources(&id);
+    id.connect(&rping()).unwrap();
+    (id, res)
+}
+
 #[test]
 fn rping_s_flow_connects_moves_data_and_disconnects() {
     let port = 30000 + (std::process::id() % 20000) as u16;
@@ -129,13 +142,7 @@ fn destroying_an_id_that_got_a_dreq_answers_it() {
     let listen = CmId::new(&ch_s, PortSpace::Tcp);
     listen.bind_addr(SocketAddr::new(LO, port)).unwrap();
     listen.listen().unwrap();
-    let id = CmId::new(&ch_c, PortSpace::Tcp);
-    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
-    next(&ch_c, EventType::AddrResolved);
-    id.resolve_route().unwrap();
-    next(&ch_c, EventType::RouteResolved);
-    let _res_c = resources(&id);
-    id.connect(&rping()).unwrap();
+    let (id, _res_c) = connecting(&ch_c, port);
     let child = next(&ch_s, EventType::ConnectRequest).id;
     let res_s = resources(&child);
     child.accept(&rping()).unwrap();
@@ -163,13 +170,7 @@ fn migrating_an_id_takes_its_queued_events_along() {
     listen.bind_addr(SocketAddr::new(LO, 0)).unwrap();
     listen.listen().unwrap();
     let port = listen.local_addr().expect("bound").port();
-    let id = CmId::new(&ch_c, PortSpace::Tcp);
-    id.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
-    next(&ch_c, EventType::AddrResolved);
-    id.resolve_route().unwrap();
-    next(&ch_c, EventType::RouteResolved);
-    let _res_c = resources(&id);
-    id.connect(&rping()).unwrap();
+    let (id, _res_c) = connecting(&ch_c, port);
     let child = next(&ch_s, EventType::ConnectRequest).id;
     let _res_s = resources(&child);
     child.accept(&rping()).unwrap();
@@ -186,13 +187,7 @@ fn migrating_an_id_takes_its_queued_events_along() {
     next(&ch_conn, EventType::Disconnected);
     assert!(ch_s.get_event(Some(Duration::from_millis(50))).is_none(), "an event stayed on the listener's channel");
     // The listener's own events stay where they were.
-    let other = CmId::new(&ch_c, PortSpace::Tcp);
-    other.resolve_addr(None, SocketAddr::new(LO, port)).unwrap();
-    next(&ch_c, EventType::AddrResolved);
-    other.resolve_route().unwrap();
-    next(&ch_c, EventType::RouteResolved);
-    let _res_o = resources(&other);
-    other.connect(&rping()).unwrap();
+    let _other = connecting(&ch_c, port);
     let req = next(&ch_s, EventType::ConnectRequest);
     assert!(req.listen_id.as_ref() == Some(&listen));
 }
