@@ -10,7 +10,7 @@
 //! | nothing | passes when the socket is readable or a timer is due, else sleeps up to [`TICK`] |
 //! | an application thread waiting in `Cq::wait` (and for [`WAITER_GRACE`] after) | is blind: leaves the socket to it, passes only for due timers or packets owed for [`OWED_GRACE`], looks again every [`BLIND_TICK`] |
 //! | a busy poller's call within its [`AppGrace`] | is blind until the grace ends (woken to the microsecond) |
-//! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn |
+//! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn that finds nothing waiting |
 //!
 //! An application thread's own passes (a busy poll on an empty CQ) look at
 //! the socket each time while it carries traffic, and once it has been

@@ -54,27 +54,35 @@ pub enum Link {
     Udp,
 }
 
-/// Where one packet of a chunk came from and goes, and where it is in the
-/// chunk's bytes.
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    at: Addressing,
-    start: usize,
-    len: usize,
-}
-
 /// Packets one sender wrote for one device, in the order it sent them:
-/// filled without any lock, then handed over whole.
+/// filled without any lock, then handed over whole. The packets lie end to
+/// end in `bytes`; each costs 4 bytes beside them (where it ends), and
+/// their addressing is kept once per run of packets that share it (a
+/// stream's packets all do). A chunk's memory goes back and forth between
+/// the sender's CPU and the receiver's, so each byte it holds per packet is
+/// moved twice (a packet's record of 56 bytes was longer than an 8-byte
+/// WRITE's headers and payload).
 #[derive(Debug, Default)]
 pub(crate) struct Chunk {
     bytes: Vec<u8>,
-    metas: Vec<Meta>,
+    /// Where each packet ends in `bytes`.
+    ends: Vec<u32>,
+    /// (first packet, its addressing) of each run of packets that share it.
+    runs: Vec<(u32, Addressing)>,
 }
 
 impl Chunk {
     /// The packets, oldest first.
     pub(crate) fn packets(&self) -> impl Iterator<Item = (Addressing, &[u8])> {
-        self.metas.iter().map(|m| (m.at, &self.bytes[m.start..m.start + m.len]))
+        let (mut run, mut start) = (0, 0);
+        self.ends.iter().enumerate().map(move |(i, &end)| {
+            while self.runs.get(run + 1).is_some_and(|r| r.0 as usize <= i) {
+                run += 1;
+            }
+            let p = &self.bytes[start..end as usize];
+            start = end as usize;
+            (self.runs[run].1, p)
+        })
     }
 
     /// Bytes it holds.
@@ -83,24 +91,27 @@ impl Chunk {
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.metas.is_empty()
+        self.ends.is_empty()
     }
 
     /// Packets it holds.
     fn packets_held(&self) -> usize {
-        self.metas.len()
+        self.ends.len()
     }
 
     /// Appends a packet (`parts` one after the other).
     pub(crate) fn append<'p>(&mut self, at: Addressing, parts: impl IntoIterator<Item = &'p [u8]>) {
-        let start = self.bytes.len();
+        if self.runs.last().is_none_or(|r| r.1 != at) {
+            self.runs.push((self.ends.len() as u32, at));
+        }
         parts.into_iter().for_each(|s| self.bytes.extend_from_slice(s));
-        self.metas.push(Meta { at, start, len: self.bytes.len() - start });
+        self.ends.push(self.bytes.len() as u32);
     }
 
     fn clear(&mut self) {
         self.bytes.clear();
-        self.metas.clear();
+        self.ends.clear();
+        self.runs.clear();
     }
 }
 
@@ -521,6 +532,37 @@ mod tests {
         assert!(!end.take(&mut got));
         let reused = end.chunk();
         assert!(reused.is_empty() && reused.bytes.capacity() > 0, "an emptied chunk is filled again");
+    }
+
+    /// Each packet comes out with its own addressing, though a chunk keeps
+    /// it once per run of packets that share it; an emptied chunk starts
+    /// its runs again.
+    #[test]
+    fn each_packet_keeps_its_addressing_across_runs() {
+        let at = |port: u16, icrc: bool| Addressing {
+            src: [127, 0, 0, 9].into(),
+            src_port: port,
+            dst: [127, 0, 0, 10].into(),
+            icrc,
+        };
+        let sent = [
+            (at(49152, false), b"a1".as_slice()),
+            (at(49152, false), b"a2"),
+            (at(49153, false), b"b1"),
+            (at(49152, true), b"c1"),
+            (at(49152, false), b"a3"),
+            (at(49152, false), b""),
+        ];
+        let mut c = Chunk::default();
+        for (a, p) in sent {
+            c.append(a, [p]);
+        }
+        assert_eq!((c.packets_held(), c.runs.len()), (6, 4), "one record of addressing per run");
+        let got: Vec<(Addressing, &[u8])> = c.packets().collect();
+        assert_eq!(got, sent);
+        c.clear();
+        c.append(at(1, false), [b"x".as_slice()]);
+        assert_eq!(c.packets().collect::<Vec<_>>(), [(at(1, false), b"x".as_slice())]);
     }
 
     /// The queue holds at most INBOX_BYTES: a sender asks before it

@@ -67,9 +67,15 @@ impl Shared {
             spinning = matches!(rest, Rest::Spin { .. });
             let (until, socket, precise) = match rest {
                 Rest::Spin { .. } => {
-                    // Each turn lets any other thread runnable on this CPU go first.
+                    // A turn that finds nothing waiting lets any other thread
+                    // runnable on this CPU go first; one with packets of the
+                    // local link waiting goes on to them (a yield, a system
+                    // call, before each chunk of a stream left the receiver
+                    // chunks behind its sender at the end of a batch).
                     self.driver_spins.fetch_add(1, Ordering::Relaxed);
-                    std::thread::yield_now();
+                    if !self.local_pending() {
+                        std::thread::yield_now();
+                    }
                     continue;
                 }
                 Rest::Sleep { until, socket, precise } => (until, socket, precise),
