@@ -65,7 +65,8 @@ pub enum Link {
 #[derive(Debug, Default)]
 pub(crate) struct Chunk {
     bytes: Vec<u8>,
-    /// Where each packet ends in `bytes`.
+    /// Where each packet ends in `bytes` (a chunk holds at most
+    /// [`INBOX_BYTES`], far below 4 GiB).
     ends: Vec<u32>,
     /// (first packet, its addressing) of each run of packets that share it.
     runs: Vec<(u32, Addressing)>,
