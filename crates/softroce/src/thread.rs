@@ -18,7 +18,7 @@ const START_WAIT: Duration = Duration::from_secs(1);
 /// new thread inherits its creator's mask: the caller's is set for the
 /// spawn and put back). glibc keeps its own internal signals unblocked.
 ///
-/// Returns once the thread runs (or after [`START_WAIT`]): a new thread's
+/// Returns once the thread runs (or after a second): a new thread's
 /// first `free` makes its malloc arena with `mmap`, `munmap` and
 /// `mprotect`, and libfabric's verbs provider patches those functions'
 /// code in `fi_domain` (its memhooks monitor) right after it opened the
