@@ -147,6 +147,22 @@ fn at_exit(owner: &Arc<Owner>) {
     live.push(Arc::downgrade(owner));
 }
 
+/// The device's lock at `exit()`, unless a thread holds it for more than
+/// 100 ms (a thread that exits holding it is passed over, not waited for).
+fn lock_at_exit(shared: &Shared) -> Option<std::sync::MutexGuard<'_, State>> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(100);
+    loop {
+        match shared.state.try_lock() {
+            Ok(st) => return Some(st),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 /// At `exit()`, for every context of this process still open: its
 /// `SOFTROCE_STATS` line (a thread holding a device's lock for long is
 /// passed over), and what its other addresses' sockets hold for other
@@ -158,20 +174,9 @@ extern "C" fn report_live() {
             Err(_) => return,
         };
         for o in live.iter().filter(|o| o.pid == std::process::id()) {
-            let deadline = std::time::Instant::now() + Duration::from_millis(100);
-            let st = stats_wanted().then(|| {
-                loop {
-                    match o.shared.state.try_lock() {
-                        Ok(st) => break Some(st),
-                        Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-                        Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(1))
-                        }
-                        Err(std::sync::TryLockError::WouldBlock) => break None,
-                    }
-                }
-            });
-            if let Some(st) = st.flatten() {
+            if stats_wanted()
+                && let Some(st) = lock_at_exit(&o.shared)
+            {
                 o.report(&st, "at exit");
             }
             // Other members' datagrams its other addresses' sockets drew
