@@ -366,6 +366,7 @@ impl Context {
             timer_at: AtomicInstant::none(epoch),
             app_polled: AtomicInstant::none(epoch),
             app_found: AtomicBool::new(false),
+            app_in_call: std::sync::atomic::AtomicU32::new(0),
             app_grace_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
                 crate::driver_policy::AppGrace::new().micros()
             } else {

@@ -10,6 +10,7 @@
 //! | nothing | passes when the socket is readable or a timer is due, else sleeps up to [`TICK`] |
 //! | an application thread waiting in `Cq::wait` (and for [`WAITER_GRACE`] after) | is blind: leaves the socket to it, passes only for due timers or packets owed for [`OWED_GRACE`], looks again every [`BLIND_TICK`] |
 //! | a busy poller's call within its [`AppGrace`] | is blind until the grace ends (woken to the microsecond) |
+//! | a busy poller inside a call (`Look::in_call`: a poll's pass, a post's send) | counts it as a call made now: blind, and the grace doubles |
 //! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn that finds nothing waiting |
 //!
 //! An application thread's own passes (a busy poll on an empty CQ) look at
@@ -205,6 +206,12 @@ pub(crate) struct Look {
     /// Whether that call returned completions (the caller may go to do
     /// something else with them, as a memory spinner does).
     pub(crate) last_call_found: bool,
+    /// A busy poller is inside a verbs call now: it calls at this very
+    /// look. A bulk sender's poll sends the window an ACK opened, which
+    /// takes the kernel 10-100 us, many floor graces; counted from the
+    /// call's start, its grace would run out mid-call and the thread would
+    /// take the ACKs the call is about to take, and read them as left.
+    pub(crate) in_call: bool,
     /// How long packets a waiter's pass deferred have waited (`None`: none).
     pub(crate) owed: Option<Duration>,
 }
@@ -303,6 +310,7 @@ impl DriverPolicy {
         } else if std::mem::take(&mut self.was_waiting) {
             self.no_waiter_since = Some(now);
         }
+        let look = if look.in_call { Look { last_call: Some(now), last_call_found: false, ..look } } else { look };
         if let Some(call) = look.last_call
             && self.seen_call != Some(call)
         {
@@ -455,6 +463,62 @@ mod tests {
             }
             assert!(p.grace().get() <= us(10), "rtt {rtt:?}: grace {:?}", p.grace().get());
             assert!(worst_wait <= us(10), "rtt {rtt:?}: a WRITE waited {worst_wait:?} after the last call");
+        }
+    }
+
+    /// A bulk sender on virtual time: its poll takes an ACK and sends the
+    /// window it opened in one call of 75 us (a veth path's forwarding runs
+    /// in the send), 1 us apart, and an ACK arrives every 40 us. With its
+    /// grace at the floor (a memory spinner before it), the thread must see
+    /// a call under way as a call: it then stays blind, makes no pass and
+    /// its grace grows back to 1 ms. Counted from the call's start (the
+    /// look without `in_call`), the grace ran out mid-call at each wake, the
+    /// thread passed, received the ACKs and the grace stayed at the floor.
+    #[test]
+    fn a_bulk_senders_long_calls_keep_the_driver_thread_off_its_acks() {
+        for in_calls in [true, false] {
+            let mut p = DriverPolicy::new(Duration::ZERO);
+            let t0 = Instant::now();
+            for _ in 0..6 {
+                p.grace.app_left_packets(t0, false);
+            }
+            assert_eq!(p.grace().get(), APP_GRACE_MIN, "brought to the floor");
+            let (call, gap) = (us(75), us(1));
+            let at = |t: Instant| {
+                // The call under way at `t`, and the start of the last one
+                // ended before it (what `note_app_poll` stores at its end).
+                let k = t.saturating_duration_since(t0).as_micros() as u32 / (call + gap).as_micros() as u32;
+                let start = t0 + (call + gap) * k;
+                let inside = t < start + call;
+                let last = if inside { start.checked_sub(call + gap).filter(|&s| s >= t0) } else { Some(start) };
+                (inside, last)
+            };
+            let (mut t, mut passes) = (t0 + us(10), 0);
+            let end = t0 + Duration::from_millis(200);
+            while t < end {
+                let (inside, last) = at(t);
+                let look = Look { last_call: last.or(Some(t0)), in_call: in_calls && inside, ..Look::default() };
+                let turn = p.begin(t, look);
+                if turn.pass {
+                    passes += 1;
+                    p.passed(&turn, t, Passed { next: None, received: true, requests: false });
+                }
+                // Asleep on the socket, the thread is woken by the next ACK.
+                let rest = p.rest(&turn, t);
+                let next_ack = t0 + us(40) * (t.saturating_duration_since(t0).as_micros() as u32 / 40 + 1);
+                t = match rest {
+                    Rest::Sleep { until, socket: true, .. } => until.min(next_ack),
+                    r => r.until(),
+                }
+                .max(t + us(1));
+            }
+            if in_calls {
+                assert_eq!(p.grace().get(), APP_GRACE_MAX, "back to a millisecond");
+                assert_eq!(passes, 0, "no pass during the stream");
+            } else {
+                assert_eq!(p.grace().get(), APP_GRACE_MIN, "the grace stays at the floor");
+                assert!(passes > 1000, "the thread took the ACKs: {passes} passes");
+            }
         }
     }
 

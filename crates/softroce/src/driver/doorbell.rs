@@ -32,8 +32,10 @@ impl Shared {
         let made = st.dev.counters().completions;
         let now = Instant::now();
         let first_alone = self.reply_first && self.tx_owed.is_some();
+        let call = self.app_call();
         self.send_and_let_go(st, now, made, first_alone);
         self.note_app_post(now);
+        drop(call);
     }
 
     /// The end of a call outside a pass (a verb, a relay's datagram): sends

@@ -173,6 +173,10 @@ pub(crate) struct Shared {
     pub(crate) app_polled: AtomicInstant,
     /// Whether that call returned completions (stored before it).
     pub(crate) app_found: AtomicBool,
+    /// Busy-polling application threads inside a verbs call now (a poll's
+    /// pass, a post's send: a send of a window's packets takes the kernel
+    /// tens of microseconds, longer than the grace; see [`AppCall`]).
+    pub(crate) app_in_call: std::sync::atomic::AtomicU32,
     /// The driver thread's current [`AppGrace`](crate::driver_policy::AppGrace), in us (for `driver_stats`).
     pub(crate) app_grace_us: std::sync::atomic::AtomicU64,
     /// Turns the driver thread spun on a passive side (for `driver_stats`).

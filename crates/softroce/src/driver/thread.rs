@@ -28,6 +28,7 @@ impl Shared {
                 waiting: self.waiters.load(Ordering::Acquire) > 0,
                 last_call: self.app_polled.load(),
                 last_call_found: self.app_found.load(Ordering::Relaxed),
+                in_call: self.app_in_call.load(Ordering::Acquire) > 0,
                 owed: self.owed_for(now),
             };
             let turn = policy.begin(now, look);
@@ -131,6 +132,16 @@ impl Shared {
         }
     }
 
+    /// Marks a busy poller's verbs call as under way until the guard drops
+    /// (`None` if this context has no busy poller): the driver thread's
+    /// looks meanwhile see it as a call made now (`Look::in_call`).
+    pub(crate) fn app_call(&self) -> Option<AppCall<'_>> {
+        (self.mode == Progress::Thread && self.app_polled.is_some()).then(|| {
+            self.app_in_call.fetch_add(1, Ordering::AcqRel);
+            AppCall(&self.app_in_call)
+        })
+    }
+
     /// A verb that posts work: if an application thread busy-polls this
     /// context, it is still at work in verbs (a post may take longer than
     /// the grace the driver thread gives it).
@@ -152,5 +163,14 @@ impl Shared {
                 let _ = self.waker.wake();
             }
         }
+    }
+}
+
+/// A busy poller's verbs call under way ([`Shared::app_call`]).
+pub(crate) struct AppCall<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl Drop for AppCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -104,11 +104,14 @@ impl Cq {
         // One clock read for the pass and the poller's bookkeeping (a busy
         // poll's cost is mostly such small things).
         let now = std::time::Instant::now();
+        // The pass may send what an ACK opened: a call under way meanwhile.
+        let call = if busy { s.app_call() } else { None };
         let next = s.progress_for_app_at(&mut st, caller_waits, now)?;
         let n = st.dev.poll_cq(self.0.handle, out)?;
         drop(st);
         if busy {
             s.note_app_poll(now, n > 0);
+            drop(call);
             spun_empty(n == 0, Some(now));
         }
         s.nudge_driver(next);
