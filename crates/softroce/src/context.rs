@@ -373,6 +373,11 @@ impl Context {
                 0
             }),
             driver_spins: std::sync::atomic::AtomicU64::new(0),
+            passive_spin_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
+                u64::try_from(opts.driver_spin.as_micros()).unwrap_or(u64::MAX)
+            } else {
+                0
+            }),
             spin: opts.spin,
             driver_spin: opts.driver_spin,
             reply_first: std::thread::available_parallelism().is_ok_and(|n| n.get() > 1),

@@ -11,7 +11,7 @@
 //! | an application thread waiting in `Cq::wait` (and for [`WAITER_GRACE`] after) | is blind: leaves the socket to it, passes only for due timers or packets owed for [`OWED_GRACE`], looks again every [`BLIND_TICK`] |
 //! | a busy poller's call within its [`AppGrace`] | is blind until the grace ends (woken to the microsecond) |
 //! | a busy poller inside a call (`Look::in_call`: a poll's pass, a post's send) | counts it as a call made now: blind, and the grace doubles |
-//! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for `driver_spin`, yielding at each turn that finds nothing waiting |
+//! | a pass that received requests while no application called a verb for [`PASSIVE_AFTER`] | spins for its passive spin ([`PassiveSpin`]: from `driver_spin`, learned from the gaps between requests), yielding at each turn that finds nothing waiting |
 //!
 //! An application thread's own passes (a busy poll on an empty CQ) look at
 //! the socket each time while it carries traffic, and once it has been
@@ -48,6 +48,11 @@ pub(crate) const APP_GRACE_MIN: Duration = Duration::from_micros(5);
 /// CPU), so that the driver thread never spins beside one
 /// (`docs/data-path.md`, step 6).
 pub(crate) const PASSIVE_AFTER: Duration = Duration::from_millis(100);
+/// The longest a passive side's spin grows to ([`PassiveSpin`]).
+pub(crate) const PASSIVE_SPIN_MAX: Duration = Duration::from_millis(1);
+/// How many spins after a passive spin ended a request still counts as its
+/// stream's ([`PassiveSpin`]).
+pub(crate) const SPIN_REACH: u32 = 4;
 /// How long deferred packets may wait for a post to take them along before
 /// the driver thread sends them (a ping-pong replies within microseconds).
 pub(crate) const OWED_GRACE: Duration = Duration::from_micros(200);
@@ -192,6 +197,53 @@ impl AppGrace {
     }
 }
 
+/// How long a passive side's driver thread spins after a pass that
+/// received requests, learned from the gaps between them.
+///
+/// A stream of requests (a WRITE stream into a perftest server) arrives in
+/// bursts, one per `sendmmsg` of the sender: tens to hundreds of
+/// microseconds apart on a veth path. A spin shorter than the gap ends in a
+/// sleep, and the next burst's first packet wakes the thread: the kernel
+/// does that wake-up (an IPI) in the softirq that delivers the packet, on
+/// the sender's CPU when both ends share a host, where it is the per-packet
+/// path's bottleneck. A request that follows a spin's end within
+/// [`SPIN_REACH`] spins is taken as the same stream's: the spin doubles,
+/// and a few doublings cover the gaps. One that comes later halves it,
+/// back to `driver_spin`. Requests sparser than that never make it grow:
+/// a side with a request every millisecond spins `driver_spin` (50 us)
+/// after each, as before.
+///
+/// | the request that ends a sleep came, after the spin ended | the spin |
+/// |---|---|
+/// | within [`SPIN_REACH`] spins | x 2, at most [`PASSIVE_SPIN_MAX`] |
+/// | later | / 2, at least `driver_spin` |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PassiveSpin {
+    spin: Duration,
+    /// `Options::driver_spin`: the spin's floor (0: no spin at all).
+    base: Duration,
+}
+
+impl PassiveSpin {
+    pub(crate) fn new(base: Duration) -> PassiveSpin {
+        PassiveSpin { spin: base, base }
+    }
+
+    /// The spin now.
+    pub(crate) fn get(self) -> Duration {
+        self.spin
+    }
+
+    /// A request came `late` after the last spin ended.
+    fn after_sleep(&mut self, late: Duration) {
+        self.spin = if late < self.spin * SPIN_REACH {
+            (self.spin * 2).min(PASSIVE_SPIN_MAX.max(self.base))
+        } else {
+            (self.spin / 2).max(self.base)
+        };
+    }
+}
+
 /// What the driver thread reads at the start of a turn (the atomics other
 /// threads set).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -273,8 +325,9 @@ pub(crate) struct DriverPolicy {
     grace: AppGrace,
     /// The busy poller's last call this thread saw.
     seen_call: Option<Instant>,
-    /// Until when a passive side polls on.
+    /// Until when a passive side polls on (in the past: when it stopped).
     spin_until: Option<Instant>,
+    spin: PassiveSpin,
     /// Whether a waiter was there at the last look, and when they all went.
     was_waiting: bool,
     no_waiter_since: Option<Instant>,
@@ -289,6 +342,7 @@ impl DriverPolicy {
             grace: AppGrace::new(),
             seen_call: None,
             spin_until: None,
+            spin: PassiveSpin::new(driver_spin),
             was_waiting: false,
             no_waiter_since: None,
             driver_spin,
@@ -298,6 +352,11 @@ impl DriverPolicy {
     /// The busy poller's grace now (for `DriverStats::app_grace_us`).
     pub(crate) fn grace(&self) -> AppGrace {
         self.grace
+    }
+
+    /// A passive side's spin now (for `DriverStats::passive_spin_us`).
+    pub(crate) fn passive_spin(&self) -> Duration {
+        self.spin.get()
     }
 
     /// A turn starts at `now` with what the thread read: pass or not.
@@ -342,7 +401,10 @@ impl DriverPolicy {
         // no request of a ping-pong follows it.
         let passive = turn.last_call.is_none_or(|t| turn.now.saturating_duration_since(t) > PASSIVE_AFTER);
         if !turn.blind && passive && passed.requests && !self.driver_spin.is_zero() {
-            self.spin_until = Some(now + self.driver_spin);
+            if let Some(ended) = self.spin_until.filter(|&t| t <= turn.now) {
+                self.spin.after_sleep(turn.now - ended);
+            }
+            self.spin_until = Some(now + self.spin.get());
         }
     }
 
@@ -693,6 +755,47 @@ mod tests {
         s.looked(t0 + us(20_000), false);
         assert!(!s.look(t0 + us(20_199)));
         assert!(s.look(t0 + us(20_200)));
+    }
+
+    /// A passive side's spin on virtual time: requests come at `times`; at
+    /// each, the thread is still spinning (it takes them without a wake-up)
+    /// or was asleep since its spin ended (woken by them). Returns the
+    /// wake-ups and the spin at the end.
+    fn passive_side(base: Duration, times: impl Iterator<Item = Instant>) -> (usize, Duration) {
+        let mut p = DriverPolicy::new(base);
+        let mut woken = 0;
+        for t in times {
+            let turn = p.begin(t, Look::default());
+            if matches!(p.rest(&turn, t), Rest::Sleep { .. }) {
+                woken += 1;
+            }
+            p.passed(&turn, t, Passed { next: None, received: true, requests: true });
+        }
+        (woken, p.passive_spin())
+    }
+
+    /// A stream of requests in bursts 120 us apart (a sender's sendmmsg on
+    /// a veth path) soon stops waking the thread: its spin covers the gaps.
+    /// Requests a millisecond or more apart keep the spin at `driver_spin`;
+    /// after a stream, they bring it back down. A spin of 0 stays 0.
+    #[test]
+    fn a_passive_sides_spin_learns_to_cover_a_streams_gaps_only() {
+        let t0 = Instant::now();
+        let base = us(50);
+        let stream = |from: Instant, gap: Duration, n: u32| (0..n).map(move |k| from + gap * k);
+        let (woken, spin) = passive_side(base, stream(t0, us(120), 1000));
+        assert!(woken <= 3, "woken {woken} times in 1000 bursts");
+        assert!((us(200)..=us(400)).contains(&spin), "spin {spin:?}");
+        for gap in [us(1000), us(3000)] {
+            let (woken, spin) = passive_side(base, stream(t0, gap, 100));
+            assert_eq!((woken, spin), (100, base), "requests {gap:?} apart: a wake-up each, the spin unchanged");
+        }
+        let mut after = passive_side(base, stream(t0, us(120), 1000).chain(stream(t0 + us(200_000), us(5000), 5)));
+        assert_eq!(after.1, base, "back to driver_spin");
+        after = passive_side(us(0), stream(t0, us(10), 100));
+        assert_eq!(after, (100, us(0)), "no spin: a wake-up each");
+        let (_, spin) = passive_side(base, stream(t0, us(30), 1000).chain(stream(t0 + us(30_000), us(500), 1000)));
+        assert!(spin <= PASSIVE_SPIN_MAX, "at most a millisecond: {spin:?}");
     }
 
     /// A passive side (no verb call for PASSIVE_AFTER) spins for

@@ -61,6 +61,10 @@ roce_proto::counter_struct! {
         /// Turns the driver thread polled on after a pass of a passive side
         /// (`Options::driver_spin`).
         pub driver_spins,
+        /// How long it polls on after such a pass now, in us (a gauge:
+        /// from `Options::driver_spin`, learned from the gaps between
+        /// requests, see `driver_policy::PassiveSpin`).
+        pub passive_spin_us,
         /// Packets sent over the local link to a device of this process, or
         /// to another process's member of this shared device through its
         /// inbox (`local_link.rs`, `roce_host::inbox`; also counted in

@@ -181,6 +181,8 @@ pub(crate) struct Shared {
     pub(crate) app_grace_us: std::sync::atomic::AtomicU64,
     /// Turns the driver thread spun on a passive side (for `driver_stats`).
     pub(crate) driver_spins: std::sync::atomic::AtomicU64,
+    /// The driver thread's current passive spin, in us (for `driver_stats`).
+    pub(crate) passive_spin_us: std::sync::atomic::AtomicU64,
     /// How long `Cq::wait` polls before it blocks (`SOFTROCE_SPIN_US`).
     pub(crate) spin: Duration,
     /// How long the driver thread of a passive side polls on after a pass
@@ -239,6 +241,7 @@ impl Shared {
         DriverStats {
             app_grace_us: self.app_grace_us.load(Ordering::Relaxed),
             driver_spins: self.driver_spins.load(Ordering::Relaxed),
+            passive_spin_us: self.passive_spin_us.load(Ordering::Relaxed),
             local_wakes: self.local_wakes.load(Ordering::Relaxed),
             ..st.stats
         }
