@@ -222,8 +222,8 @@ impl EventChannel {
     pub fn new() -> Result<EventChannel, Error> {
         // Blocking, as the kernel's rdma_cm fd is: the consumer sets
         // O_NONBLOCK itself (rsocket, UCX), and `rdma_get_cm_event` honours it.
-        // A count is taken only after its event is dequeued, and every event
-        // adds one: the read never waits for long.
+        // The count changes only under the queue's lock, with the queue:
+        // a read (after its event is dequeued) never waits.
         use rustix::event::EventfdFlags as F;
         let fd = rustix::event::eventfd(0, F::CLOEXEC | F::SEMAPHORE).map_err(std::io::Error::from)?;
         Ok(EventChannel(Arc::new(ChannelInner { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), fd })))
@@ -282,8 +282,15 @@ impl EventChannel {
     }
 
     pub(super) fn push(&self, e: Event) {
-        self.0.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+        let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(e);
+        // The count goes up under the lock that the taking threads hold
+        // when they take one off: written after it, a taker on an
+        // O_NONBLOCK fd (rsocket, UCX set it) could pop the event first,
+        // find the count still 0 (EAGAIN), and the count would then stay 1
+        // on an empty queue: a readable fd with nothing to read.
         let _ = rustix::io::write(&self.0.fd, &1u64.to_ne_bytes());
+        drop(q);
         self.0.ready.notify_all();
     }
 }

@@ -955,4 +955,38 @@ mod tests {
         assert_eq!((e.event, e.status, e.arg), (EventType::AddrinfoResolved, 0, 0));
         assert!(ch.get_event(Some(Duration::ZERO)).is_none());
     }
+
+    /// With O_NONBLOCK on the channel's fd (as rsocket and UCX set it), a
+    /// thread taking events while another writes them leaves the fd's count
+    /// equal to the events queued: the fd is not readable once all are
+    /// taken (a count written after the queue's lock was let go could be
+    /// read as EAGAIN by a taker that was quicker, and stay behind).
+    #[test]
+    fn the_fd_counts_exactly_the_events_queued_when_taken_as_they_come() {
+        const N: u64 = 200_000;
+        let ch = EventChannel::new().unwrap();
+        let fl = rustix::fs::fcntl_getfl(ch.fd()).unwrap();
+        rustix::fs::fcntl_setfl(ch.fd(), fl | rustix::fs::OFlags::NONBLOCK).unwrap();
+        let id = CmId::new(&ch, PortSpace::Tcp);
+        let taken = std::thread::scope(|s| {
+            let taker = s.spawn(|| {
+                let mut n = 0;
+                while n < N {
+                    if ch.get_event(Some(Duration::ZERO)).is_some() {
+                        n += 1;
+                    }
+                }
+                n
+            });
+            for i in 0..N {
+                id.write_event(EventType::User, 0, i).unwrap();
+            }
+            taker.join().unwrap()
+        });
+        assert_eq!(taken, N);
+        let fd = ch.fd();
+        let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap();
+        assert_eq!(ready, 0, "the fd is readable with no event queued");
+    }
 }
