@@ -374,7 +374,7 @@ impl Context {
             }),
             driver_spins: std::sync::atomic::AtomicU64::new(0),
             passive_spin_us: std::sync::atomic::AtomicU64::new(if opts.progress == Progress::Thread {
-                u64::try_from(opts.driver_spin.as_micros()).unwrap_or(u64::MAX)
+                crate::driver_policy::PassiveSpin::new(opts.driver_spin).micros()
             } else {
                 0
             }),

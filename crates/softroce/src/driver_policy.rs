@@ -234,6 +234,16 @@ impl PassiveSpin {
         self.spin
     }
 
+    /// The spin in us, as `DriverStats::passive_spin_us` shows it.
+    pub(crate) fn micros(self) -> u64 {
+        u64::try_from(self.spin.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// `driver_spin` is 0: a passive side never spins.
+    fn off(self) -> bool {
+        self.base.is_zero()
+    }
+
     /// A request came `late` after the last spin ended.
     fn after_sleep(&mut self, late: Duration) {
         self.spin = if late < self.spin * SPIN_REACH {
@@ -327,12 +337,11 @@ pub(crate) struct DriverPolicy {
     seen_call: Option<Instant>,
     /// Until when a passive side polls on (in the past: when it stopped).
     spin_until: Option<Instant>,
+    /// How long it polls on (from `Options::driver_spin`).
     spin: PassiveSpin,
     /// Whether a waiter was there at the last look, and when they all went.
     was_waiting: bool,
     no_waiter_since: Option<Instant>,
-    /// `Options::driver_spin`.
-    driver_spin: Duration,
 }
 
 impl DriverPolicy {
@@ -345,7 +354,6 @@ impl DriverPolicy {
             spin: PassiveSpin::new(driver_spin),
             was_waiting: false,
             no_waiter_since: None,
-            driver_spin,
         }
     }
 
@@ -355,8 +363,8 @@ impl DriverPolicy {
     }
 
     /// A passive side's spin now (for `DriverStats::passive_spin_us`).
-    pub(crate) fn passive_spin(&self) -> Duration {
-        self.spin.get()
+    pub(crate) fn passive_spin(&self) -> PassiveSpin {
+        self.spin
     }
 
     /// A turn starts at `now` with what the thread read: pass or not.
@@ -400,7 +408,7 @@ impl DriverPolicy {
         // requests: a response or ACK answers what this side posted, and
         // no request of a ping-pong follows it.
         let passive = turn.last_call.is_none_or(|t| turn.now.saturating_duration_since(t) > PASSIVE_AFTER);
-        if !turn.blind && passive && passed.requests && !self.driver_spin.is_zero() {
+        if !turn.blind && passive && passed.requests && !self.spin.off() {
             if let Some(ended) = self.spin_until.filter(|&t| t <= turn.now) {
                 self.spin.after_sleep(turn.now - ended);
             }
@@ -771,7 +779,7 @@ mod tests {
             }
             p.passed(&turn, t, Passed { next: None, received: true, requests: true });
         }
-        (woken, p.passive_spin())
+        (woken, p.passive_spin().get())
     }
 
     /// A stream of requests in bursts 120 us apart (a sender's sendmmsg on

@@ -88,10 +88,10 @@ impl Receivers {
     /// others of each group get them from then on), then what they hold
     /// goes to `to` (this context's engine, or at `exit()` only the other
     /// members' datagrams, passed on), again after one SETTLE for all, and
-    /// they close. A sender whose own socket
-    /// drew its last datagram to another process's QP, and which then
-    /// exited, lost that datagram before (libfabric's UD pingpong to GID 0,
-    /// over `SOFTROCE_LINK=udp`, hung).
+    /// they close. A sender whose own socket drew its last datagram to
+    /// another process's QP, and which then exited, lost that datagram
+    /// before (libfabric's UD pingpong to GID 0, over `SOFTROCE_LINK=udp`,
+    /// hung).
     pub(crate) fn hand_on_and_close(&mut self, mut to: impl FnMut(&RecvBatch)) {
         // A few slots: the loop takes whatever is queued (64 made a close
         // allocate and fault in 4 MiB).
@@ -99,26 +99,27 @@ impl Receivers {
         let socks = std::mem::take(&mut self.0);
         // Every socket stops drawing first, so that one wait covers them all
         // (a wait per socket made a close cost a millisecond per address).
-        let drawing: Vec<bool> = socks
+        let stopped: Vec<&Socket> = socks
             .iter()
-            .map(|(stop, sock)| {
+            .filter(|(stop, sock)| {
                 stop.store(true, Ordering::Release);
                 sock.stop_drawing().is_ok()
             })
+            .map(|(_, sock)| &**sock)
             .collect();
-        let mut drain = |rx: &mut RecvBatch| {
-            for ((_, sock), _) in socks.iter().zip(&drawing).filter(|(_, d)| **d) {
-                while sock.recv(rx).is_ok_and(|n| n > 0) {
-                    to(rx);
+        let mut drain = || {
+            for sock in &stopped {
+                while sock.recv(&mut rx).is_ok_and(|n| n > 0) {
+                    to(&rx);
                 }
             }
         };
-        drain(&mut rx);
-        if drawing.contains(&true) {
+        drain();
+        if !stopped.is_empty() {
             // A datagram the kernel picked one of them for just before
             // lands within this wait.
             std::thread::sleep(SETTLE);
-            drain(&mut rx);
+            drain();
         }
         for (_, sock) in &socks {
             let _ = sock.shutdown_read();

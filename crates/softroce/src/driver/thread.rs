@@ -62,8 +62,7 @@ impl Shared {
                 }
             }
             self.app_grace_us.store(policy.grace().micros(), Ordering::Relaxed);
-            let spin_us = u64::try_from(policy.passive_spin().as_micros()).unwrap_or(u64::MAX);
-            self.passive_spin_us.store(spin_us, Ordering::Relaxed);
+            self.passive_spin_us.store(policy.passive_spin().micros(), Ordering::Relaxed);
             let now = Instant::now();
             let rest = policy.rest(&turn, now);
             self.driver_deadline.store(Some(rest.until()));
